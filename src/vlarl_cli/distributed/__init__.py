@@ -1,0 +1,1 @@
+"""The one place that knows about ranks and devices (DESIGN.md)."""

@@ -1,0 +1,28 @@
+"""Names of the tensors that cross module boundaries.
+
+Environment workers and policies never import each other; they meet in dicts keyed by these
+constants (DESIGN.md, "Contracts").
+"""
+
+from __future__ import annotations
+
+# Observation batch, produced by vlarl_cli.envs, consumed by vlarl_cli.policies.
+MAIN_IMAGES = "main_images"  # [B, H, W, 3] uint8, already rotated 180 degrees
+WRIST_IMAGES = "wrist_images"  # [B, H, W, 3] uint8, already rotated 180 degrees
+STATES = "states"  # [B, 8] float32: eef pos (3) + axis-angle (3) + gripper qpos (2)
+TASK_DESCRIPTIONS = "task_descriptions"  # list[str] of length B
+
+OBSERVATION_KEYS = (MAIN_IMAGES, WRIST_IMAGES, STATES, TASK_DESCRIPTIONS)
+
+# Per-step environment outputs.
+REWARDS = "rewards"
+DONES = "dones"
+TERMINATED = "terminated"
+TRUNCATED = "truncated"
+SUCCESS = "success"
+
+# Episode metrics (names as the seed documents log them under env/*).
+SUCCESS_ONCE = "success_once"
+SUCCESS_AT_END = "success_at_end"
+RETURN = "return"
+EPISODE_LEN = "episode_len"
