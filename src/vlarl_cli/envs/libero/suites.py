@@ -1,0 +1,173 @@
+"""LIBERO task suites, task languages, init states and the (suite, task_id, trial_id) addressing.
+
+Task lists and init states come from the installed ``libero`` package (its ``benchmark`` module and
+``init_files/<suite>/<task>.pruned_init``, byte-identical to the official repository per REFERENCE.md
+section 1), with task order index 0 as every evaluator uses. ``libero_130`` is our name for all 130 tasks
+in the order spatial, object, goal, 10, 90.
+
+Addressing: an episode start is ``(suite, task_id, trial_id)`` with ``trial_id`` in ``[0, 50)`` selecting
+init state ``trial_id`` of the task. The flat reset-state id is ``task_id * 50 + trial_id`` (task ids are
+positions inside the requested suite, so libero_130 ids run 0..6499).
+
+Importing this module is cheap; LIBERO (and torch, which it imports) are loaded on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vlarl_cli.envs.libero.protocol import SUITE_ORDER
+from vlarl_cli.errors import EnvError, did_you_mean
+
+#: Every LIBERO task ships exactly this many fixed init states.
+TRIALS_PER_TASK = 50
+ALL_SUITES = (*SUITE_ORDER, "libero_130")
+SUITE_SIZES = {"libero_spatial": 10, "libero_object": 10, "libero_goal": 10, "libero_10": 10, "libero_90": 90}
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """One LIBERO task.
+
+    Attributes:
+        suite: the original suite the task belongs to (never ``libero_130``).
+        suite_task_id: index inside that original suite (what ``get_task(i)`` takes).
+        name: task name (bddl file stem).
+        language: the instruction given to the policy (LIBERO's ``task.language``).
+        bddl_file: absolute path of the task's bddl file.
+        init_states_file: absolute path of the ``.pruned_init`` file with the 50 init states.
+    """
+
+    suite: str
+    suite_task_id: int
+    name: str
+    language: str
+    bddl_file: Path
+    init_states_file: Path
+
+
+@dataclass(frozen=True)
+class EpisodeAddress:
+    """Where an episode starts: ``suite`` (may be libero_130), ``task_id`` inside it, ``trial_id`` < 50."""
+
+    suite: str
+    task_id: int
+    trial_id: int
+
+    @property
+    def reset_state_id(self) -> int:
+        return self.task_id * TRIALS_PER_TASK + self.trial_id
+
+
+def check_suite(suite: str) -> str:
+    """Return ``suite`` if known, else raise EnvError with a suggestion."""
+    if suite not in ALL_SUITES:
+        raise EnvError(
+            f'Unknown LIBERO suite "{suite}".{did_you_mean(suite, list(ALL_SUITES))}',
+            fix=f"Use one of {', '.join(ALL_SUITES)}.",
+        )
+    return suite
+
+
+def num_tasks(suite: str) -> int:
+    """Number of tasks in ``suite`` (no LIBERO import needed)."""
+    check_suite(suite)
+    return sum(SUITE_SIZES.values()) if suite == "libero_130" else SUITE_SIZES[suite]
+
+
+@functools.cache
+def _original_suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
+    from vlarl_cli.envs.libero.setup import prepare_libero
+
+    paths = prepare_libero(check_assets=False)
+    from libero.libero import benchmark  # heavy (imports torch); after prepare_libero so no prompt
+
+    bench = benchmark.get_benchmark_dict()[suite](task_order_index=0)
+    tasks = []
+    for i in range(bench.get_num_tasks()):
+        task = bench.get_task(i)
+        tasks.append(
+            TaskInfo(
+                suite=suite,
+                suite_task_id=i,
+                name=task.name,
+                language=task.language,
+                bddl_file=paths.bddl_dir / task.problem_folder / task.bddl_file,
+                init_states_file=paths.init_states_dir / task.problem_folder / task.init_states_file,
+            )
+        )
+    if len(tasks) != SUITE_SIZES[suite]:
+        raise EnvError(
+            f"The installed libero package lists {len(tasks)} tasks for {suite}, expected {SUITE_SIZES[suite]}.",
+            fix="Reinstall libero==0.1.1 with --no-deps.",
+        )
+    return tuple(tasks)
+
+
+def suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
+    """All tasks of ``suite`` in LIBERO's order (task order index 0); libero_130 concatenates the five."""
+    check_suite(suite)
+    if suite == "libero_130":
+        return tuple(t for s in SUITE_ORDER for t in _original_suite_tasks(s))
+    return _original_suite_tasks(suite)
+
+
+def get_task(suite: str, task_id: int) -> TaskInfo:
+    """Task ``task_id`` of ``suite``; out-of-range ids raise EnvError."""
+    n = num_tasks(suite)
+    if not 0 <= task_id < n:
+        raise EnvError(f"task_id {task_id} is out of range for {suite} ({n} tasks).", fix=f"Use 0..{n - 1}.")
+    return suite_tasks(suite)[task_id]
+
+
+def task_languages(suite: str) -> list[str]:
+    """Instruction of every task of ``suite``, in task-id order."""
+    return [t.language for t in suite_tasks(suite)]
+
+
+@functools.lru_cache(maxsize=256)
+def _load_init_states(path: str) -> np.ndarray:
+    import torch
+
+    # LIBERO's own loader (benchmark.Benchmark.get_task_init_states) is torch.load(weights_only=False);
+    # the files are numpy arrays pickled by torch.
+    states = np.asarray(torch.load(path, weights_only=False))
+    states.setflags(write=False)
+    return states
+
+
+def init_states(suite: str, task_id: int) -> np.ndarray:
+    """The fixed init states of a task: ``[50, D]`` float64 (D = flattened MuJoCo state, varies by scene)."""
+    task = get_task(suite, task_id)
+    states = _load_init_states(str(task.init_states_file))
+    if states.ndim != 2 or states.shape[0] != TRIALS_PER_TASK:
+        raise EnvError(
+            f"Init states of {task.suite}/{task.name} have shape {states.shape}, expected [50, D].",
+            fix="Reinstall libero==0.1.1 with --no-deps; its init_files are corrupted.",
+        )
+    return states
+
+
+def address(suite: str, reset_state_id: int) -> EpisodeAddress:
+    """Flat reset-state id -> (suite, task_id, trial_id)."""
+    total = num_tasks(suite) * TRIALS_PER_TASK
+    if not 0 <= reset_state_id < total:
+        raise EnvError(
+            f"reset_state_id {reset_state_id} is out of range for {suite} ({total} init states).",
+            fix=f"Use 0..{total - 1}.",
+        )
+    return EpisodeAddress(suite, reset_state_id // TRIALS_PER_TASK, reset_state_id % TRIALS_PER_TASK)
+
+
+def reset_state_id(suite: str, task_id: int, trial_id: int) -> int:
+    """(suite, task_id, trial_id) -> flat reset-state id ``task_id * 50 + trial_id`` (range-checked)."""
+    if not 0 <= trial_id < TRIALS_PER_TASK:
+        raise EnvError(f"trial_id {trial_id} is out of range.", fix=f"Use 0..{TRIALS_PER_TASK - 1}.")
+    n = num_tasks(suite)
+    if not 0 <= task_id < n:
+        raise EnvError(f"task_id {task_id} is out of range for {suite} ({n} tasks).", fix=f"Use 0..{n - 1}.")
+    return task_id * TRIALS_PER_TASK + trial_id
