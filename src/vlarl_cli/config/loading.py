@@ -1,0 +1,213 @@
+"""Load a run configuration: compose with Hydra, resolve with OmegaConf, validate with pydantic.
+
+RLinf composes its recipes with Hydra (``defaults:`` lists with package targets such as
+``env/libero_spatial@env.train``, ``override hydra/job_logging``, ``${a.b}`` and ``${oc.env:X}``
+interpolation), so we use Hydra's compose API rather than a home-made composer, then validate the
+resolved tree against :class:`~vlarl_cli.config.schema.VlarlConfig`.
+
+Order of operations:
+1. find the file (a path, or a preset name under ``configs/``);
+2. compose it with Hydra, searching its own folder and vlarl's ``configs/`` for ``defaults:`` entries;
+3. apply ``key.sub=value`` overrides (keys that do not exist yet are created, so a typo is caught by
+   step 5 with a suggestion instead of Hydra's "use +key");
+4. resolve interpolations;
+5. walk the tree against the schema: RLinf keys vlarl does not use are dropped and reported once,
+   unknown keys are errors with "did you mean";
+6. validate with pydantic (types, ranges, cross-field rules).
+Every failure is a :class:`~vlarl_cli.errors.ConfigError` with one paragraph naming the problem.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+import warnings
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from vlarl_cli.config.schema import Section, VlarlConfig
+from vlarl_cli.errors import ConfigError, did_you_mean
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+# Folders of the `defaults:` groups; files there are fragments, not runnable presets.
+_GROUP_DIRS = {"env", "model", "hybrid_engines", "weight_syncer", "profile"}
+
+
+@dataclass
+class LoadedConfig:
+    config: VlarlConfig
+    source: Path
+    ignored: list[str] = field(default_factory=list)  # dotted paths of RLinf keys vlarl does not use
+    overrides: list[str] = field(default_factory=list)
+
+
+def list_presets() -> list[str]:
+    """Names of the runnable presets shipped in ``configs/``."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def find_config(name_or_path: str | Path) -> Path:
+    """A config file from a path or a preset name (``quickstart``, ``libero_10_ppo_openpi.yaml``)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path.resolve()
+    stem = path.name[:-5] if path.name.endswith(".yaml") else path.name
+    if path.parent == Path(".") and (CONFIG_DIR / f"{stem}.yaml").is_file():
+        return (CONFIG_DIR / f"{stem}.yaml").resolve()
+    presets = list_presets()
+    raise ConfigError(
+        f'Config "{name_or_path}" is neither a file nor a preset.{did_you_mean(stem, presets)}',
+        f"Pass a path to a YAML file or one of the presets: {', '.join(presets)}.",
+    )
+
+
+def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
+                world_size: int = 1) -> LoadedConfig:
+    """Load, compose, override, resolve and validate a run config. See the module docstring."""
+    source = find_config(name_or_path)
+    raw = compose_raw(source, list(overrides))
+    cleaned, ignored = check_keys(VlarlConfig, raw)
+    try:
+        config = VlarlConfig.model_validate(cleaned, context={"world_size": world_size})
+    except ValidationError as err:
+        raise ConfigError(f"Invalid config {source.name}: {format_validation_error(err)}",
+                          "Correct the value(s) in the file or with a KEY=VALUE override.") from None
+    return LoadedConfig(config=config, source=source, ignored=ignored, overrides=list(overrides))
+
+
+def compose_raw(source: Path, overrides: list[str]) -> dict[str, Any]:
+    """Hydra-compose ``source`` with the given overrides and return the resolved plain dict."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    hydra_overrides, value_overrides = _split_overrides(overrides)
+    # RLinf recipes search `${oc.env:EMBODIED_PATH}/config/`; point it at the recipe's parent so a recipe
+    # inside an RLinf checkout finds its own fragments. vlarl's configs/ is always searched as well.
+    os.environ.setdefault("EMBODIED_PATH", str(source.parent.parent))
+    searchpath = f"hydra.searchpath=[file://{CONFIG_DIR}]"
+    GlobalHydra.instance().clear()
+    try:
+        with warnings.catch_warnings():
+            # RLinf recipes omit `_self_`; Hydra's default (the file after its defaults) is what they mean.
+            warnings.filterwarnings("ignore", message=".*Defaults list is missing `_self_`.*")
+            with initialize_config_dir(config_dir=str(source.parent), version_base=None):
+                cfg = compose(config_name=source.stem, overrides=[searchpath, *hydra_overrides])
+    except Exception as err:  # Hydra raises many exception types; all are config problems here
+        raise ConfigError(f"Cannot compose {source}: {_first_line(err)}",
+                          "Check the `defaults:` list and the override syntax (KEY=VALUE).") from None
+    finally:
+        GlobalHydra.instance().clear()
+    OmegaConf.set_struct(cfg, False)
+    cfg.pop("hydra", None)
+    cfg.pop("defaults", None)
+    for key, value in value_overrides:
+        try:
+            OmegaConf.update(cfg, key, value, merge=True, force_add=True)
+        except OmegaConfBaseException as err:
+            raise ConfigError(f'Cannot apply override "{key}={value}": {_first_line(err)}') from None
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"Cannot resolve {source.name}: {_first_line(err)}",
+                          "Fix the ${...} interpolation or set the referenced key/environment variable.") from None
+    assert isinstance(data, dict)
+    return {str(k): v for k, v in data.items()}
+
+
+def _split_overrides(overrides: list[str]) -> tuple[list[str], list[tuple[str, Any]]]:
+    """Group overrides (``+x``, ``~x``, ``group/option``, ``@``) go to Hydra; KEY=VALUE pairs to us."""
+    import yaml
+
+    hydra_side: list[str] = []
+    values: list[tuple[str, Any]] = []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f'Override "{item}" is not of the form KEY=VALUE.',
+                              "Write overrides like actor.optim.lr=1e-5 or env.train.total_num_envs=4.")
+        key, text = item.split("=", 1)
+        if key.startswith(("+", "~")) or "/" in key or "@" in key or key.startswith("hydra"):
+            hydra_side.append(item)
+            continue
+        try:
+            value = yaml.safe_load(text) if text != "" else ""
+        except yaml.YAMLError:
+            value = text
+        values.append((key.strip(), value))
+    return hydra_side, values
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return " ".join(line.strip() for line in text.splitlines()[:3])
+
+
+# --------------------------------------------------------------------------------------------------
+# key walk
+
+
+def _section_type(annotation: Any) -> type[Section] | None:
+    """The Section class inside an annotation like ``Foo`` or ``Foo | None``."""
+    if isinstance(annotation, type) and issubclass(annotation, Section):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _section_type(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def check_keys(model: type[BaseModel], data: Any, prefix: str = "") -> tuple[Any, list[str]]:
+    """Drop RLinf keys vlarl ignores (returned as dotted paths); raise on unknown keys with suggestions."""
+    if not isinstance(data, dict):
+        return data, []
+    fields = model.model_fields
+    ignored_names = getattr(model, "rlinf_ignored", frozenset())
+    cleaned: dict[str, Any] = {}
+    ignored: list[str] = []
+    unknown: list[str] = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key in fields:
+            sub = _section_type(fields[key].annotation)
+            if sub is not None and isinstance(value, dict):
+                value, sub_ignored = check_keys(sub, value, f"{path}.")
+                ignored.extend(sub_ignored)
+            cleaned[key] = value
+        elif key in ignored_names:
+            ignored.append(path)
+        else:
+            unknown.append(f'"{path}"{did_you_mean(key, list(fields))}')
+    if unknown:
+        where = prefix.rstrip(".") or "the top level"
+        raise ConfigError(
+            f"Unknown config key(s) {'; '.join(unknown)}. Keys known at {where}: {', '.join(fields)}.",
+            "Fix the spelling, or remove the key.",
+        )
+    return cleaned, ignored
+
+
+def format_validation_error(err: ValidationError) -> str:
+    """One line per pydantic error: ``dotted.path: message (got value)``."""
+    parts = []
+    for e in err.errors(include_url=False):
+        loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith("function-"))
+        msg = e["msg"].removeprefix("Value error, ")
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) or e["type"] == "value_error" else f" (got {got!r})"
+        parts.append(f"{loc or 'config'}: {msg}{shown}")
+    return "; ".join(parts)
+
+
+def to_yaml(config: VlarlConfig) -> str:
+    """The fully resolved config as YAML (what every run saves as ``config.yaml``)."""
+    import yaml
+
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, default_flow_style=None)

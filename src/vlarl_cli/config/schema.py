@@ -1,0 +1,585 @@
+"""The run configuration: pydantic models for every section the RLinf recipes use.
+
+Field names follow RLinf's embodied recipes (``examples/embodiment/config/*.yaml``) so that those files
+load as published. Every model forbids unknown keys; RLinf keys that vlarl accepts but does not use are
+listed per section in ``rlinf_ignored`` and reported once by the loader (``vlarl_cli.config.loading``).
+Cross-field rules live in validators whose messages state the rule and the values. Derived values are
+properties, never written back.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+COMPONENTS = ("env", "rollout", "actor")
+MODEL_TYPES = ("openpi", "pi0", "pi05", "gr00t", "gr00t_n1d6", "openvla_oft", "toy_flow", "toy_gaussian")
+ADV_TYPES = ("gae", "grpo", "reinpp", "raw")
+NOISE_METHODS = ("ode", "flow_sde", "flow_cps", "flow_noise")
+# RLinf and its docs also call flow_noise "reinflow" (arXiv 2505.22094).
+_NOISE_ALIASES = {"reinflow": "flow_noise", "flow-sde": "flow_sde", "flow-noise": "flow_noise"}
+
+
+class Section(BaseModel):
+    """Base for every config section: frozen, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    #: RLinf keys accepted and ignored in this section (reported once by the loader)
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset()
+
+
+# --------------------------------------------------------------------------------------------------
+# cluster
+
+
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
+
+
+def parse_device_set(spec: str | int, world_size: int) -> list[int]:
+    """Parse a placement value: ``all``, ``3``, ``0-3``, ``0-1,4,6-7`` -> sorted rank list."""
+    if isinstance(spec, int):
+        ranks = [spec]
+    elif spec.strip() == "all":
+        return list(range(world_size))
+    else:
+        ranks = []
+        for part in spec.split(","):
+            m = _RANGE.match(part)
+            if not m:
+                raise ValueError(f'cannot parse device set "{spec}": use "all", "N", "A-B" or a comma list')
+            lo = int(m.group(1))
+            hi = int(m.group(2)) if m.group(2) is not None else lo
+            if hi < lo:
+                raise ValueError(f'range "{part.strip()}" in "{spec}" runs backwards')
+            ranks.extend(range(lo, hi + 1))
+    bad = [r for r in ranks if r >= world_size]
+    if bad:
+        raise ValueError(f'device set "{spec}" names device(s) {bad} but only {world_size} exist '
+                         f"(devices 0-{world_size - 1})")
+    return sorted(set(ranks))
+
+
+class ClusterConfig(Section):
+    num_nodes: int = Field(1, ge=1, description="Number of nodes (machines) in the job.")
+    component_placement: dict[str, str | int] = Field(
+        default_factory=lambda: {"env,rollout,actor": "all"},
+        description='Devices of each component: keys are component names (env, rollout, actor) or '
+        'comma-joined names; values are "all", "N", "A-B" or comma lists of those.',
+    )
+
+    @field_validator("component_placement")
+    @classmethod
+    def _known_components(cls, value: dict[str, str | int]) -> dict[str, str | int]:
+        seen: set[str] = set()
+        for key in value:
+            for name in (n.strip() for n in key.split(",")):
+                if name not in COMPONENTS:
+                    from vlarl_cli.errors import did_you_mean
+
+                    raise ValueError(f'unknown component "{name}" in placement key "{key}"; '
+                                     f"components are {', '.join(COMPONENTS)}.{did_you_mean(name, COMPONENTS)}")
+                if name in seen:
+                    raise ValueError(f'component "{name}" is placed twice')
+                seen.add(name)
+        missing = [c for c in COMPONENTS if c not in seen]
+        if missing:
+            raise ValueError(f"component_placement does not place {missing}; every component needs devices")
+        for spec in value.values():
+            parse_device_set(spec, 1 << 20)  # syntax check only; ranges are checked against the world later
+        return value
+
+    def placement(self, world_size: int) -> dict[str, list[int]]:
+        """Ranks of each component for a job of ``world_size`` processes (one per device)."""
+        out: dict[str, list[int]] = {}
+        for key, spec in self.component_placement.items():
+            ranks = parse_device_set(spec, world_size)
+            for name in (n.strip() for n in key.split(",")):
+                out[name] = ranks
+        return out
+
+
+# --------------------------------------------------------------------------------------------------
+# runner
+
+
+class LoggerConfig(Section):
+    log_path: str = Field("runs", description="Folder for logs, checkpoints and videos of this run.")
+    project_name: str = Field("vlarl", description="Project name for W&B / SwanLab.")
+    experiment_name: str = Field("default", description="Run name; also the sub-folder under log_path.")
+    logger_backends: list[Literal["tensorboard", "wandb", "swanlab"]] = Field(
+        default_factory=list,
+        description="Metric sinks besides the always-written metrics.jsonl: tensorboard, wandb, swanlab.",
+    )
+
+
+class RunnerConfig(Section):
+    task_type: Literal["embodied"] = Field("embodied", description="Only embodied RL is supported.")
+    logger: LoggerConfig = Field(default_factory=LoggerConfig, description="Logging destinations.")
+    max_epochs: int = Field(1000, ge=1, description="Number of RL iterations (collect + update).")
+    max_steps: int = Field(-1, description="Stop after this many optimizer steps (-1: no limit).")
+    only_eval: bool = Field(False, description="Run evaluation only, no training.")
+    val_check_interval: int = Field(-1, description="Evaluate every N iterations (-1: never).")
+    save_interval: int = Field(-1, description="Save a checkpoint every N iterations (-1: only at the end).")
+    resume_dir: str | None = Field(None, description="Checkpoint folder to resume training from.")
+    ckpt_path: str | None = Field(None, description="Weights to load after the model is built (eval).")
+
+
+# --------------------------------------------------------------------------------------------------
+# algorithm
+
+
+class AlgorithmConfig(Section):
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset()
+
+    adv_type: str = Field("gae", description=f"Advantage estimator: {', '.join(ADV_TYPES)}.")
+    loss_type: Literal["actor_critic", "actor"] = Field(
+        "actor_critic", description="actor_critic: PPO with a value loss; actor: policy loss only (GRPO).")
+    loss_agg_func: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = Field(
+        "token-mean", description="How per-element losses are averaged.")
+    reward_type: Literal["chunk_level", "action_level"] = Field(
+        "chunk_level", description="chunk_level: one reward per chunk (sum of its steps); action_level: per step.")
+    logprob_type: Literal["token_level", "action_level", "chunk_level"] = Field(
+        "chunk_level", description="Granularity of the PPO ratio: per element, per env step, or per chunk.")
+    entropy_type: Literal["token_level", "action_level", "chunk_level"] = Field(
+        "chunk_level", description="Granularity of the entropy term.")
+    normalize_advantages: bool = Field(True, description="Normalise advantages over valid entries.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor per chunk step.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    clip_ratio_low: float = Field(0.2, gt=0, lt=1, description="PPO clip below: ratio >= 1 - clip_ratio_low.")
+    clip_ratio_high: float = Field(0.2, gt=0, description="PPO clip above: ratio <= 1 + clip_ratio_high.")
+    clip_ratio_c: float | None = Field(3.0, description="Dual-clip constant for negative advantages (>1; null: off).")
+    clip_log_ratio_min: float = Field(-20.0, description="Lower clamp of log(ratio) before exp.")
+    clip_log_ratio_max: float = Field(20.0, description="Upper clamp of log(ratio) before exp.")
+    value_clip: float | None = Field(0.2, description="Value clipping range around the old value (null: off).")
+    huber_delta: float = Field(10.0, gt=0, description="Huber delta of the value loss.")
+    entropy_bonus: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
+    kl_beta: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen reference policy.")
+    kl_penalty: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = Field(
+        "kl", description="KL estimator: kl/k1, abs, mse/k2, low_var_kl/k3.")
+    group_size: int = Field(1, ge=1, description="GRPO group size: consecutive envs sharing one init state.")
+    reward_coef: float = Field(1.0, description="Scale of the success reward (also read by env.*.reward_coef).")
+    filter_rewards: bool = Field(False, description="GRPO: drop groups whose mean score is outside the bounds.")
+    rewards_lower_bound: float = Field(0.1, description="filter_rewards lower bound on the group mean score.")
+    rewards_upper_bound: float = Field(0.9, description="filter_rewards upper bound on the group mean score.")
+    update_epoch: int = Field(4, ge=1, description="Passes over the rollout per iteration.")
+    rollout_epoch: int | None = Field(
+        None, ge=1, description="Rollout epochs per iteration (RLinf keeps this in env.train.rollout_epoch; "
+        "set here only to override it).")
+
+    @field_validator("adv_type")
+    @classmethod
+    def _known_adv(cls, value: str) -> str:
+        if value not in ADV_TYPES:
+            from vlarl_cli.errors import did_you_mean
+
+            raise ValueError(f'unknown adv_type "{value}"; known: {", ".join(ADV_TYPES)}.'
+                             f"{did_you_mean(value, ADV_TYPES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _rules(self) -> AlgorithmConfig:
+        if self.adv_type == "grpo" and self.group_size < 2:
+            raise ValueError(f"adv_type grpo compares episodes within a group, so it needs group_size > 1 "
+                             f"(got group_size={self.group_size})")
+        if self.clip_ratio_c is not None and self.clip_ratio_c <= 1:
+            raise ValueError(f"clip_ratio_c must be > 1 for the dual clip (got {self.clip_ratio_c}); "
+                             "set null to disable it")
+        if self.filter_rewards and self.rewards_lower_bound >= self.rewards_upper_bound:
+            raise ValueError(f"filter_rewards needs rewards_lower_bound < rewards_upper_bound "
+                             f"(got {self.rewards_lower_bound} >= {self.rewards_upper_bound})")
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# env
+
+
+class VideoConfig(Section):
+    save_video: bool = Field(False, description="Record episodes to MP4.")
+    info_on_video: bool = Field(True, description="Overlay task, step, action and success on the frames.")
+    video_base_dir: str = Field("runs/video", description="Folder the videos are written to.")
+    fps: int = Field(20, ge=1, description="Frames per second of the written videos (LIBERO runs at 20 Hz).")
+    max_videos: int = Field(4, ge=0, description="At most this many episodes are recorded per iteration.")
+
+
+class InitParams(Section):
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"camera_names", "control_freq"})
+    camera_heights: int = Field(256, description="Rendered camera height in pixels.")
+    camera_widths: int = Field(256, description="Rendered camera width in pixels.")
+
+
+class EnvSplitConfig(Section):
+    """One of ``env.train`` / ``env.eval``."""
+
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"group_name", "wrap_obs_mode", "enable_offload"})
+
+    env_type: Literal["libero", "toy_reach"] = Field("libero", description="Simulator: libero (or the CPU toy task).")
+    task_suite_name: str = Field("libero_spatial", description="LIBERO suite: libero_spatial, libero_object, "
+                                 "libero_goal, libero_10, libero_90 or libero_130.")
+    task_ids: list[int] | None = Field(None, description="Restrict to these task ids of the suite (vlarl).")
+    protocol: Literal["rlinf", "standard"] = Field(
+        "rlinf", description="Episode protocol: rlinf (240/240/320/512/512 steps, 15 settle) or standard "
+        "(220/280/300/520/400, 10 settle).")
+    settle_steps: int | None = Field(None, ge=0, description="No-op steps after reset (null: the protocol's).")
+    total_num_envs: int | None = Field(None, ge=1, description="Parallel environments (all ranks together).")
+    num_workers: int | None = Field(None, ge=1, description="Simulator worker processes per env rank "
+                                    "(null: one per CPU core, at most one per env).")
+    rollout_epoch: int = Field(1, ge=1, description="Rollout epochs collected per iteration.")
+    auto_reset: bool = Field(False, description="Reset an env as soon as its episode ends.")
+    ignore_terminations: bool = Field(False, description="Keep stepping after success until max_episode_steps.")
+    max_episode_steps: int = Field(240, ge=1, description="Episode length limit (truncation).")
+    max_steps_per_rollout_epoch: int = Field(240, ge=1, description="Env steps collected per rollout epoch.")
+    use_rel_reward: bool = Field(True, description="Reward the change of success (r_t - r_{t-1}) instead of the level.")
+    use_step_penalty: bool = Field(False, description="Subtract step_penalty every step.")
+    step_penalty: float = Field(0.0, ge=0, description="Penalty per step when use_step_penalty is on.")
+    reward_coef: float = Field(1.0, description="Scale of the success reward.")
+    reset_gripper_open: bool = Field(True, description="Open the gripper during the settle steps.")
+    is_eval: bool = Field(False, description="This split is used for evaluation.")
+    seed: int = Field(0, description="Seed of the env and of the init-state assignment.")
+    group_size: int = Field(1, ge=1, description="Consecutive envs sharing one init state (GRPO).")
+    use_fixed_reset_state_ids: bool = Field(True, description="Start from LIBERO's fixed init states.")
+    use_ordered_reset_state_ids: bool = Field(False, description="Assign init states in order instead of randomly.")
+    specific_reset_id: int | None = Field(None, ge=0, description="Always use this flat reset-state id.")
+    video_cfg: VideoConfig = Field(default_factory=VideoConfig, description="Video recording.")
+    init_params: InitParams = Field(default_factory=InitParams, description="Simulator construction parameters.")
+
+    @property
+    def resolution(self) -> int:
+        return self.init_params.camera_heights
+
+    @model_validator(mode="after")
+    def _rules(self) -> EnvSplitConfig:
+        from vlarl_cli.errors import did_you_mean
+
+        suites = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90", "libero_130")
+        if self.env_type == "libero" and self.task_suite_name not in suites:
+            raise ValueError(f'unknown task_suite_name "{self.task_suite_name}"; known: {", ".join(suites)}.'
+                             f"{did_you_mean(self.task_suite_name, suites)}")
+        if self.init_params.camera_heights != self.init_params.camera_widths:
+            raise ValueError("camera_heights must equal camera_widths (square images), got "
+                             f"{self.init_params.camera_heights} x {self.init_params.camera_widths}")
+        if self.total_num_envs is not None and self.total_num_envs % self.group_size:
+            raise ValueError(f"total_num_envs must be a multiple of group_size "
+                             f"(got {self.total_num_envs} envs, group_size {self.group_size})")
+        return self
+
+
+class EnvConfig(Section):
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"group_name", "channel", "enable_offload"})
+    train: EnvSplitConfig = Field(default_factory=EnvSplitConfig, description="Training environments.")
+    eval: EnvSplitConfig = Field(default_factory=lambda: EnvSplitConfig(is_eval=True),
+                                 description="Evaluation environments.")
+
+
+# --------------------------------------------------------------------------------------------------
+# rollout
+
+
+class SamplingParams(Section):
+    do_sample: bool = Field(True, description="Sample actions (False: deterministic).")
+    temperature_train: float = Field(1.0, gt=0, description="Token-policy temperature for training rollouts.")
+    temperature_eval: float = Field(1.0, gt=0, description="Token-policy temperature for evaluation.")
+    top_k: int = Field(-1, description="Top-k for token policies (-1: off).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Top-p for token policies.")
+    repetition_penalty: float = Field(1.0, description="Accepted for RLinf compatibility; must be 1.0.")
+
+
+class RolloutModelConfig(Section):
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"model_path", "precision"})
+
+
+class RolloutConfig(Section):
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
+        {"group_name", "generation_backend", "backend", "recompute_logprobs", "unnorm_key", "model",
+         "enable_torch_compile", "enable_cuda_graph"})
+    pipeline_stage_num: int = Field(1, ge=1, description="Split the envs into this many stages so env "
+                                    "stepping of one stage overlaps inference of another.")
+    enable_offload: bool = Field(False, description="Move rollout weights off the device while the actor trains.")
+    sampling_params: SamplingParams = Field(default_factory=SamplingParams, description="Sampling settings.")
+
+
+# --------------------------------------------------------------------------------------------------
+# actor
+
+
+class OpenpiOptions(Section):
+    """RLinf's ``actor.model.openpi`` block; values here override the flat model fields."""
+
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
+        {"action_chunk", "num_images_in_input", "action_env_dim", "use_dsrl", "dsrl_state_dim",
+         "dsrl_action_noise_dim", "dsrl_num_q_heads", "dsrl_agg_q", "dsrl_image_latent_dim",
+         "dsrl_state_latent_dim", "dsrl_hidden_dims", "value_vlm_mode"})
+    config_name: str | None = Field(None, description="openpi config: pi0_libero or pi05_libero.")
+    noise_level: float | None = Field(None, description="See actor.model.noise_level.")
+    noise_method: str | None = Field(None, description="See actor.model.noise_method.")
+    num_steps: int | None = Field(None, description="See actor.model.denoising_steps.")
+    train_expert_only: bool | None = Field(None, description="See actor.model.train_expert_only.")
+    add_value_head: bool | None = Field(None, description="See actor.model.add_value_head.")
+    value_after_vlm: bool | None = Field(None, description="See actor.model.value_after_vlm.")
+    detach_critic_input: bool | None = Field(None, description="See actor.model.detach_critic_input.")
+    joint_logprob: bool | None = Field(None, description="See actor.model.joint_logprob.")
+
+
+class RlHeadOptions(Section):
+    """RLinf's ``actor.model.rl_head_config`` block (GR00T); values here override the flat model fields."""
+
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
+        {"ignore_last", "safe_get_logprob", "noise_anneal", "noise_params", "chunk_critic_input",
+         "use_vlm_value", "value_vlm_mode", "padding_value"})
+    joint_logprob: bool | None = Field(None, description="See actor.model.joint_logprob.")
+    noise_method: str | None = Field(None, description="See actor.model.noise_method.")
+    noise_level: float | None = Field(None, description="See actor.model.noise_level.")
+    add_value_head: bool | None = Field(None, description="See actor.model.add_value_head.")
+    detach_critic_input: bool | None = Field(None, description="See actor.model.detach_critic_input.")
+    disable_dropout: bool | None = Field(None, description="See actor.model.disable_dropout.")
+    action_noise_scale: float | None = Field(None, description="See actor.model.action_noise_scale.")
+
+
+class ModelConfig(Section):
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
+        {"trust_remote_code", "policy_setup", "obs_converter_type", "no_split_modules", "implement_version",
+         "attn_implementation", "low_cpu_mem_usage", "vocab_size", "hidden_size", "max_prompt_length",
+         "center_crop", "use_film", "num_images_in_input", "image_size", "value_type", "lora_path",
+         "sharding_strategy"})
+
+    model_type: str = Field("openpi", description=f"Policy family: {', '.join(MODEL_TYPES)}.")
+    model_path: str | None = Field(None, description="Checkpoint folder (or hub id after `vlarl download`).")
+    preset: Literal["tiny", "full"] | None = Field(
+        None, description="Build the family's preset instead of loading weights: tiny (CPU tests) or full "
+        "(real size). With model_path set, the preset is ignored.")
+    precision: str | None = Field(None, description="bf16, fp16 or fp32 (null: the checkpoint's; CPU uses fp32).")
+    action_dim: int = Field(7, ge=1, description="Env action dimensionality.")
+    num_action_chunks: int = Field(5, ge=1, description="Env steps executed per sampled chunk.")
+    denoising_steps: int | None = Field(None, ge=1, description="Flow-matching denoising steps (K).")
+    num_steps: int | None = Field(None, ge=1, description="RLinf's name for denoising_steps (openpi).")
+    noise_method: str = Field("flow_sde", description=f"Stochastic denoising: {', '.join(NOISE_METHODS)}.")
+    noise_level: float = Field(0.5, ge=0, description="flow_sde / flow_cps noise level a.")
+    joint_logprob: bool = Field(False, description="Log-prob over the whole denoising chain instead of one step.")
+    action_noise_scale: float = Field(0.0, ge=0, description="Extra N(0, s^2) noise on executed actions "
+                                      "outside the log-prob (GR00T N1.6 exploration).")
+    add_value_head: bool = Field(True, description="Attach a value head (needed by PPO with GAE).")
+    value_after_vlm: bool | None = Field(None, description="pi0.5: value head reads the VLM prefix (True) "
+                                         "or the action expert (False).")
+    detach_critic_input: bool | None = Field(None, description="Stop value gradients into the backbone.")
+    is_lora: bool = Field(False, description="Train LoRA adapters on the VLM.")
+    lora_rank: int = Field(32, ge=1, description="LoRA rank.")
+    train_expert_only: bool = Field(True, description="pi0: train the action expert only (VLM frozen).")
+    disable_dropout: bool = Field(True, description="Replace dropout by identity so log-probs are exact.")
+    embodiment_tag: str | None = Field(None, description="GR00T embodiment tag, e.g. libero_franka.")
+    unnorm_key: str | None = Field(None, description="Key of the action statistics to un-normalise with "
+                                   "(OpenVLA dataset_statistics.json, e.g. libero_10_no_noops).")
+    use_proprio: bool = Field(True, description="Feed the robot state to the policy.")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
+    openpi: OpenpiOptions | None = Field(None, description="RLinf's openpi block (overrides flat fields).")
+    rl_head_config: RlHeadOptions | None = Field(None, description="RLinf's GR00T RL head block.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("noise_method"), str):
+            data = {**data, "noise_method": _NOISE_ALIASES.get(data["noise_method"], data["noise_method"])}
+        return data
+
+    @field_validator("model_type")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value not in MODEL_TYPES:
+            from vlarl_cli.errors import did_you_mean
+
+            raise ValueError(f'unknown model_type "{value}"; known: {", ".join(MODEL_TYPES)}.'
+                             f"{did_you_mean(value, MODEL_TYPES)}")
+        return value
+
+    def _nested(self, name: str) -> Any:
+        for block in (self.openpi, self.rl_head_config):
+            if block is not None and getattr(block, name, None) is not None:
+                value = getattr(block, name)
+                return _NOISE_ALIASES.get(value, value) if name == "noise_method" else value
+        return None
+
+    # Effective values: RLinf reads the family block, so it wins over the flat field.
+    @property
+    def effective_noise_method(self) -> str:
+        return self._nested("noise_method") or self.noise_method
+
+    @property
+    def effective_noise_level(self) -> float:
+        nested = self._nested("noise_level")
+        return self.noise_level if nested is None else float(nested)
+
+    @property
+    def effective_denoising_steps(self) -> int:
+        for value in (self._nested("num_steps"), self.denoising_steps, self.num_steps):
+            if value is not None:
+                return int(value)
+        return 4
+
+    @property
+    def effective_add_value_head(self) -> bool:
+        nested = self._nested("add_value_head")
+        return self.add_value_head if nested is None else bool(nested)
+
+    @property
+    def effective_joint_logprob(self) -> bool:
+        nested = self._nested("joint_logprob")
+        return self.joint_logprob if nested is None else bool(nested)
+
+    @property
+    def is_pi05(self) -> bool:
+        name = self.openpi.config_name if self.openpi else None
+        return self.model_type == "pi05" or (name is not None and name.startswith("pi05"))
+
+    @model_validator(mode="after")
+    def _rules(self) -> ModelConfig:
+        method = self.effective_noise_method
+        if method not in NOISE_METHODS:
+            from vlarl_cli.errors import did_you_mean
+
+            raise ValueError(f'unknown noise_method "{method}"; known: {", ".join(NOISE_METHODS)}.'
+                             f"{did_you_mean(method, NOISE_METHODS)}")
+        if self.model_path is None and self.preset is None:
+            raise ValueError("actor.model needs model_path (a checkpoint folder) or preset (tiny / full)")
+        if self.precision is not None and self.precision not in ("bf16", "fp16", "fp32", "bfloat16",
+                                                                 "float16", "float32"):
+            raise ValueError(f'unknown precision "{self.precision}"; use bf16, fp16 or fp32')
+        return self
+
+
+class OptimConfig(Section):
+    lr: float = Field(5e-6, gt=0, description="Learning rate of the policy parameters.")
+    value_lr: float = Field(1e-4, gt=0, description="Learning rate of the value head.")
+    adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
+    adam_beta2: float = Field(0.95, ge=0, lt=1, description="AdamW beta2.")
+    adam_eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
+    clip_grad: float = Field(1.0, gt=0, description="Gradient-norm clipping threshold.")
+    critic_warmup_steps: int = Field(0, ge=0, description="Optimizer steps that train only the value head.")
+    lr_scheduler: Literal["constant", "cosine", "linear"] = Field("constant", description="LR schedule.")
+    lr_warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps of the LR schedule.")
+    total_training_steps: int | None = Field(None, ge=1, description="Horizon of cosine/linear decay "
+                                             "(null: max_epochs x updates per epoch).")
+    min_lr_rate: float = Field(0.0, ge=0, le=1, description="Cosine/linear decay floor as a fraction of lr.")
+
+    @property
+    def betas(self) -> tuple[float, float]:
+        return (self.adam_beta1, self.adam_beta2)
+
+
+class MixedPrecision(Section):
+    param_dtype: str | None = Field(None, description="FSDP parameter dtype (GPU only).")
+    reduce_dtype: str | None = Field(None, description="FSDP gradient-reduction dtype (GPU only).")
+    buffer_dtype: str | None = Field(None, description="FSDP buffer dtype (GPU only).")
+
+
+class WrapPolicy(Section):
+    transformer_layer_cls_to_wrap: list[str] = Field(default_factory=list,
+                                                     description="Module class names sharded as units.")
+
+
+class FsdpConfig(Section):
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
+        {"offload_pin_memory", "enable_gradient_accumulation", "forward_prefetch", "limit_all_gathers",
+         "backward_prefetch", "use_orig_params", "use_liger_kernel", "amp_autocast", "grad_scaler"})
+    strategy: Literal["fsdp", "fsdp2"] = Field("fsdp", description="Both map to FSDP2 (fully_shard).")
+    sharding_strategy: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = Field(
+        "full_shard", description="What is sharded across the actor ranks.")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
+    cpu_offload: bool = Field(False, description="Keep sharded parameters on the host.")
+    reshard_after_forward: bool = Field(True, description="Free gathered parameters after forward.")
+    mixed_precision: MixedPrecision = Field(default_factory=MixedPrecision, description="FSDP dtypes.")
+    wrap_policy: WrapPolicy = Field(default_factory=WrapPolicy, description="Sharding units.")
+
+
+class ActorConfig(Section):
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"group_name", "training_backend", "num_gpus"})
+    micro_batch_size: int = Field(32, ge=1, description="Samples per forward/backward pass per rank.")
+    global_batch_size: int = Field(256, ge=1, description="Samples per optimizer step (all ranks).")
+    seed: int = Field(1234, description="Seed of model init, sampling and shuffling.")
+    enable_offload: bool = Field(False, description="Move actor weights and optimizer state to the host "
+                                 "while envs and rollout run.")
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(preset="tiny"), description="The policy.")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
+    fsdp_config: FsdpConfig = Field(default_factory=FsdpConfig, description="Sharding.")
+
+
+# --------------------------------------------------------------------------------------------------
+# root
+
+
+class VlarlConfig(Section):
+    """A whole run. ``vlarl rl-train --print-config`` prints it resolved."""
+
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"reward", "critic", "weight_syncer", "profile"})
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="Nodes and component placement.")
+    runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Iterations, logging, checkpoints.")
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="PPO / GRPO settings.")
+    env: EnvConfig = Field(default_factory=EnvConfig, description="Training and evaluation environments.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Inference side of the rollout.")
+    actor: ActorConfig = Field(default_factory=ActorConfig, description="Training side: model, optimizer, FSDP.")
+
+    @property
+    def rollout_epoch(self) -> int:
+        return self.algorithm.rollout_epoch or self.env.train.rollout_epoch
+
+    @property
+    def chunk_steps_per_epoch(self) -> int:
+        """Chunk steps each env collects per rollout epoch."""
+        return self.env.train.max_steps_per_rollout_epoch // self.actor.model.num_action_chunks
+
+    @property
+    def train_group_size(self) -> int:
+        """Consecutive training envs sharing one init state: algorithm.group_size under GRPO."""
+        return self.algorithm.group_size if self.algorithm.adv_type == "grpo" else self.env.train.group_size
+
+    @property
+    def train_num_envs(self) -> int:
+        return self.env.train.total_num_envs or 1
+
+    def samples_per_iteration(self) -> int:
+        """Chunk-step samples one iteration collects: envs x chunk steps x rollout epochs."""
+        return self.train_num_envs * self.chunk_steps_per_epoch * self.rollout_epoch
+
+    @model_validator(mode="after")
+    def _rules(self, info: ValidationInfo) -> VlarlConfig:
+        context = info.context or {}
+        world_size = int(context.get("world_size", 1))
+        chunks = self.actor.model.num_action_chunks
+        if self.env.train.max_steps_per_rollout_epoch < chunks:
+            raise ValueError(
+                f"env.train.max_steps_per_rollout_epoch ({self.env.train.max_steps_per_rollout_epoch}) is shorter "
+                f"than one action chunk (actor.model.num_action_chunks = {chunks})")
+        if self.env.train.group_size not in (1, self.algorithm.group_size):
+            raise ValueError(
+                f"GRPO groups are built by the envs: env.train.group_size must equal algorithm.group_size "
+                f"(got {self.env.train.group_size} and {self.algorithm.group_size})")
+        if self.train_num_envs % self.train_group_size:
+            raise ValueError(f"env.train.total_num_envs must be a multiple of the group size "
+                             f"(got {self.train_num_envs} envs, group_size {self.train_group_size})")
+        if self.algorithm.loss_type == "actor_critic" and not self.actor.model.effective_add_value_head:
+            raise ValueError("loss_type actor_critic trains a value function: set actor.model.add_value_head "
+                             "true, or use loss_type actor (e.g. with adv_type grpo)")
+        if self.algorithm.adv_type == "gae" and not self.actor.model.effective_add_value_head:
+            raise ValueError("adv_type gae needs value estimates: set actor.model.add_value_head true")
+        placement = self.cluster.placement(world_size)
+        dp = len(placement["actor"])
+        micro, glob = self.actor.micro_batch_size, self.actor.global_batch_size
+        if glob % (micro * dp):
+            raise ValueError(
+                f"actor.global_batch_size must be divisible by micro_batch_size x data-parallel size "
+                f"(got {glob} vs {micro} x {dp} = {micro * dp})")
+        samples = self.samples_per_iteration()
+        if self.env.train.total_num_envs is not None and samples % glob:
+            raise ValueError(
+                f"one iteration collects total_num_envs x (max_steps_per_rollout_epoch / num_action_chunks) x "
+                f"rollout_epoch = {self.train_num_envs} x {self.chunk_steps_per_epoch} x {self.rollout_epoch} "
+                f"= {samples} samples, which must be a multiple of actor.global_batch_size ({glob})")
+        n_envs = self.train_num_envs
+        stages = self.rollout.pipeline_stage_num
+        n_env_ranks = len(placement["env"])
+        if n_envs % (n_env_ranks * stages):
+            raise ValueError(
+                f"env.train.total_num_envs must split evenly over env ranks x pipeline stages "
+                f"(got {n_envs} envs, {n_env_ranks} env ranks x {stages} stages)")
+        return self
