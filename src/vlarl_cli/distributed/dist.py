@@ -1,0 +1,108 @@
+"""Process-group setup and the rank helpers (the only module that reads RANK / WORLD_SIZE).
+
+Single process:  ``vlarl rl-train --config quickstart``
+Multi process:   ``vlarl rl-train --config X --nproc-per-node 2`` (re-launches itself through
+                 ``torch.distributed.run``, the launcher behind ``torchrun``), or
+                 ``torchrun --nproc-per-node 2 -m vlarl_cli.training.entry --config X``.
+Multi node:      add ``--nnodes N --node-rank R --master-addr HOST --master-port P`` (same rendezvous as
+                 torchrun). NCCL on GPUs and gloo on CPU, chosen by :mod:`vlarl_cli.distributed.device`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as torch_dist
+
+from vlarl_cli.distributed.device import default_backend, default_device
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def env_world() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from the launcher's environment, (0, 1, 0) when run directly."""
+    return (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
+            int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def init_distributed(timeout_s: int = 1800) -> DistContext:
+    """Join the process group when launched with several processes; no-op for one process."""
+    rank, world_size, local_rank = env_world()
+    device = default_device(local_rank)
+    if world_size > 1 and not torch_dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        torch_dist.init_process_group(backend=default_backend(device), timeout=timedelta(seconds=timeout_s))
+    return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+
+
+def shutdown() -> None:
+    if torch_dist.is_initialized():
+        torch_dist.destroy_process_group()
+
+
+def barrier() -> None:
+    if torch_dist.is_initialized():
+        torch_dist.barrier()
+
+
+def all_reduce_mean_(tensor: torch.Tensor) -> torch.Tensor:
+    """In-place mean over ranks (identity for one process)."""
+    if torch_dist.is_initialized() and torch_dist.get_world_size() > 1:
+        torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
+        tensor /= torch_dist.get_world_size()
+    return tensor
+
+
+def all_reduce_sum_(tensor: torch.Tensor) -> torch.Tensor:
+    if torch_dist.is_initialized() and torch_dist.get_world_size() > 1:
+        torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
+    return tensor
+
+
+def gradient_all_reduce(module: torch.nn.Module) -> None:
+    """Average gradients over ranks in buckets (data-parallel without FSDP)."""
+    if not (torch_dist.is_initialized() and torch_dist.get_world_size() > 1):
+        return
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    all_reduce_mean_(flat)
+    offset = 0
+    for g in grads:
+        n = g.numel()
+        g.copy_(flat[offset:offset + n].view_as(g))
+        offset += n
+
+
+def broadcast_module_(module: torch.nn.Module, src: int = 0) -> None:
+    """Make every rank's parameters and buffers equal to rank ``src``'s."""
+    if not (torch_dist.is_initialized() and torch_dist.get_world_size() > 1):
+        return
+    with torch.no_grad():
+        for tensor in list(module.parameters()) + list(module.buffers()):
+            torch_dist.broadcast(tensor.data, src=src)
+
+
+def print0(*args: object, **kwargs: object) -> None:
+    """print on the main process only."""
+    if env_world()[0] == 0:
+        print(*args, **kwargs)  # noqa: T201

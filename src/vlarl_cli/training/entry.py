@@ -1,0 +1,94 @@
+"""Entry point of ``vlarl rl-train``: load the config, then print it, plan it, or train.
+
+For several processes the command re-launches itself through ``torch.distributed.run`` (the launcher
+behind torchrun), so these two are equivalent::
+
+    vlarl rl-train --config quickstart --nproc-per-node 2
+    torchrun --nproc-per-node 2 -m vlarl_cli.training.entry --config quickstart
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from vlarl_cli.errors import ConfigError
+
+
+def launch(*, config: str, overrides: list[str], print_config: bool = False, dry_run: bool = False,
+           resume: str | None = None, nproc_per_node: int = 1, nnodes: int = 1, node_rank: int = 0,
+           master_addr: str = "127.0.0.1", master_port: int = 29500, plan_world_size: int | None = None,
+           output: Path | None = None) -> None:
+    """Load and validate the config, then print / dry-run / train (re-launching for several processes)."""
+    from vlarl_cli.config.loading import load_config, to_yaml
+    from vlarl_cli.distributed.dist import env_world
+
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    world_size = env_world()[1] if launched else nnodes * nproc_per_node
+    if dry_run and plan_world_size:
+        world_size = plan_world_size
+    loaded = load_config(config, overrides, world_size=world_size)
+    if print_config:
+        sys.stdout.write(to_yaml(loaded.config))
+        return
+    _report_ignored(loaded.ignored, main=env_world()[0] == 0)
+    if dry_run:
+        from vlarl_cli.training.dry_run import dry_run as plan
+
+        plan(loaded.config, world_size=world_size)
+        return
+    if world_size > 1 and not launched:
+        _relaunch(loaded.source, overrides, resume, nproc_per_node, nnodes, node_rank, master_addr, master_port)
+        return
+    from vlarl_cli.training.rl import train
+
+    train(loaded, resume=resume)
+
+
+def _report_ignored(ignored: list[str], main: bool) -> None:
+    if ignored and main:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print(
+            f"[dim]note: {len(ignored)} RLinf key(s) accepted but not used by vlarl: {', '.join(ignored)}[/]")
+
+
+def _relaunch(source: Path, overrides: list[str], resume: str | None, nproc_per_node: int, nnodes: int,
+              node_rank: int, master_addr: str, master_port: int) -> None:
+    from torch.distributed import run as torch_run
+
+    args = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", f"--node-rank={node_rank}",
+            f"--master-addr={master_addr}", f"--master-port={master_port}",
+            "-m", "vlarl_cli.training.entry", "--config", str(source)]
+    if resume:
+        args += ["--resume", resume]
+    args += overrides
+    try:
+        torch_run.main(args)
+    except Exception as err:  # ChildFailedError: the child printed its own message
+        raise ConfigError(f"The distributed job failed: {type(err).__name__}.",
+                          "Read the per-rank output above; rank 0's message names the problem.") from None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m vlarl_cli.training.entry`` (what torchrun starts on every rank)."""
+    from vlarl_cli.errors import VlarlError
+
+    parser = argparse.ArgumentParser(prog="vlarl_cli.training.entry")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--resume", default=None)
+    parser.add_argument("overrides", nargs="*")
+    ns = parser.parse_args(argv)
+    try:
+        launch(config=ns.config, overrides=ns.overrides, resume=ns.resume)
+    except VlarlError as err:
+        from vlarl_cli.cli.main import _print_error
+
+        _print_error(err)
+        sys.exit(err.exit_code)
+
+
+if __name__ == "__main__":
+    main()
