@@ -1,0 +1,478 @@
+"""One LIBERO simulator instance that executes action chunks and renders only what the policy reads.
+
+Why the camera gating (REFERENCE.md section 1): on CPU one camera frame costs ~115 ms against ~15 ms of
+physics per control step, and a policy reads an observation only at the start of each action chunk.
+Three traps shape the implementation:
+
+1. robosuite's camera observables sample at the FIRST physics substep of a control step, so an image
+   rendered after ``env.step`` returns is not the image the observation holds. We therefore never render
+   ourselves: we let robosuite's own sampling run, and only decide whether its sensor function renders.
+2. A hard reset re-creates all observables, so the gate is re-installed after every reset.
+3. Toggling an observable's ``enabled`` flag resets its sampling timer and returns stale images, so the
+   observables stay enabled and untouched; we replace only their sensor function by a gated wrapper that
+   calls the real renderer when the gate is open and otherwise returns the previous value (same shape,
+   no GL work).
+
+The gate is open during the last control step of each chunk (whose observation the policy reads), during
+the last settle step of a reset, and on every step while recording video. Observations are therefore
+bit-identical to rendering every step (``tests/envs/test_env.py`` checks it).
+
+Determinism: ``env.seed(seed)`` (LIBERO seeds numpy's global RNG) is called before every reset, because
+resets re-sample fixture placements that the init state does not fix.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlarl_cli import keys
+from vlarl_cli.envs.libero import suites
+from vlarl_cli.envs.libero.conventions import ACTION_DIM, make_state, rotate_180
+from vlarl_cli.envs.libero.protocol import get_protocol
+from vlarl_cli.errors import EnvError, did_you_mean
+
+#: Policy-facing camera names -> LIBERO camera names and observation keys.
+CAMERAS: dict[str, tuple[str, str]] = {
+    "main": ("agentview", keys.MAIN_IMAGES),
+    "wrist": ("robot0_eye_in_hand", keys.WRIST_IMAGES),
+}
+RESOLUTIONS = (128, 224, 256)
+
+# Raw proprio parts, exposed next to the 8-d state (keys of the observation dict).
+EEF_POS = "eef_pos"  # [3]
+EEF_QUAT = "eef_quat"  # [4] x-y-z-w
+GRIPPER_QPOS = "gripper_qpos"  # [2]
+JOINT_POS = "joint_pos"  # [7]
+RAW_STATE_KEYS = {EEF_POS: 3, EEF_QUAT: 4, GRIPPER_QPOS: 2, JOINT_POS: 7}
+
+# Episode-level info keys beyond vlarl_cli.keys.
+ERROR = "error"  # str: why the episode was failed ('' when fine)
+UNSTABLE = "unstable"  # bool: physics went unstable; the simulator must be rebuilt
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    """Everything that shapes one env's episodes (plain fields; the vector env passes it to workers).
+
+    Attributes:
+        resolution: square image size (128, 224 or 256).
+        cameras: subset of ``("main", "wrist")`` rendered for the policy; ``()`` = physics only.
+        protocol: ``standard`` or ``rlinf`` (step limits, settle steps, seed).
+        max_episode_steps: policy steps per episode; None = the protocol's limit for the task's suite.
+        settle_steps: no-op steps after ``set_init_state``; None = the protocol's.
+        seed: ``env.seed`` before every reset; None = the protocol's seed.
+        reward_coef: sparse success reward scale (RLinf ``reward_coef``).
+        use_rel_reward: reward is the change of ``reward_coef * success`` (RLinf ``use_rel_reward``).
+        step_penalty: subtracted from every step's reward.
+        ignore_terminations: keep stepping after success until the step limit (RLinf
+            ``ignore_terminations``); then ``success_at_end`` can differ from ``success_once``.
+        hard_reset: rebuild the MuJoCo model on every reset (robosuite default, ~2.5 s slower).
+        record_video: render both cameras on every step and keep the frames of the current episode.
+        clip_actions: clip actions to [-1, 1] before executing them.
+    """
+
+    resolution: int = 128
+    cameras: tuple[str, ...] = ("main", "wrist")
+    protocol: str = "standard"
+    max_episode_steps: int | None = None
+    settle_steps: int | None = None
+    seed: int | None = None
+    reward_coef: float = 1.0
+    use_rel_reward: bool = False
+    step_penalty: float = 0.0
+    ignore_terminations: bool = False
+    hard_reset: bool = False
+    record_video: bool = False
+    clip_actions: bool = True
+
+    def validate(self) -> None:
+        get_protocol(self.protocol)
+        if self.resolution not in RESOLUTIONS:
+            raise EnvError(f"Resolution {self.resolution} is not supported.", fix=f"Use one of {RESOLUTIONS}.")
+        for cam in self.cameras:
+            if cam not in CAMERAS:
+                raise EnvError(
+                    f'Unknown camera "{cam}".{did_you_mean(cam, list(CAMERAS))}', fix=f"Use {list(CAMERAS)}."
+                )
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise EnvError(f"max_episode_steps must be >= 1, got {self.max_episode_steps}.")
+        if self.settle_steps is not None and self.settle_steps < 0:
+            raise EnvError(f"settle_steps must be >= 0, got {self.settle_steps}.")
+
+
+@dataclass
+class ChunkResult:
+    """Result of executing one action chunk.
+
+    Attributes:
+        obs: observation after the last executed step (see :meth:`LiberoEnv.observation`).
+        rewards: ``[C]`` float32; positions after the episode ended are 0.
+        dones: ``[C]`` bool; True from the step where the episode ended onwards.
+        success: ``[C]`` bool, ``check_success()`` after each executed step (False when not executed).
+        truncated: ``[C]`` bool, True at the step where the step limit was reached.
+        executed: number of actions actually executed (< C when the episode ended inside the chunk).
+        episode: the episode metrics when the episode ended in this chunk, else None.
+    """
+
+    obs: dict[str, Any]
+    rewards: np.ndarray
+    dones: np.ndarray
+    success: np.ndarray
+    truncated: np.ndarray
+    executed: int
+    episode: dict[str, Any] | None = None
+
+
+class _Gate:
+    """Shared open/closed flag read by the gated camera sensors of one env."""
+
+    def __init__(self) -> None:
+        self.open = True
+        self.renders = 0  # real camera renders since construction (for tests and benchmarks)
+
+
+def _install_gates(inner_env: Any, observable_names: list[str], gate: _Gate) -> None:
+    """Wrap each camera observable's sensor so it renders only while ``gate.open`` (idempotent)."""
+    for name in observable_names:
+        observable = inner_env._observables[name]
+        real = observable._sensor
+        if getattr(real, "_vlarl_gated", False):
+            continue
+
+        def gated(obs_cache: dict, _real=real, _observable=observable) -> Any:
+            if gate.open:
+                gate.renders += 1
+                return _real(obs_cache)
+            return _observable._current_observed_value
+
+        gated.__modality__ = real.__modality__  # type: ignore[attr-defined]  # robosuite's @sensor tag
+        gated._vlarl_gated = True  # type: ignore[attr-defined]
+        # Assign directly: Observable.set_sensor would call the sensor once to check it (a render).
+        observable._sensor = gated
+
+
+def _physics_warnings(sim: Any) -> int:
+    """Count of MuJoCo's bad-qacc/qpos/qvel warnings (MuJoCo resets the state when they fire)."""
+    import mujoco
+
+    data = sim.data._data
+    return int(
+        sum(
+            data.warning[int(w)].number
+            for w in (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL)
+        )
+    )
+
+
+class LiberoEnv:
+    """One LIBERO task environment executing ``[C, 7]`` action chunks.
+
+    Args:
+        suite: a suite name (``libero_130`` allowed).
+        task_id: task index inside ``suite``; change it later with :meth:`set_task`.
+        options: episode options.
+        cache_dir: vlarl cache root for LIBERO's config (see ``setup.prepare_libero``).
+
+    Typical use::
+
+        env = LiberoEnv("libero_spatial", 0, EnvOptions(resolution=224))
+        obs = env.reset(trial_id=3)
+        result = env.step_chunk(actions)  # actions: [C, 7] float, LIBERO convention
+        env.close()
+    """
+
+    def __init__(
+        self, suite: str, task_id: int, options: EnvOptions | None = None, *, cache_dir: Path | None = None
+    ) -> None:
+        from vlarl_cli.envs.libero.setup import prepare_libero
+
+        self.options = options if options is not None else EnvOptions()
+        self.options.validate()
+        self.suite = suites.check_suite(suite)
+        self.protocol = get_protocol(self.options.protocol)
+        prepare_libero(cache_dir)
+        self._env: Any = None
+        self._gate = _Gate()
+        self.task_id = -1
+        self.task: suites.TaskInfo | None = None
+        self._frames: dict[str, list[np.ndarray]] = {}
+        self._episode_active = False
+        self.timings = {"construct_s": 0.0, "reset_s": 0.0}
+        self.set_task(task_id)
+
+    # ------------------------------------------------------------------ construction
+
+    @property
+    def cameras_built(self) -> tuple[str, ...]:
+        """Cameras present in the simulator: the policy's, plus both while recording video."""
+        return tuple(CAMERAS) if self.options.record_video else tuple(self.options.cameras)
+
+    @property
+    def max_episode_steps(self) -> int:
+        assert self.task is not None
+        if self.options.max_episode_steps is not None:
+            return self.options.max_episode_steps
+        return self.protocol.max_steps_for(self.task.suite)
+
+    @property
+    def settle_steps(self) -> int:
+        return self.protocol.settle_steps if self.options.settle_steps is None else self.options.settle_steps
+
+    @property
+    def seed(self) -> int:
+        return self.protocol.seed if self.options.seed is None else self.options.seed
+
+    @property
+    def raw_env(self) -> Any:
+        """LIBERO's ``ControlEnv`` (``.env`` is the robosuite environment)."""
+        return self._env
+
+    @property
+    def render_count(self) -> int:
+        """Real camera renders so far (one per camera per rendered control step)."""
+        return self._gate.renders
+
+    def set_task(self, task_id: int) -> None:
+        """Switch to another task of the suite (rebuilds the simulator, ~4 s) ; no-op if unchanged."""
+        if task_id == self.task_id and self._env is not None:
+            return
+        task = suites.get_task(self.suite, task_id)
+        self.close()
+        start = time.perf_counter()
+        self._env = self._construct(task)
+        self.timings["construct_s"] = time.perf_counter() - start
+        self.task_id, self.task = task_id, task
+        self._episode_active = False
+
+    def _construct(self, task: suites.TaskInfo) -> Any:
+        from libero.libero.envs.env_wrapper import ControlEnv
+
+        cams = [CAMERAS[c][0] for c in self.cameras_built]
+        res = self.options.resolution
+        settle = self.settle_steps
+        max_steps = self.options.max_episode_steps or self.protocol.max_steps_for(task.suite)
+        return ControlEnv(
+            bddl_file_name=str(task.bddl_file),
+            use_camera_obs=bool(cams),
+            has_renderer=False,
+            has_offscreen_renderer=bool(cams),
+            camera_names=cams or ["agentview"],
+            camera_heights=res,
+            camera_widths=res,
+            hard_reset=self.options.hard_reset,
+            # robosuite raises past its horizon; leave room for settle steps and the policy's limit.
+            horizon=max(1000, settle + max_steps + 1),
+        )
+
+    def _camera_observables(self) -> list[str]:
+        return [f"{CAMERAS[c][0]}_image" for c in self.cameras_built]
+
+    # ------------------------------------------------------------------ episodes
+
+    def reset(self, trial_id: int = 0, *, init_state: np.ndarray | None = None) -> dict[str, Any]:
+        """Start an episode from init state ``trial_id`` of the current task (or an explicit state).
+
+        Sequence (openpi/OpenVLA evaluators): ``seed`` -> ``reset()`` -> ``set_init_state`` -> settle
+        steps with the no-op action. Cameras render only during the last of these.
+
+        Returns:
+            the first observation the policy sees.
+        """
+        assert self.task is not None
+        start = time.perf_counter()
+        state = init_state if init_state is not None else suites.init_states(self.suite, self.task_id)[trial_id]
+        env = self._env
+        settle = self.settle_steps
+        self._gate.open = False
+        env.seed(self.seed)
+        env.reset()
+        _install_gates(env.env, self._camera_observables(), self._gate)  # observables may be new (trap 2)
+        self._gate.open = settle == 0 or self.options.record_video
+        raw = env.set_init_state(np.asarray(state, dtype=np.float64))
+        for i in range(settle):
+            self._gate.open = i == settle - 1 or self.options.record_video
+            raw, _, _, _ = env.step(self.protocol_settle_action)
+        self._gate.open = False
+        self._raw_obs = raw
+        self._warnings = _physics_warnings(env.sim)
+        self._elapsed = 0
+        self._return = 0.0
+        self._prev_success_reward = 0.0
+        self._success_once = False
+        self._last_success = False
+        self._error = ""
+        self._episode_active = True
+        obs = self.observation()
+        self._frames = {}
+        if self.options.record_video:
+            self._capture(obs)
+        self.timings["reset_s"] = time.perf_counter() - start
+        return obs
+
+    @property
+    def protocol_settle_action(self) -> np.ndarray:
+        return np.asarray(self.protocol.settle_action, dtype=np.float64)
+
+    def observation(self) -> dict[str, Any]:
+        """The policy observation built from the last raw observation.
+
+        Keys: ``main_images`` / ``wrist_images`` ``[H, W, 3]`` uint8 rotated 180 degrees (only the
+        requested cameras), ``states`` ``[8]`` float32, ``task_descriptions`` str, and the raw parts
+        ``eef_pos`` [3], ``eef_quat`` [4], ``gripper_qpos`` [2], ``joint_pos`` [7] (float32).
+        """
+        assert self.task is not None
+        raw = self._raw_obs
+        obs: dict[str, Any] = {}
+        for cam in self.options.cameras:
+            libero_name, key = CAMERAS[cam]
+            obs[key] = rotate_180(raw[f"{libero_name}_image"])
+        obs[keys.STATES] = make_state(raw["robot0_eef_pos"], raw["robot0_eef_quat"], raw["robot0_gripper_qpos"])
+        obs[keys.TASK_DESCRIPTIONS] = self.task.language
+        obs[EEF_POS] = np.asarray(raw["robot0_eef_pos"], np.float32)
+        obs[EEF_QUAT] = np.asarray(raw["robot0_eef_quat"], np.float32)
+        obs[GRIPPER_QPOS] = np.asarray(raw["robot0_gripper_qpos"], np.float32)
+        obs[JOINT_POS] = np.asarray(raw["robot0_joint_pos"], np.float32)
+        return obs
+
+    def _capture(self, obs: dict[str, Any]) -> None:
+        raw = self._raw_obs
+        for cam in CAMERAS:
+            libero_name, _ = CAMERAS[cam]
+            self._frames.setdefault(cam, []).append(rotate_180(raw[f"{libero_name}_image"]))
+
+    def pop_frames(self) -> dict[str, np.ndarray]:
+        """Frames of the current/last episode while recording: ``{"main"|"wrist": [T, H, W, 3] uint8}``."""
+        frames = {cam: np.stack(f) for cam, f in self._frames.items() if f}
+        self._frames = {}
+        return frames
+
+    def check_actions(self, actions: Any) -> str:
+        """Return '' if ``actions`` is a finite ``[C, 7]`` array, else a message saying what is wrong."""
+        try:
+            a = np.asarray(actions, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            return f"actions are not numeric ({err})"
+        if a.ndim != 2 or a.shape[1] != ACTION_DIM or a.shape[0] < 1:
+            return f"actions have shape {list(a.shape)}, expected [chunk, {ACTION_DIM}]"
+        if not np.all(np.isfinite(a)):
+            bad = np.argwhere(~np.isfinite(a))[0].tolist()
+            return f"actions contain NaN/inf (first at chunk step {bad[0]}, dim {bad[1]})"
+        return ""
+
+    def step_chunk(self, actions: np.ndarray) -> ChunkResult:
+        """Execute ``[C, 7]`` actions step by step (LIBERO convention, gripper -1 = open).
+
+        Stops early when the episode ends (success unless ``ignore_terminations``, or the step limit).
+        A malformed action chunk (wrong shape, NaN/inf) fails the episode: ``dones`` all True, the
+        episode metrics carry ``error``; nothing is raised, so a worker survives it.
+
+        Returns:
+            :class:`ChunkResult` with ``[C]`` rewards, dones, success, truncated.
+        """
+        if not self._episode_active:
+            raise EnvError("step_chunk called before reset() or after the episode ended.", fix="Call reset() first.")
+        problem = self.check_actions(actions)
+        a = np.asarray(actions, dtype=np.float64) if not problem else None
+        chunk = a.shape[0] if a is not None else (np.shape(actions)[0] if np.ndim(actions) >= 1 else 1)
+        chunk = max(int(chunk), 1)
+        rewards = np.zeros(chunk, np.float32)
+        dones = np.zeros(chunk, bool)
+        success = np.zeros(chunk, bool)
+        truncated = np.zeros(chunk, bool)
+        if problem:
+            dones[:] = True
+            return self._end(rewards, dones, success, truncated, 0, error=f"invalid action chunk: {problem}")
+        assert a is not None
+        if self.options.clip_actions:
+            a = np.clip(a, -1.0, 1.0)
+        env = self._env
+        opts = self.options
+        limit = self.max_episode_steps
+        for c in range(chunk):
+            # Render only in the step whose observation will be read (the chunk's last), or always
+            # while recording. If the episode ends earlier, its final observation is not rendered.
+            self._gate.open = c == chunk - 1 or opts.record_video
+            self._raw_obs, _, ok, _ = env.step(a[c])
+            self._elapsed += 1
+            warnings = _physics_warnings(env.sim)
+            if warnings != self._warnings or not np.all(np.isfinite(env.sim.data.qpos)):
+                self._gate.open = False
+                dones[c:] = True
+                return self._end(
+                    rewards, dones, success, truncated, c + 1,
+                    error="physics became unstable (MuJoCo bad qacc/qpos/qvel warning)", unstable=True,
+                )
+            succ = bool(ok)
+            success[c] = succ
+            self._success_once |= succ
+            self._last_success = succ
+            # RLinf rlinf/envs/libero/libero_env.py _calc_step_reward: reward = coef * success, or its
+            # change since the previous step with use_rel_reward.
+            reward = opts.reward_coef * float(succ)
+            if opts.use_rel_reward:
+                reward, self._prev_success_reward = reward - self._prev_success_reward, reward
+            reward -= opts.step_penalty
+            rewards[c] = reward
+            self._return += reward
+            if opts.record_video:
+                self._capture(self._raw_obs)
+            terminated = succ and not opts.ignore_terminations
+            if self._elapsed >= limit:
+                truncated[c] = not terminated
+            if terminated or self._elapsed >= limit:
+                self._gate.open = False
+                dones[c:] = True
+                return self._end(rewards, dones, success, truncated, c + 1)
+        self._gate.open = False
+        return ChunkResult(self.observation(), rewards, dones, success, truncated, chunk)
+
+    def _end(
+        self,
+        rewards: np.ndarray,
+        dones: np.ndarray,
+        success: np.ndarray,
+        truncated: np.ndarray,
+        executed: int,
+        *,
+        error: str = "",
+        unstable: bool = False,
+    ) -> ChunkResult:
+        self._episode_active = False
+        failed = bool(error)
+        episode = {
+            keys.SUCCESS_ONCE: self._success_once and not failed,
+            keys.SUCCESS_AT_END: self._last_success and not failed,
+            keys.RETURN: float(self._return),
+            keys.EPISODE_LEN: int(self._elapsed),
+            ERROR: error,
+            UNSTABLE: unstable,
+        }
+        return ChunkResult(self.observation(), rewards, dones, success, truncated, executed, episode)
+
+    @property
+    def episode_active(self) -> bool:
+        return self._episode_active
+
+    @property
+    def elapsed_steps(self) -> int:
+        return self._elapsed
+
+    def rebuild(self) -> None:
+        """Construct the simulator again (after unstable physics)."""
+        task_id = self.task_id
+        self.close()
+        self.task_id = -1
+        self.set_task(task_id)
+
+    def close(self) -> None:
+        """Free the simulator and its GL context (avoids EGL errors printed at interpreter exit)."""
+        if self._env is not None:
+            try:
+                self._env.close()
+            finally:
+                self._env = None
