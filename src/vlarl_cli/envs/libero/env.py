@@ -93,7 +93,9 @@ class EnvOptions:
     def validate(self) -> None:
         get_protocol(self.protocol)
         if self.resolution not in RESOLUTIONS:
-            raise EnvError(f"Resolution {self.resolution} is not supported.", fix=f"Use one of {RESOLUTIONS}.")
+            raise EnvError(
+                f"Resolution {self.resolution} is not supported.", fix=f"Use one of {RESOLUTIONS}."
+            )
         for cam in self.cameras:
             if cam not in CAMERAS:
                 raise EnvError(
@@ -164,7 +166,11 @@ def _physics_warnings(sim: Any) -> int:
     return int(
         sum(
             data.warning[int(w)].number
-            for w in (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL)
+            for w in (
+                mujoco.mjtWarning.mjWARN_BADQACC,
+                mujoco.mjtWarning.mjWARN_BADQPOS,
+                mujoco.mjtWarning.mjWARN_BADQVEL,
+            )
         )
     )
 
@@ -285,7 +291,9 @@ class LiberoEnv:
         """
         assert self.task is not None
         start = time.perf_counter()
-        state = init_state if init_state is not None else suites.init_states(self.suite, self.task_id)[trial_id]
+        state = (
+            init_state if init_state is not None else suites.init_states(self.suite, self.task_id)[trial_id]
+        )
         env = self._env
         settle = self.settle_steps
         self._gate.open = False
@@ -331,7 +339,9 @@ class LiberoEnv:
         for cam in self.options.cameras:
             libero_name, key = CAMERAS[cam]
             obs[key] = rotate_180(raw[f"{libero_name}_image"])
-        obs[keys.STATES] = make_state(raw["robot0_eef_pos"], raw["robot0_eef_quat"], raw["robot0_gripper_qpos"])
+        obs[keys.STATES] = make_state(
+            raw["robot0_eef_pos"], raw["robot0_eef_quat"], raw["robot0_gripper_qpos"]
+        )
         obs[keys.TASK_DESCRIPTIONS] = self.task.language
         obs[EEF_POS] = np.asarray(raw["robot0_eef_pos"], np.float32)
         obs[EEF_QUAT] = np.asarray(raw["robot0_eef_quat"], np.float32)
@@ -375,7 +385,9 @@ class LiberoEnv:
             :class:`ChunkResult` with ``[C]`` rewards, dones, success, truncated.
         """
         if not self._episode_active:
-            raise EnvError("step_chunk called before reset() or after the episode ended.", fix="Call reset() first.")
+            raise EnvError(
+                "step_chunk called before reset() or after the episode ended.", fix="Call reset() first."
+            )
         problem = self.check_actions(actions)
         a = np.asarray(actions, dtype=np.float64) if not problem else None
         chunk = a.shape[0] if a is not None else (np.shape(actions)[0] if np.ndim(actions) >= 1 else 1)
@@ -404,8 +416,13 @@ class LiberoEnv:
                 self._gate.open = False
                 dones[c:] = True
                 return self._end(
-                    rewards, dones, success, truncated, c + 1,
-                    error="physics became unstable (MuJoCo bad qacc/qpos/qvel warning)", unstable=True,
+                    rewards,
+                    dones,
+                    success,
+                    truncated,
+                    c + 1,
+                    error="physics became unstable (MuJoCo bad qacc/qpos/qvel warning)",
+                    unstable=True,
                 )
             succ = bool(ok)
             success[c] = succ

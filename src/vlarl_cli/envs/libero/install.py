@@ -32,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.write_manifest:
             manifest = setup.build_manifest(setup.wheel_assets_dir())
             # One file per line keeps diffs of the committed manifest readable.
-            lines = [f"{json.dumps(rel)}: {json.dumps(entry, sort_keys=True)}" for rel, entry in manifest.items()]
+            lines = [
+                f"{json.dumps(rel)}: {json.dumps(entry, sort_keys=True)}" for rel, entry in manifest.items()
+            ]
             setup.MANIFEST_PATH.write_text("{\n" + ",\n".join(lines) + "\n}\n")
             print(f"wrote {len(manifest)} entries to {setup.MANIFEST_PATH}")
             return 0
