@@ -1,0 +1,330 @@
+"""GR00T N1.5 / N1.6 configuration: architecture dataclass with ``tiny`` / ``full`` presets, and the
+RL-facing :class:`ModelSettings` that the lead's pydantic ``actor.model`` section maps onto.
+
+Architecture facts (REFERENCE.md section 4; Isaac-GR00T ``gr00t/model/gr00t_n1.py``,
+``gr00t/model/action_head/flow_matching_action_head.py``, ``gr00t/configs/model/gr00t_n1d6.py``):
+
+* N1.5: Eagle 2.5 = SigLIP vision (1152 wide, 27 layers, 224 px / 14 px patches, no pixel shuffle,
+  one-layer ``mlp1`` connector) + Qwen3-1.7B truncated to ``select_layer=12`` (2048 wide); action head =
+  VL LayerNorm + 4-layer VL self-attention (32 x 64) + 16-layer DiT (32 heads x 48 = 1536) with
+  cross-attention to VL tokens on even blocks, 32 future tokens, 32 embodiment slots, state 64, action 32.
+* N1.6: Eagle 3 = SigLIP-2 (``Siglip2VisionModel``) + Qwen3 truncated at ``select_layer=16`` with the
+  top 4 LLM layers tunable upstream; 32-layer AlternateVL-DiT (cross-attention alternates between text and
+  image tokens); no VL self-attention, no future tokens; 128-d state/action space.
+
+This module imports nothing heavy: building happens in :mod:`.modeling`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from vlarl_cli.errors import ConfigError, did_you_mean
+
+__all__ = [
+    "FSDP_WRAP_CLASSES",
+    "MODEL_TYPE_TO_VERSION",
+    "PRESETS",
+    "VERSIONS",
+    "Gr00tConfig",
+    "ModelSettings",
+    "build_policy",
+    "preset",
+]
+
+VERSIONS = ("n1.5", "n1.6")
+PRESETS = ("tiny", "full")
+#: RLinf ``model_type`` -> our version name.
+MODEL_TYPE_TO_VERSION = {"gr00t": "n1.5", "gr00t_n1d5": "n1.5", "gr00t_n1d6": "n1.6"}
+#: Transformer layer classes FSDP wraps one by one (RLinf ``fsdp_config.wrap_policy``); the DiT/VL
+#: blocks are our own ``BasicTransformerBlock``.
+FSDP_WRAP_CLASSES = ("Qwen3DecoderLayer", "Siglip2EncoderLayer", "SiglipEncoderLayer", "BasicTransformerBlock")
+
+
+@dataclass(frozen=True)
+class Gr00tConfig:
+    """Architecture of one GR00T model. Frozen; :meth:`validate` runs on construction."""
+
+    version: str = "n1.5"  # "n1.5" | "n1.6"
+
+    # --- vision tower (SigLIP for N1.5 as upstream Eagle 2.5 builds it; SigLIP-2 for N1.6) ---
+    vision_kind: str = "siglip"  # "siglip" (SiglipVisionModel) | "siglip2" (Siglip2VisionModel)
+    vision_hidden_size: int = 1152
+    vision_intermediate_size: int = 4304
+    vision_num_layers: int = 27
+    vision_num_heads: int = 16
+    image_size: int = 224  # square input side after crop + resize
+    patch_size: int = 14
+    vision_use_head: bool = True  # SigLIP attention-pool head: kept as weights, never used in forward
+    use_pixel_shuffle: bool = False  # Eagle: 2x2 pixel shuffle before mlp1 (downsample_ratio 0.5)
+    mlp_connector_layers: int = 1  # 1: Linear; 2: LayerNorm-Linear-GELU-Linear
+
+    # --- language model (Qwen3), truncated to the first `select_layer` decoder layers ---
+    llm_hidden_size: int = 2048
+    llm_intermediate_size: int = 6144
+    llm_num_heads: int = 16
+    llm_num_kv_heads: int = 8
+    llm_head_dim: int = 128
+    vocab_size: int = 151680
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 40960
+    select_layer: int = 12  # decoder layers kept (upstream pops the rest)
+    image_token_id: int = 151669
+    pad_token_id: int = 151643
+    project_to_dim: int | None = None  # N1.5 backbone.eagle_linear (None = identity)
+    max_text_tokens: int = 58  # prompt tokens after the image tokens (RLinf pads N1.5 to 570 = 512 + 58)
+
+    # --- action head ---
+    action_dim: int = 32  # max action dim of the model (7-d LIBERO actions are zero-padded)
+    state_dim: int = 64  # max state dim
+    action_horizon: int = 16
+    hidden_size: int = 1024  # embodiment MLP hidden width and DiT output width
+    input_embedding_dim: int = 1536  # token width inside the DiT (= dit_num_heads * dit_head_dim)
+    backbone_embedding_dim: int = 2048  # VL token width seen by the head (cross-attention dim)
+    dit_num_layers: int = 16
+    dit_num_heads: int = 32
+    dit_head_dim: int = 48
+    dropout: float = 0.2  # DiT / VL-attention dropout (replaced by Identity when disable_dropout)
+    vl_self_attention_layers: int = 4  # N1.5 only; 0 disables
+    vl_num_heads: int = 32
+    vl_head_dim: int = 64
+    use_vlln: bool = True
+    num_future_tokens: int = 32  # N1.5 only; 0 for N1.6
+    add_pos_embed: bool = True
+    max_seq_len: int = 1024
+    num_embodiments: int = 32
+    num_timestep_buckets: int = 1000
+    alternate_vl_dit: bool = False  # N1.6: cross-attention alternates non-image / image tokens
+    attend_text_every_n_blocks: int = 2
+    use_attention_mask: bool = False  # N1.5's DiT ignores the VL padding mask upstream; N1.6 uses it
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check cross-field rules; raises :class:`ConfigError` naming the rule and the values."""
+        if self.version not in VERSIONS:
+            raise ConfigError(f'Unknown GR00T version "{self.version}".{did_you_mean(self.version, VERSIONS)}',
+                              f"Use one of {', '.join(VERSIONS)}.")
+        if self.vision_kind not in ("siglip", "siglip2"):
+            raise ConfigError(f'vision_kind must be "siglip" or "siglip2", got "{self.vision_kind}".',
+                              "Fix vision_kind in the GR00T config.")
+        if self.image_size % self.patch_size:
+            raise ConfigError(f"image_size {self.image_size} is not a multiple of patch_size {self.patch_size}.",
+                              "Choose an image_size divisible by the patch size.")
+        grid = self.image_size // self.patch_size
+        if self.use_pixel_shuffle and grid % 2:
+            raise ConfigError(f"pixel shuffle needs an even patch grid, got {grid}x{grid}.",
+                              "Change image_size / patch_size or disable use_pixel_shuffle.")
+        if self.dit_num_heads * self.dit_head_dim != self.input_embedding_dim:
+            raise ConfigError(
+                f"DiT width dit_num_heads*dit_head_dim = {self.dit_num_heads}*{self.dit_head_dim} must equal "
+                f"input_embedding_dim = {self.input_embedding_dim}.", "Make the three numbers consistent.")
+        vl_width = self.project_to_dim or self.llm_hidden_size
+        if vl_width != self.backbone_embedding_dim:
+            raise ConfigError(f"backbone_embedding_dim {self.backbone_embedding_dim} must equal the backbone "
+                              f"output width {vl_width} (project_to_dim or llm_hidden_size).",
+                              "Set backbone_embedding_dim to the backbone output width.")
+        if self.vl_self_attention_layers and self.vl_num_heads * self.vl_head_dim != self.backbone_embedding_dim:
+            raise ConfigError(f"VL self-attention width {self.vl_num_heads}*{self.vl_head_dim} must equal "
+                              f"backbone_embedding_dim {self.backbone_embedding_dim}.",
+                              "Fix vl_num_heads / vl_head_dim.")
+        if self.alternate_vl_dit and self.dit_num_layers % 2:
+            raise ConfigError("alternate_vl_dit needs an even number of DiT layers (cross / self pairs), got "
+                              f"{self.dit_num_layers}.", "Use an even dit_num_layers.")
+        if not 1 <= self.select_layer:
+            raise ConfigError(f"select_layer must be >= 1, got {self.select_layer}.", "Keep at least one LLM layer.")
+        if self.image_token_id >= self.vocab_size or self.pad_token_id >= self.vocab_size:
+            raise ConfigError(f"image_token_id {self.image_token_id} / pad_token_id {self.pad_token_id} must be "
+                              f"< vocab_size {self.vocab_size}.", "Fix the token ids or the vocabulary size.")
+        if self.action_horizon + 1 + self.num_future_tokens > self.max_seq_len:
+            raise ConfigError("state + future + action tokens exceed max_seq_len.", "Raise max_seq_len.")
+
+    @property
+    def tokens_per_image(self) -> int:
+        """VL tokens one camera image contributes: ``(image_size / patch)^2``, / 4 with pixel shuffle."""
+        grid = self.image_size // self.patch_size
+        return grid * grid // (4 if self.use_pixel_shuffle else 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Gr00tConfig:
+        """Inverse of :meth:`to_dict`; unknown keys raise a ConfigError with a suggestion."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in known:
+                raise ConfigError(f'Unknown GR00T config field "{key}".{did_you_mean(key, known)}',
+                                  "Remove or rename the field.")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> Gr00tConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _full_n15() -> Gr00tConfig:
+    return Gr00tConfig(version="n1.5")
+
+
+def _full_n16() -> Gr00tConfig:
+    # Eagle-Block2A-2B-v2: SigLIP-2 so400m/16 at 256 px with 2x2 pixel shuffle + 2-layer mlp1, Qwen3-1.7B
+    # cut at layer 16; head from gr00t/configs/model/gr00t_n1d6.py with max dims 128 (unified space).
+    return Gr00tConfig(
+        version="n1.6", vision_kind="siglip2", image_size=256, patch_size=16, use_pixel_shuffle=True,
+        mlp_connector_layers=2, select_layer=16, max_text_tokens=64,
+        action_dim=128, state_dim=128, dit_num_layers=32, vl_self_attention_layers=0, num_future_tokens=0,
+        alternate_vl_dit=True, use_attention_mask=True)
+
+
+_TINY_COMMON = dict(
+    vision_hidden_size=32, vision_intermediate_size=64, vision_num_layers=2, vision_num_heads=2,
+    image_size=32, patch_size=8,
+    llm_hidden_size=64, llm_intermediate_size=128, llm_num_heads=4, llm_num_kv_heads=2, llm_head_dim=16,
+    vocab_size=320, image_token_id=300, pad_token_id=0, max_position_embeddings=512, select_layer=2,
+    max_text_tokens=48, hidden_size=32, input_embedding_dim=48, backbone_embedding_dim=64,
+    dit_num_layers=4, dit_num_heads=4, dit_head_dim=12, vl_num_heads=4, vl_head_dim=16,
+    max_seq_len=64, num_timestep_buckets=1000)
+
+
+def _tiny_n15() -> Gr00tConfig:
+    return Gr00tConfig(version="n1.5", vl_self_attention_layers=2, num_future_tokens=4, **_TINY_COMMON)
+
+
+def _tiny_n16() -> Gr00tConfig:
+    return Gr00tConfig(
+        version="n1.6", vision_kind="siglip2", use_pixel_shuffle=True, mlp_connector_layers=2,
+        action_dim=128, state_dim=128, vl_self_attention_layers=0, num_future_tokens=0,
+        alternate_vl_dit=True, use_attention_mask=True, **_TINY_COMMON)
+
+
+_PRESET_TABLE = {("tiny", "n1.5"): _tiny_n15, ("full", "n1.5"): _full_n15,
+                 ("tiny", "n1.6"): _tiny_n16, ("full", "n1.6"): _full_n16}
+
+
+def preset(name: str, version: str = "n1.5") -> Gr00tConfig:
+    """The ``tiny`` (CPU tests, builds in milliseconds) or ``full`` (real dimensions) architecture.
+
+    ``version`` is "n1.5" or "n1.6"; RLinf ``model_type`` names (gr00t, gr00t_n1d6) are accepted too.
+    """
+    version = MODEL_TYPE_TO_VERSION.get(version, version)
+    if version not in VERSIONS:
+        raise ConfigError(f'Unknown GR00T version "{version}".{did_you_mean(version, VERSIONS)}',
+                          f"Use one of {', '.join(VERSIONS)} (or model_type gr00t / gr00t_n1d6).")
+    if name not in PRESETS:
+        raise ConfigError(f'Unknown GR00T preset "{name}".{did_you_mean(name, PRESETS)}',
+                          f"Use one of {', '.join(PRESETS)}.")
+    return _PRESET_TABLE[(name, version)]()
+
+
+@dataclass
+class ModelSettings:
+    """RL-facing model settings (field names follow RLinf's ``actor.model`` for GR00T recipes).
+
+    The lead's pydantic ``ModelConfig`` maps onto this plain dataclass; :func:`build_policy` consumes it.
+    """
+
+    model_type: str = "gr00t"  # gr00t (N1.5) | gr00t_n1d6 (N1.6)
+    model_path: str | None = None  # checkpoint folder (vlarl / gr00t_n15 / gr00t_n16 layout)
+    preset: str | None = None  # "tiny" | "full" when no model_path
+    precision: str | None = None  # bf16 / fp16 / fp32 (None: fp32); CPU always fp32
+    action_dim: int = 7  # env action dims (LIBERO 7)
+    num_action_chunks: int = 5  # env steps executed of the 16 predicted
+    denoising_steps: int = 4  # K
+    noise_method: str = "flow_sde"  # ode | flow_sde | flow_cps | flow_noise
+    noise_level: float = 0.5
+    joint_logprob: bool = False
+    action_noise_scale: float | None = None  # None: 0.1 for N1.6 (RLinf), 0 for N1.5
+    add_value_head: bool = True
+    value_after_vlm: bool = False  # True: value reads only the mean VL token (RLinf use_vlm_value)
+    detach_critic_input: bool = True  # value loss does not reach the shared features
+    value_hidden: tuple[int, ...] = (1024, 512, 256)  # RLinf GR00T value MLP widths
+    disable_dropout: bool = True  # dropout -> Identity so recomputed log-probs are exact
+    embodiment_tag: str | None = None  # None: libero_franka (N1.5) / libero_panda (N1.6)
+    tune_visual: bool = False
+    tune_llm: bool = False
+    tune_top_llm_layers: int = 0  # N1.6 upstream SFT tunes 4; RLinf RL trains the head only
+    train_expert_only: bool = True  # head-only training: every backbone tensor requires_grad=False
+    is_lora: bool = False
+    lora_rank: int = 32
+    use_proprio: bool = True  # False feeds a zero state
+    tokenizer_path: str | None = None  # folder with tokenizer.json for real checkpoints
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        if self.model_type not in MODEL_TYPE_TO_VERSION:
+            raise ConfigError(
+                f'model_type "{self.model_type}" is not a GR00T model.'
+                f"{did_you_mean(self.model_type, list(MODEL_TYPE_TO_VERSION))}",
+                f"Use one of {', '.join(MODEL_TYPE_TO_VERSION)}.")
+        if self.is_lora:
+            raise ConfigError("LoRA training is not implemented for GR00T (is_lora: true).",
+                              "Set actor.model.is_lora: false; GR00T RL trains the action head only.")
+        if self.model_path is None and self.preset is None:
+            raise ConfigError("GR00T needs model_path (a checkpoint folder) or preset (tiny / full).",
+                              "Set actor.model.model_path or actor.model.preset.")
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ConfigError(f'Unknown GR00T preset "{self.preset}".{did_you_mean(self.preset, PRESETS)}',
+                              f"Use one of {', '.join(PRESETS)}.")
+        if self.num_action_chunks < 1:
+            raise ConfigError(f"num_action_chunks must be >= 1, got {self.num_action_chunks}.",
+                              "Execute at least one action per chunk.")
+        if self.noise_method == "reinflow":
+            self.noise_method = "flow_noise"
+        self.value_hidden = tuple(self.value_hidden)
+
+    @property
+    def version(self) -> str:
+        return MODEL_TYPE_TO_VERSION[self.model_type]
+
+    @property
+    def effective_embodiment_tag(self) -> str:
+        if self.embodiment_tag is not None:
+            return self.embodiment_tag
+        return "libero_franka" if self.version == "n1.5" else "libero_panda"
+
+    @property
+    def effective_action_noise_scale(self) -> float:
+        if self.action_noise_scale is not None:
+            return float(self.action_noise_scale)
+        return 0.1 if self.version == "n1.6" else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["value_hidden"] = list(self.value_hidden)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelSettings:
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in known:
+                raise ConfigError(f'Unknown GR00T model setting "{key}".{did_you_mean(key, known)}',
+                                  "Remove or rename the setting.")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> ModelSettings:
+        return dataclasses.replace(self, **changes)
+
+
+def build_policy(model: ModelSettings, device: Any = "cpu") -> Any:
+    """Build a :class:`~.modeling.Gr00tPolicy` from settings: load ``model_path`` or build ``preset``.
+
+    ``device`` may be ``"meta"`` for the full preset (parameter counting, FSDP init).
+    """
+    import torch
+
+    device = torch.device(device)
+    if model.model_path is not None:
+        from vlarl_cli.policies.gr00t.checkpoint import load_policy
+
+        return load_policy(model.model_path, device=device, overrides=model.to_dict())
+    from vlarl_cli.policies.gr00t.modality import default_modality
+    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
+
+    cfg = preset(model.preset or "tiny", model.version)
+    modality = default_modality(model.effective_embodiment_tag, cfg)
+    return Gr00tPolicy(cfg, model, modality, device=device)

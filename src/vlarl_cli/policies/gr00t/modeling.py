@@ -1,0 +1,293 @@
+"""GR00T N1.5 / N1.6 as an RL policy (contract in :mod:`vlarl_cli.policies.base`).
+
+    policy = Gr00tPolicy(preset("tiny"), ModelSettings(preset="tiny"), default_modality("libero_franka"))
+    out = policy.sample(obs)            # obs: raw env batch (uint8 images, states [B, 8], descriptions)
+    ev = policy.evaluate(out.replay)    # ev.logprobs == out.logprobs under unchanged weights
+
+Sampling runs the Eagle backbone once, then ``denoising_steps`` DiT calls through the shared sampler
+(:func:`vlarl_cli.policies.flow_matching.sample_flow`) in GR00T's time convention (``noise_at=0``:
+t = 0 is noise, t = 1 is data; the head predicts ``data - noise``). Of the 16 predicted actions the
+first ``num_action_chunks`` are executed; log-probs are cut to those steps and the real action dims.
+The replay holds the raw uint8 images, prompt tokens, normalised state, embodiment id, the denoising
+chain and the stochastic index, from which :meth:`Gr00tPolicy.evaluate` recomputes the log-probs.
+
+Value (RLinf ``get_value``): ValueHead over [mean of the processed VL tokens, state token features]
+(or only the VL mean with ``value_after_vlm``), inputs detached by default (``detach_critic_input``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vlarl_cli import keys
+from vlarl_cli.errors import ConfigError
+from vlarl_cli.policies.base import EvaluateOutput, Observation, PolicyOutput, Replay
+from vlarl_cli.policies.flow_matching import FlowConfig, VelocityOutput, flow_logprobs, sample_flow
+from vlarl_cli.policies.gr00t.action_head import ActionHead
+from vlarl_cli.policies.gr00t.backbone import EagleBackbone
+from vlarl_cli.policies.gr00t.config import FSDP_WRAP_CLASSES, Gr00tConfig, ModelSettings
+from vlarl_cli.policies.gr00t.modality import ModalitySpec
+from vlarl_cli.policies.gr00t.processing import (
+    PromptTokenizer,
+    build_prompt,
+    load_tokenizer,
+    preprocess_images,
+)
+from vlarl_cli.policies.value_head import ValueHead
+
+__all__ = ["Gr00tPolicy", "NoiseHead", "disable_dropout"]
+
+#: replay keys besides the flow record (``chain``, ``denoise_index``)
+INPUT_KEYS = (keys.MAIN_IMAGES, keys.WRIST_IMAGES, "input_ids", "attention_mask", "state", "embodiment_id")
+
+
+def disable_dropout(module: nn.Module) -> int:
+    """Replace every dropout module under ``module`` by ``nn.Identity``; returns how many were replaced.
+
+    GR00T's DiT and VL attention carry p=0.2 dropout; with it active, two forward passes of the same
+    chain differ and the recomputed PPO ratio is noise (RLinf ``disable_dropout``)."""
+    count = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)):
+                setattr(parent, name, nn.Identity())
+                count += 1
+    return count
+
+
+class NoiseHead(nn.Module):
+    """ReinFlow learned noise (flow_noise): DiT action-token features [B, H, hidden] -> raw log-variance
+    [B, H, action_dim] (squashed into [log 0.08^2, log 0.16^2] by the sampler). Widths as RLinf (128, 64), tanh."""
+
+    def __init__(self, in_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(in_dim, 128), nn.Tanh(), nn.Linear(128, 64), nn.Tanh(),
+                                 nn.Linear(64, out_dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class Gr00tPolicy(nn.Module):
+    """GR00T flow-matching policy. Submodules ``backbone`` and ``action_head`` (value and noise heads
+    live under ``action_head`` as in RLinf)."""
+
+    def __init__(self, config: Gr00tConfig, settings: ModelSettings, modality: ModalitySpec, *,
+                 device: Any = "cpu", dtype: torch.dtype | None = None,
+                 tokenizer: PromptTokenizer | None = None) -> None:
+        super().__init__()
+        from vlarl_cli.distributed.device import resolve_dtype
+
+        device = torch.device(device)
+        if settings.version != config.version:
+            raise ConfigError(f"model_type {settings.model_type} is GR00T {settings.version} but the checkpoint / "
+                              f"preset is {config.version}.",
+                              "Use model_type gr00t for N1.5 and gr00t_n1d6 for N1.6.")
+        self._check(config, settings, modality)
+        self.config = config
+        self.settings = settings
+        self.modality = modality
+        self.num_action_chunks = settings.num_action_chunks
+        self.action_dim = settings.action_dim
+        self.flow_cfg = FlowConfig(num_steps=settings.denoising_steps, method=settings.noise_method,
+                                   noise_level=settings.noise_level, noise_at=0.0,
+                                   joint_logprob=settings.joint_logprob)
+        with torch.device(device):
+            self.backbone = EagleBackbone(config)
+            self.action_head = ActionHead(config)
+            if settings.add_value_head:
+                in_dim = config.backbone_embedding_dim + (0 if settings.value_after_vlm else config.input_embedding_dim)
+                self.action_head.value_head = ValueHead(in_dim, hidden=settings.value_hidden)
+            if settings.noise_method == "flow_noise":
+                self.action_head.noise_head = NoiseHead(config.hidden_size, config.action_dim)
+        if dtype is None:
+            dtype = resolve_dtype(settings.precision or "fp32", device)
+        self.to(dtype)
+        if settings.disable_dropout:
+            disable_dropout(self)
+        self._tokenizer = tokenizer
+        self.apply_trainability()
+
+    # ------------------------------------------------------------------ setup helpers
+    @staticmethod
+    def _check(cfg: Gr00tConfig, s: ModelSettings, m: ModalitySpec) -> None:
+        if m.action_width != s.action_dim:
+            raise ConfigError(f"action_dim {s.action_dim} does not match the {m.action_width} action dims of "
+                              f"embodiment {m.embodiment_tag} ({[k for k, _ in m.action_keys]}).",
+                              f"Set actor.model.action_dim: {m.action_width}.")
+        if m.action_width > cfg.action_dim or m.state_width > cfg.state_dim:
+            raise ConfigError(f"embodiment {m.embodiment_tag} needs {m.state_width} state / {m.action_width} action "
+                              f"dims but the model has {cfg.state_dim} / {cfg.action_dim}.",
+                              "Use a checkpoint trained for this embodiment.")
+        if not 1 <= s.num_action_chunks <= cfg.action_horizon:
+            raise ConfigError(f"num_action_chunks must be in [1, {cfg.action_horizon}] (GR00T predicts "
+                              f"{cfg.action_horizon} actions), got {s.num_action_chunks}.",
+                              f"Set actor.model.num_action_chunks <= {cfg.action_horizon}.")
+        if not 0 <= m.embodiment_id < cfg.num_embodiments:
+            raise ConfigError(f"embodiment slot {m.embodiment_id} of {m.embodiment_tag} is outside the model's "
+                              f"{cfg.num_embodiments} slots.", "Fix embodiment_id.json / the embodiment tag.")
+        if len(m.video_keys) not in (1, 2):
+            raise ConfigError(f"GR00T on LIBERO uses 1 or 2 cameras, the checkpoint expects {m.video_keys}.",
+                              "Use a LIBERO checkpoint (cameras image + wrist_image).")
+
+    def apply_trainability(self) -> None:
+        """Head-only by default: every backbone tensor gets ``requires_grad=False``; optional tuning of
+        vision / LLM / top LLM layers when ``train_expert_only`` is False."""
+        s = self.settings
+        self.backbone.requires_grad_(False)
+        self.action_head.requires_grad_(True)
+        if s.train_expert_only:
+            return
+        eagle = self.backbone.eagle
+        if s.tune_visual:
+            eagle.vision_model.requires_grad_(True)
+            eagle.mlp1.requires_grad_(True)
+        if s.tune_llm:
+            eagle.language_model.requires_grad_(True)
+        if s.tune_top_llm_layers > 0:
+            for layer in eagle.language_model.model.layers[-s.tune_top_llm_layers:]:
+                layer.requires_grad_(True)
+        if hasattr(self.backbone, "eagle_linear"):
+            self.backbone.eagle_linear.requires_grad_(True)
+
+    @property
+    def backbone_trainable(self) -> bool:
+        return any(p.requires_grad for p in self.backbone.parameters())
+
+    def train(self, mode: bool = True) -> Gr00tPolicy:
+        super().train(mode)
+        if not self.backbone_trainable:
+            self.backbone.eval()  # frozen modules stay in eval mode (upstream set_frozen_modules_to_eval_mode)
+        return self
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.action_head.position_embedding.weight.dtype if self.config.add_pos_embed else \
+            next(self.action_head.parameters()).dtype
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.action_head.parameters()).device
+
+    @property
+    def tokenizer(self) -> PromptTokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.settings.tokenizer_path, self.config.vocab_size)
+        return self._tokenizer
+
+    def value_parameters(self) -> list[nn.Parameter]:
+        head = getattr(self.action_head, "value_head", None)
+        return [p for p in head.parameters() if p.requires_grad] if head is not None else []
+
+    def policy_parameters(self) -> list[nn.Parameter]:
+        value_ids = {id(p) for p in self.value_parameters()}
+        return [p for p in self.parameters() if p.requires_grad and id(p) not in value_ids]
+
+    def fsdp_wrap_class_names(self) -> tuple[str, ...]:
+        """Names of the layer classes present in this model that FSDP should wrap individually."""
+        present = {type(m).__name__ for m in self.modules()}
+        return tuple(n for n in FSDP_WRAP_CLASSES if n in present)
+
+    # ------------------------------------------------------------------ inputs
+    def prepare_inputs(self, obs: Observation) -> Replay:
+        """Raw env batch -> the model-input part of the replay (all tensors, batch first)."""
+        device = self.device
+        main = torch.as_tensor(obs[keys.MAIN_IMAGES])
+        wrist = torch.as_tensor(obs[keys.WRIST_IMAGES]) if keys.WRIST_IMAGES in obs else main
+        states = torch.as_tensor(obs[keys.STATES], dtype=torch.float32)
+        descriptions = list(obs[keys.TASK_DESCRIPTIONS])
+        b = main.shape[0]
+        if main.dtype != torch.uint8 or main.dim() != 4:
+            raise ValueError(f"{keys.MAIN_IMAGES} must be uint8 [B, H, W, 3], got {main.dtype} {tuple(main.shape)}")
+        if states.shape[0] != b or len(descriptions) != b:
+            raise ValueError(f"batch sizes differ: images {b}, states {states.shape[0]}, descriptions "
+                             f"{len(descriptions)}")
+        cfg = self.config
+        ids, mask = build_prompt(self.tokenizer, descriptions, num_images=len(self.modality.video_keys),
+                                 tokens_per_image=cfg.tokens_per_image, max_text_tokens=cfg.max_text_tokens,
+                                 image_token_id=cfg.image_token_id, pad_token_id=cfg.pad_token_id)
+        state = torch.zeros(b, cfg.state_dim, dtype=torch.float32)
+        if self.settings.use_proprio:
+            state[:, : self.modality.state_width] = self.modality.normalize_state(states.cpu())
+        return {keys.MAIN_IMAGES: main.to(device), keys.WRIST_IMAGES: wrist.to(device),
+                "input_ids": ids.to(device), "attention_mask": mask.to(device), "state": state.to(device),
+                "embodiment_id": torch.full((b,), self.modality.embodiment_id, dtype=torch.long, device=device)}
+
+    def _pixels(self, inputs: Replay) -> Tensor:
+        cams = [inputs[keys.MAIN_IMAGES]]
+        if len(self.modality.video_keys) == 2:
+            cams.append(inputs[keys.WRIST_IMAGES])
+        return torch.stack([preprocess_images(c, self.config.image_size) for c in cams], dim=1)  # [B, N, 3, S, S]
+
+    def encode(self, inputs: Replay) -> dict[str, Tensor]:
+        """Backbone + head pre-processing: processed VL tokens [B, S, d_vl], masks [B, S], state token
+        [B, 1, d_in]. The backbone runs without autograd when none of its tensors is trainable."""
+        dtype = self.dtype
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.backbone_trainable):
+            feats = self.backbone(self._pixels(inputs).to(dtype), inputs["input_ids"], inputs["attention_mask"])
+        vl = self.action_head.process_vl(feats)
+        state_feat = self.action_head.encode_state(inputs["state"].to(dtype), inputs["embodiment_id"])
+        return {"vl": vl, "vl_mask": inputs["attention_mask"].bool(),
+                "image_mask": inputs["input_ids"] == self.config.image_token_id, "state_feat": state_feat}
+
+    def _velocity_fn(self, enc: dict[str, Tensor], embodiment_id: Tensor) -> Any:
+        head = self.action_head
+        use_noise = self.flow_cfg.method == "flow_noise"
+
+        def fn(x_t: Tensor, t: Tensor) -> VelocityOutput:
+            v, feats = head.velocity(x_t, t, enc["vl"], enc["state_feat"], embodiment_id, enc["vl_mask"],
+                                     enc["image_mask"])
+            return VelocityOutput(velocity=v, noise_logvar_raw=head.noise_head(feats) if use_noise else None)
+
+        return fn
+
+    def values(self, enc: dict[str, Tensor]) -> Tensor:
+        """[B] float32 values (zeros without a value head)."""
+        head = getattr(self.action_head, "value_head", None)
+        vl = enc["vl"]
+        if head is None:
+            return torch.zeros(vl.shape[0], dtype=torch.float32, device=vl.device)
+        m = enc["vl_mask"].unsqueeze(-1).to(vl.dtype)
+        pooled = (vl * m).sum(1) / m.sum(1).clamp(min=1.0)  # mean over attended VL tokens
+        parts = [pooled] if self.settings.value_after_vlm else [pooled, enc["state_feat"].flatten(1)]
+        feats = torch.cat(parts, dim=-1)
+        if self.settings.detach_critic_input:
+            feats = feats.detach()
+        return head(feats)
+
+    # ------------------------------------------------------------------ policy contract
+    def _cut(self, x: Tensor) -> Tensor:
+        return x[:, : self.num_action_chunks, : self.action_dim]
+
+    def sample(self, obs: Observation, deterministic: bool = False,
+               generator: torch.Generator | None = None) -> PolicyOutput:
+        """Raw env batch -> env actions [B, C, 7], log-probs [B, C, 7], values [B], replay."""
+        inputs = self.prepare_inputs(obs)
+        b = inputs["state"].shape[0]
+        with torch.no_grad():
+            enc = self.encode(inputs)
+            noise = torch.randn(b, self.config.action_horizon, self.config.action_dim, generator=generator,
+                                device=self.device, dtype=torch.float32).to(self.dtype)
+            fs = sample_flow(self._velocity_fn(enc, inputs["embodiment_id"]), noise, self.flow_cfg,
+                             deterministic=deterministic, generator=generator)
+            values = self.values(enc)
+        env = self.modality.unnormalize_action(fs.actions[:, : self.num_action_chunks].float())
+        scale = self.settings.effective_action_noise_scale
+        if not deterministic and scale > 0:
+            # N1.6 exploration noise on the executed actions, outside the log-prob (RLinf action_noise_scale)
+            eps = torch.randn(env.shape, generator=generator, device=env.device, dtype=env.dtype)
+            env = (env + scale * eps).clamp(-1.0, 1.0)
+        actions = self.modality.to_env_action(env)
+        replay = {**inputs, "chain": fs.chain, "denoise_index": fs.denoise_index}
+        return PolicyOutput(actions=actions, logprobs=self._cut(fs.logprobs), values=values, replay=replay)
+
+    def evaluate(self, replay: Replay) -> EvaluateOutput:
+        """Recompute log-probs [B, C, 7] (and entropy for flow_noise) and values [B] under current weights."""
+        enc = self.encode(replay)
+        logp, entropy = flow_logprobs(self._velocity_fn(enc, replay["embodiment_id"]), replay["chain"],
+                                      replay["denoise_index"], self.flow_cfg)
+        return EvaluateOutput(logprobs=self._cut(logp), values=self.values(enc),
+                              entropy=None if entropy is None else self._cut(entropy))
