@@ -107,7 +107,7 @@ class ClusterConfig(Section):
 class LoggerConfig(Section):
     log_path: str = Field("runs", description="Folder for logs, checkpoints and videos of this run.")
     project_name: str = Field("vlarl", description="Project name for W&B / SwanLab.")
-    experiment_name: str = Field("default", description="Run name; also the sub-folder under log_path.")
+    experiment_name: str = Field("default", description="Run name shown by W&B / SwanLab.")
     logger_backends: list[Literal["tensorboard", "wandb", "swanlab"]] = Field(
         default_factory=list,
         description="Metric sinks besides the always-written metrics.jsonl: tensorboard, wandb, swanlab.",
