@@ -1,0 +1,425 @@
+"""Advantage estimators and the rollout-layout helpers around them (rewards, dones, loss masks).
+
+Pure tensor functions: tensors and numbers in, tensors out, no config objects. Layout follows RLinf's
+embodied runner (REFERENCE.md section 2):
+
+* ``T`` chunk steps per env per rollout, ``B`` envs, ``C`` env steps per chunk (``num_action_chunks``).
+* rewards ``[T, B]`` (``chunk_level``) or ``[T, B, C]`` (``action_level``), see :func:`aggregate_rewards`.
+* dones ``[T+1, B]`` (or ``[T+1, B, C]``): row ``t+1`` says "the episode ended after step t"; row 0 is
+  the flag carried in from the previous rollout. The step that ends an episode stays valid, every step
+  after the first done is masked (:func:`loss_mask_from_dones`).
+* values ``[T+1, B]``: ``values[T]`` is the bootstrap value of the observation after the last chunk.
+
+Estimators are registered by name (``gae``, ``grpo``, ``reinpp``, ``raw``); :func:`get_advantage_fn`
+answers an unknown name with the known ones. Every registered function has the signature of
+:data:`AdvantageFn` and returns an :class:`AdvantageResult`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from vlarl_cli.errors import ConfigError, did_you_mean
+
+__all__ = [
+    "ADVANTAGES",
+    "REWARD_TYPES",
+    "AdvantageFn",
+    "AdvantageResult",
+    "advantage_metrics",
+    "aggregate_dones",
+    "aggregate_rewards",
+    "bootstrap_truncated",
+    "compute_advantages",
+    "episode_scores",
+    "filter_groups",
+    "gae",
+    "get_advantage_fn",
+    "group_normalize",
+    "grpo",
+    "loss_mask_from_dones",
+    "masked_mean",
+    "masked_normalize",
+    "raw",
+    "register_advantage",
+    "reinpp",
+    "trajectory_valid_fraction",
+]
+
+REWARD_TYPES = ("chunk_level", "action_level")
+
+
+# ---------------------------------------------------------------------------------------------------
+# masked statistics
+
+
+def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
+    """Mean of ``x`` over entries where ``mask`` is true (``mask`` broadcastable to ``x``; 0 if none valid)."""
+    if mask is None:
+        return x.mean()
+    m = mask.to(x.dtype).expand_as(x)
+    return (x * m).sum() / m.sum().clamp(min=1.0)
+
+
+def masked_normalize(x: Tensor, mask: Tensor | None, eps: float = 1e-5) -> Tensor:
+    """``(x - mean) / (std + eps)`` with mean and UNBIASED std over valid entries; masked entries -> 0.
+
+    RLinf's convention for GAE advantages (REFERENCE.md section 2). With one valid entry the std is
+    taken as 0, so the entry becomes 0 instead of NaN.
+    """
+    if mask is None:
+        mask = torch.ones_like(x, dtype=torch.bool)
+    m = mask.expand_as(x).bool()
+    n = m.sum()
+    if n == 0:
+        return torch.zeros_like(x)
+    valid = x[m]
+    mean = valid.mean()
+    std = valid.std(unbiased=True) if n > 1 else torch.zeros((), dtype=x.dtype, device=x.device)
+    return torch.where(m, (x - mean) / (std + eps), torch.zeros_like(x))
+
+
+# ---------------------------------------------------------------------------------------------------
+# rollout layout
+
+
+def _check_reward_type(reward_type: str) -> None:
+    if reward_type not in REWARD_TYPES:
+        raise ConfigError(f'Unknown reward_type "{reward_type}".{did_you_mean(reward_type, REWARD_TYPES)}',
+                          f"Use one of {', '.join(REWARD_TYPES)}.")
+
+
+def aggregate_rewards(rewards: Tensor, reward_type: str) -> Tensor:
+    """Per-step rewards ``[T, B, C]`` -> ``[T, B]`` (``chunk_level``: undiscounted sum over the chunk)
+    or unchanged ``[T, B, C]`` (``action_level``)."""
+    _check_reward_type(reward_type)
+    if rewards.dim() != 3:
+        raise ValueError(f"rewards must be [T, B, C], got {tuple(rewards.shape)}")
+    return rewards.sum(-1) if reward_type == "chunk_level" else rewards
+
+
+def aggregate_dones(dones: Tensor, reward_type: str) -> Tensor:
+    """Per-step dones ``[T+1, B, C]`` -> ``[T+1, B]`` (``chunk_level``: a chunk is done if any step is)
+    or unchanged (``action_level``)."""
+    _check_reward_type(reward_type)
+    if dones.dim() != 3:
+        raise ValueError(f"dones must be [T+1, B, C], got {tuple(dones.shape)}")
+    return dones.bool().any(-1) if reward_type == "chunk_level" else dones.bool()
+
+
+def loss_mask_from_dones(dones: Tensor) -> Tensor:
+    """Valid steps of the FIRST episode in each env column.
+
+    Args:
+        dones: ``[T+1, B]`` (chunk level) or ``[T+1, B, C]`` (action level), row 0 carried in. For the
+            action-level form only the last entry of row 0 (the end of the previous chunk) is used.
+    Returns:
+        bool mask ``[T, B]`` or ``[T, B, C]``: step s is valid iff no done precedes it. The step that
+        ends the episode (its done is stored one row later) stays valid.
+    """
+    d = dones.bool()
+    if d.dim() == 2:
+        return d.long().cumsum(0)[:-1] == 0
+    if d.dim() != 3:
+        raise ValueError(f"dones must be [T+1, B] or [T+1, B, C], got {tuple(dones.shape)}")
+    t1, b, c = d.shape
+    # time-major flat sequence: [carry-in, done after step 0, ..., done after step T*C - 1]
+    flat = torch.cat([d[0, :, -1].unsqueeze(0), d[1:].permute(0, 2, 1).reshape((t1 - 1) * c, b)], dim=0)
+    valid = flat.long().cumsum(0)[:-1] == 0  # [T*C, B]
+    return valid.reshape(t1 - 1, c, b).permute(0, 2, 1)
+
+
+def trajectory_valid_fraction(loss_mask: Tensor) -> Tensor:
+    """Fraction of valid entries of each env column, broadcast over time: ``[T, B(, C)] -> [T, B]``.
+
+    Used by the ``seq-mean-*`` loss aggregations: weighting an entry by ``1 / valid_fraction`` and
+    averaging over ALL entries is RLinf's ``L * mask * max_episode_steps / valid_steps`` (each trajectory
+    counts once, whatever its length). Columns with no valid entry get 1 (their entries are masked anyway).
+    """
+    m = loss_mask.float()
+    per_col = m.reshape(m.shape[0], m.shape[1], -1).mean(dim=(0, 2))  # [B]
+    per_col = torch.where(per_col > 0, per_col, torch.ones_like(per_col))
+    return per_col.unsqueeze(0).expand(m.shape[0], m.shape[1]).contiguous()
+
+
+def bootstrap_truncated(rewards: Tensor, truncated: Tensor, final_values: Tensor, gamma: float) -> Tensor:
+    """With auto-reset, a truncated (time-limit) step's value is not zero: ``r += gamma * V(final_obs)``.
+
+    All tensors ``[T, B]`` (``truncated`` bool: the episode was cut by the time limit at this step,
+    ``final_values`` the critic's value of the final observation before the reset).
+    """
+    if not rewards.shape == truncated.shape == final_values.shape:
+        raise ValueError(f"shapes differ: rewards {tuple(rewards.shape)}, truncated {tuple(truncated.shape)}, "
+                         f"final_values {tuple(final_values.shape)}")
+    return rewards + gamma * final_values * truncated.to(rewards.dtype)
+
+
+def episode_scores(rewards: Tensor, loss_mask: Tensor | None) -> Tensor:
+    """Return of the first episode of each env column: sum of rewards over valid steps.
+
+    ``rewards [T, B]`` or ``[T, B, C]``, ``loss_mask`` the same shape (or ``[T, B]`` for ``[T, B, C]``
+    rewards) -> ``[B]``.
+    """
+    r = rewards if loss_mask is None else rewards * _expand_mask(loss_mask, rewards).to(rewards.dtype)
+    return r.reshape(r.shape[0], r.shape[1], -1).sum(dim=(0, 2))
+
+
+def _expand_mask(mask: Tensor, like: Tensor) -> Tensor:
+    """Explicit (never silent) broadcast of a ``[T, B]`` mask to ``[T, B, C]``."""
+    if mask.shape == like.shape:
+        return mask
+    if mask.dim() == 2 and like.dim() == 3 and mask.shape == like.shape[:2]:
+        return mask.unsqueeze(-1).expand_as(like)
+    raise ValueError(f"loss_mask shape {tuple(mask.shape)} does not fit {tuple(like.shape)}")
+
+
+def advantage_metrics(advantages: Tensor, loss_mask: Tensor | None) -> dict[str, float]:
+    """``advantages_mean/min/max`` over valid entries (the names the seed recipes log)."""
+    m = torch.ones_like(advantages, dtype=torch.bool) if loss_mask is None else _expand_mask(loss_mask, advantages)
+    valid = advantages[m.bool()]
+    if valid.numel() == 0:
+        return {"advantages_mean": 0.0, "advantages_min": 0.0, "advantages_max": 0.0}
+    return {"advantages_mean": valid.mean().item(), "advantages_min": valid.min().item(),
+            "advantages_max": valid.max().item()}
+
+
+# ---------------------------------------------------------------------------------------------------
+# estimators
+
+
+@dataclass
+class AdvantageResult:
+    """Output of every estimator. Shapes follow the rewards (``[T, B]`` or ``[T, B, C]``)."""
+
+    advantages: Tensor
+    returns: Tensor | None  # value targets (GAE only; None for critic-free estimators)
+    loss_mask: Tensor  # bool; the input mask, with filtered-out GRPO groups removed
+
+
+def gae(rewards: Tensor, values: Tensor, dones: Tensor, *, gamma: float, gae_lambda: float,
+        loss_mask: Tensor | None = None, normalize: bool = True, eps: float = 1e-5) -> tuple[Tensor, Tensor]:
+    """Generalised Advantage Estimation (Schulman et al., arXiv 1506.02438) over chunk steps.
+
+    ``delta_t = r_t + gamma V_{t+1} (1 - d_{t+1}) - V_t``;
+    ``A_t = delta_t + gamma lambda (1 - d_{t+1}) A_{t+1}``; returns ``R = A + V`` (un-normalised).
+
+    Args:
+        rewards: ``[T, B]``.
+        values: ``[T+1, B]`` (``values[T]`` bootstraps the step after the rollout).
+        dones: ``[T+1, B]`` bool, row ``t+1`` = done after step ``t``.
+        loss_mask: ``[T, B]`` valid steps, only used for the normalisation statistics.
+        normalize: normalise advantages with mean / unbiased std + ``eps`` over valid entries.
+    Returns:
+        ``(advantages [T, B], returns [T, B])``; masked advantages are 0 when normalised.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"gae needs chunk-level rewards [T, B], got {tuple(rewards.shape)}; use "
+                         "reward_type chunk_level with gae")
+    t, b = rewards.shape
+    if values.shape != (t + 1, b) or dones.shape != (t + 1, b):
+        # guards the silent [B] vs [B, 1] broadcast (e.g. values [T+1, B, 1] would make a [T, B, B] product)
+        raise ValueError(f"gae: rewards [T, B] = {tuple(rewards.shape)} needs values and dones [T+1, B] = "
+                         f"{(t + 1, b)}, got values {tuple(values.shape)}, dones {tuple(dones.shape)}")
+    not_done = (~dones.bool()).to(rewards.dtype)
+    values = values.to(rewards.dtype)
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros(b, dtype=rewards.dtype, device=rewards.device)
+    for step in reversed(range(t)):
+        delta = rewards[step] + gamma * values[step + 1] * not_done[step + 1] - values[step]
+        last = delta + gamma * gae_lambda * not_done[step + 1] * last
+        advantages[step] = last
+    returns = advantages + values[:-1]
+    if normalize:
+        advantages = masked_normalize(advantages, loss_mask, eps)
+    return advantages, returns
+
+
+def group_normalize(scores: Tensor, group_size: int, *, normalize: bool = True, eps: float = 1e-6) -> Tensor:
+    """GRPO (arXiv 2402.03300) score -> advantage: ``(s - mean_group) / (std_group + eps)``, unbiased std.
+
+    ``scores [B]``, groups are consecutive blocks of ``group_size`` envs. ``normalize=False`` keeps
+    only the mean subtraction (RLinf ignores the flag for GRPO, a defect we do not repeat).
+    """
+    if scores.dim() != 1:
+        raise ValueError(f"scores must be [B], got {tuple(scores.shape)}")
+    if group_size < 2:
+        raise ConfigError(f"GRPO needs group_size >= 2 (got {group_size}): a group of one has no baseline.",
+                          "Set algorithm.group_size to 2 or more.")
+    if scores.numel() % group_size:
+        raise ConfigError(f"{scores.numel()} envs cannot be split into groups of {group_size}.",
+                          "Make the number of training envs a multiple of group_size.")
+    g = scores.view(-1, group_size)
+    adv = g - g.mean(dim=1, keepdim=True)
+    if normalize:
+        adv = adv / (g.std(dim=1, unbiased=True, keepdim=True) + eps)
+    return adv.reshape(-1)
+
+
+def filter_groups(scores: Tensor, group_size: int, lower: float, upper: float) -> Tensor:
+    """``filter_rewards``: keep groups whose MEAN score lies in ``[lower, upper]``. ``[B] -> [B]`` bool.
+
+    All-fail and all-success groups have zero advantage and only dilute the batch.
+    """
+    if scores.numel() % group_size:
+        raise ConfigError(f"{scores.numel()} envs cannot be split into groups of {group_size}.",
+                          "Make the number of training envs a multiple of group_size.")
+    mean = scores.view(-1, group_size).mean(dim=1)
+    keep = (mean >= lower) & (mean <= upper)
+    return keep.repeat_interleave(group_size)
+
+
+def _broadcast_over_time(per_env: Tensor, like: Tensor) -> Tensor:
+    """``[B]`` -> shape of ``like`` (``[T, B]`` or ``[T, B, C]``), explicitly."""
+    view = per_env.view(1, -1) if like.dim() == 2 else per_env.view(1, -1, 1)
+    return view.expand_as(like)
+
+
+def grpo(rewards: Tensor, loss_mask: Tensor, *, group_size: int, normalize: bool = True, eps: float = 1e-6,
+         filter_bounds: tuple[float, float] | None = None) -> tuple[Tensor, Tensor]:
+    """GRPO advantages: the group-normalised first-episode score broadcast to every valid step.
+
+    Args:
+        rewards: ``[T, B]`` or ``[T, B, C]``.
+        loss_mask: same shape as rewards (or ``[T, B]``), valid steps of the first episode.
+        filter_bounds: ``(lower, upper)`` on the group mean score; groups outside are masked out.
+    Returns:
+        ``(advantages, loss_mask)`` both shaped like ``rewards``; masked entries are 0.
+    """
+    mask = _expand_mask(loss_mask, rewards).bool()
+    scores = episode_scores(rewards, mask)
+    adv_env = group_normalize(scores, group_size, normalize=normalize, eps=eps)
+    if filter_bounds is not None:
+        keep = filter_groups(scores, group_size, *filter_bounds)
+        mask = mask & _broadcast_over_time(keep, mask)
+    adv = _broadcast_over_time(adv_env.to(rewards.dtype), rewards) * mask.to(rewards.dtype)
+    return adv, mask
+
+
+def reinpp(rewards: Tensor, dones: Tensor, loss_mask: Tensor, *, gamma: float = 1.0, group_size: int = 1,
+           baseline: bool = True, normalize: bool = True, eps: float = 1e-5) -> Tensor:
+    """REINFORCE++ (arXiv 2501.03262): discounted return-to-go, optional group-mean baseline, global
+    normalisation over valid entries.
+
+    ``G_t = r_t + gamma (1 - d_{t+1}) G_{t+1}`` over the valid steps (per action step for ``[T, B, C]``
+    rewards); with ``baseline`` and ``group_size > 1``, the group mean of the episode scores is
+    subtracted from every ``G_t`` of the group (RLinf's "reinforce++ baseline", which subtracts it from
+    the terminal reward, equals this for gamma = 1).
+    """
+    mask = _expand_mask(loss_mask, rewards).bool()
+    r = rewards * mask.to(rewards.dtype)
+    if rewards.dim() == 3:  # action level: run over the flat time axis
+        t, b, c = rewards.shape
+        r_flat = r.permute(0, 2, 1).reshape(t * c, b)
+        nd = (~dones.bool()).to(rewards.dtype)
+        if nd.shape != (t + 1, b, c):
+            raise ValueError(f"action-level rewards {tuple(rewards.shape)} need dones [T+1, B, C], got "
+                             f"{tuple(dones.shape)}")
+        nd_flat = nd[1:].permute(0, 2, 1).reshape(t * c, b)
+    else:
+        r_flat = r
+        if dones.shape != (rewards.shape[0] + 1, rewards.shape[1]):
+            raise ValueError(f"rewards {tuple(rewards.shape)} need dones [T+1, B], got {tuple(dones.shape)}")
+        nd_flat = (~dones.bool()).to(rewards.dtype)[1:]
+    g = torch.zeros_like(r_flat)
+    run = torch.zeros_like(r_flat[0])
+    for s in reversed(range(r_flat.shape[0])):
+        run = r_flat[s] + gamma * nd_flat[s] * run
+        g[s] = run
+    if rewards.dim() == 3:
+        g = g.reshape(rewards.shape[0], rewards.shape[2], rewards.shape[1]).permute(0, 2, 1)
+    if baseline and group_size > 1:
+        scores = episode_scores(rewards, mask)
+        if scores.numel() % group_size:
+            raise ConfigError(f"{scores.numel()} envs cannot be split into groups of {group_size}.",
+                              "Make the number of training envs a multiple of group_size.")
+        base = scores.view(-1, group_size).mean(dim=1).repeat_interleave(group_size)
+        g = g - _broadcast_over_time(base.to(g.dtype), g)
+    if normalize:
+        return masked_normalize(g, mask, eps)
+    return g * mask.to(g.dtype)
+
+
+def raw(rewards: Tensor, loss_mask: Tensor, *, normalize: bool = False, eps: float = 1e-5) -> Tensor:
+    """The first-episode score itself as the advantage of every valid step (optionally normalised)."""
+    mask = _expand_mask(loss_mask, rewards).bool()
+    scores = episode_scores(rewards, mask)
+    adv = _broadcast_over_time(scores.to(rewards.dtype), rewards) * mask.to(rewards.dtype)
+    return masked_normalize(adv, mask, eps) if normalize else adv
+
+
+# ---------------------------------------------------------------------------------------------------
+# registry
+
+#: fn(rewards, dones, loss_mask, *, values, gamma, gae_lambda, group_size, normalize, filter_bounds)
+AdvantageFn = Callable[..., AdvantageResult]
+ADVANTAGES: dict[str, AdvantageFn] = {}
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    def deco(fn: AdvantageFn) -> AdvantageFn:
+        ADVANTAGES[name] = fn
+        return fn
+
+    return deco
+
+
+def get_advantage_fn(name: str) -> AdvantageFn:
+    """The registered estimator ``name``; an unknown name raises :class:`ConfigError` listing the known."""
+    if name not in ADVANTAGES:
+        known = sorted(ADVANTAGES)
+        raise ConfigError(f'Unknown advantage estimator "{name}".{did_you_mean(name, known)}',
+                          f"Use one of: {', '.join(known)}.")
+    return ADVANTAGES[name]
+
+
+@register_advantage("gae")
+def _gae_entry(rewards: Tensor, dones: Tensor, loss_mask: Tensor, *, values: Tensor | None = None,
+               gamma: float = 0.99, gae_lambda: float = 0.95, normalize: bool = True, **_: object
+               ) -> AdvantageResult:
+    if values is None:
+        raise ConfigError("adv_type gae needs value estimates, but the policy returned none.",
+                          "Enable the model's value head (add_value_head: true) or use adv_type grpo.")
+    adv, ret = gae(rewards, values, dones, gamma=gamma, gae_lambda=gae_lambda, loss_mask=loss_mask,
+                   normalize=normalize)
+    return AdvantageResult(adv, ret, loss_mask.bool())
+
+
+@register_advantage("grpo")
+def _grpo_entry(rewards: Tensor, dones: Tensor, loss_mask: Tensor, *, group_size: int = 1,
+                normalize: bool = True, filter_bounds: tuple[float, float] | None = None, **_: object
+                ) -> AdvantageResult:
+    adv, mask = grpo(rewards, loss_mask, group_size=group_size, normalize=normalize, filter_bounds=filter_bounds)
+    return AdvantageResult(adv, None, mask)
+
+
+@register_advantage("reinpp")
+def _reinpp_entry(rewards: Tensor, dones: Tensor, loss_mask: Tensor, *, gamma: float = 1.0,
+                  group_size: int = 1, normalize: bool = True, **_: object) -> AdvantageResult:
+    adv = reinpp(rewards, dones, loss_mask, gamma=gamma, group_size=group_size, normalize=normalize)
+    return AdvantageResult(adv, None, _expand_mask(loss_mask, rewards).bool())
+
+
+@register_advantage("raw")
+def _raw_entry(rewards: Tensor, dones: Tensor, loss_mask: Tensor, *, normalize: bool = False,
+               **_: object) -> AdvantageResult:
+    return AdvantageResult(raw(rewards, loss_mask, normalize=normalize), None,
+                           _expand_mask(loss_mask, rewards).bool())
+
+
+def compute_advantages(name: str, rewards: Tensor, dones: Tensor, loss_mask: Tensor | None = None, *,
+                       values: Tensor | None = None, gamma: float = 0.99, gae_lambda: float = 0.95,
+                       group_size: int = 1, normalize: bool = True,
+                       filter_bounds: tuple[float, float] | None = None) -> AdvantageResult:
+    """Run the estimator ``name`` with the shared keyword set (each uses what it needs).
+
+    ``loss_mask`` defaults to :func:`loss_mask_from_dones` (first episode of each column valid).
+    """
+    fn = get_advantage_fn(name)
+    if loss_mask is None:
+        loss_mask = loss_mask_from_dones(dones)
+    return fn(rewards, dones, loss_mask, values=values, gamma=gamma, gae_lambda=gae_lambda,
+              group_size=group_size, normalize=normalize, filter_bounds=filter_bounds)
