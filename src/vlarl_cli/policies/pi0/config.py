@@ -1,0 +1,305 @@
+"""Configuration of the pi0 / pi0.5 family: architecture presets and the RL settings.
+
+Two dataclasses, no pydantic (this module must import instantly):
+
+* :class:`Pi0Config` (frozen): everything that defines the network and its RL sampling. Presets via
+  :func:`preset`: ``tiny`` (2-layer SigLIP on 32 px / 8 px patches, 2-layer Gemma width 64, expert
+  width 32; builds in milliseconds, used by tests and the CPU quickstart), ``small`` (a mid-size model
+  for the latency benchmark) and ``full`` (the real PaliGemma-3B + Gemma-300M expert; ~3.24B live
+  parameters, built on ``torch.device("meta")`` unless weights are loaded).
+* :class:`ModelSettings`: the fields the RLinf recipes set under ``actor.model`` for openpi models
+  (``num_action_chunks``, ``action_dim``, ``num_steps``, ``noise_method``, ``add_value_head``,
+  ``value_after_vlm``, ``is_lora``, ...). The lead's pydantic config maps onto it and
+  :meth:`ModelSettings.to_pi0_config` turns it into a :class:`Pi0Config`.
+
+Architecture facts (REFERENCE.md section 4; openpi ``models/gemma.py`` variants ``gemma_2b`` and
+``gemma_300m``, ``models/pi0_config.py``): SigLIP So400m/14 at 224 px (width 1152, 27 layers, MLP 4304,
+16 heads), projector to 2048, Gemma-2B (width 2048, 18 layers, MLP 16384, 8 heads, 1 KV head, head_dim
+256, vocab 257152); expert width 1024, MLP 4096, same depth and head layout; actions / state padded to
+32; chunk 50 (pi0) or 10 (pi0.5); prompt length 48 (pi0) or 200 (pi0.5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from vlarl_cli.errors import ConfigError, did_you_mean
+
+__all__ = ["PRESETS", "VARIANTS", "ModelSettings", "Pi0Config", "preset"]
+
+VARIANTS = ("pi0", "pi05")
+NOISE_METHODS = ("ode", "flow_sde", "flow_cps", "flow_noise")
+PRECISIONS = ("fp32", "bf16")
+GRIPPER_MODES = ("none", "binarize", "from_01")
+
+
+@dataclass(frozen=True)
+class Pi0Config:
+    """Network + sampling configuration. Validated on construction (raises :class:`ConfigError`)."""
+
+    variant: str = "pi0"  # "pi0" (state token + action-time MLP) | "pi05" (adaRMS time, no state)
+    # --- SigLIP vision tower -------------------------------------------------------------------
+    image_size: int = 224
+    patch_size: int = 14
+    vision_width: int = 1152
+    vision_depth: int = 27
+    vision_mlp: int = 4304
+    vision_heads: int = 16
+    # --- PaliGemma language model (Gemma-2B) --------------------------------------------------
+    vlm_width: int = 2048
+    vlm_depth: int = 18
+    vlm_mlp: int = 16384
+    num_heads: int = 8
+    num_kv_heads: int = 1
+    head_dim: int = 256
+    vocab_size: int = 257152
+    # --- action expert (Gemma-300M); same depth and head layout as the VLM ---------------------
+    expert_width: int = 1024
+    expert_mlp: int = 4096
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    # --- inputs / outputs ---------------------------------------------------------------------
+    max_action_dim: int = 32
+    max_state_dim: int = 32
+    action_horizon: int = 50
+    max_token_len: int = 48
+    min_period: float = 4e-3  # sinusoidal time embedding (openpi pi0_pytorch.embed_suffix)
+    max_period: float = 4.0
+    # --- RL ------------------------------------------------------------------------------------
+    num_action_chunks: int = 5  # env steps executed per sampled chunk (C)
+    action_env_dim: int = 7  # real action dims (LIBERO 7)
+    state_env_dim: int = 8  # real state dims (LIBERO 8)
+    num_steps: int = 4  # denoising steps K
+    noise_method: str = "flow_sde"
+    noise_level: float = 0.5
+    joint_logprob: bool = False
+    noise_logvar_min_std: float = 0.08  # flow_noise std range (RLinf noise_logvar_range)
+    noise_logvar_max_std: float = 0.16
+    add_value_head: bool = True
+    value_after_vlm: bool = False  # True: value from mean VLM prefix output (pi0.5 recipes)
+    value_hidden: tuple[int, ...] = (512, 128)
+    noise_hidden: tuple[int, ...] = (128, 64)
+    train_expert_only: bool = False
+    is_lora: bool = False
+    lora_rank: int = 32
+    lora_alpha: float | None = None  # None: = rank
+    # --- processing -----------------------------------------------------------------------------
+    normalization: str | None = None  # None: variant default (pi0 mean_std, pi05 quantile)
+    extra_delta_transform: bool = False  # openpi pi0_libero: actions[:6] += state[:6] on output
+    gripper: str = "none"  # "none" (openpi LIBERO models already emit -1 open/+1 close) | "binarize" | "from_01"
+    tokenizer: str = "byte"  # "byte" (built in) or a path to a local tokenizer.json / folder
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        def bad(msg: str, fix: str) -> None:
+            raise ConfigError(msg, fix)
+
+        if self.variant not in VARIANTS:
+            bad(f'Unknown pi0 variant "{self.variant}".{did_you_mean(self.variant, VARIANTS)}',
+                f"Use one of {', '.join(VARIANTS)}.")
+        if self.noise_method not in NOISE_METHODS:
+            bad(f'Unknown noise_method "{self.noise_method}".{did_you_mean(self.noise_method, NOISE_METHODS)}',
+                f"Use one of {', '.join(NOISE_METHODS)}.")
+        if self.precision not in PRECISIONS:
+            bad(f'Unknown precision "{self.precision}".{did_you_mean(self.precision, PRECISIONS)}',
+                f"Use one of {', '.join(PRECISIONS)}.")
+        if self.gripper not in GRIPPER_MODES:
+            bad(f'Unknown gripper mode "{self.gripper}".{did_you_mean(self.gripper, GRIPPER_MODES)}',
+                f"Use one of {', '.join(GRIPPER_MODES)}.")
+        if self.normalization not in (None, "mean_std", "quantile", "identity"):
+            bad(f'Unknown normalization "{self.normalization}".',
+                "Use mean_std (pi0), quantile (pi0.5), identity, or leave it unset.")
+        if self.image_size % self.patch_size:
+            bad(f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size}).",
+                "Pick matching sizes (224 / 14 for the real model).")
+        if self.num_heads % self.num_kv_heads:
+            bad(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads}).",
+                "Use 8 / 1 as Gemma does.")
+        if self.expert_width % 2:
+            bad(f"expert_width must be even for the sinusoidal time embedding, got {self.expert_width}.",
+                "Use an even width.")
+        if not 1 <= self.num_action_chunks <= self.action_horizon:
+            bad(f"num_action_chunks ({self.num_action_chunks}) must be in [1, action_horizon="
+                f"{self.action_horizon}].", "Execute at most as many steps as the model predicts.")
+        if not 1 <= self.action_env_dim <= self.max_action_dim:
+            bad(f"action_env_dim ({self.action_env_dim}) must be in [1, max_action_dim={self.max_action_dim}].",
+                "LIBERO uses 7.")
+        if not 1 <= self.state_env_dim <= self.max_state_dim:
+            bad(f"state_env_dim ({self.state_env_dim}) must be in [1, max_state_dim={self.max_state_dim}].",
+                "LIBERO uses 8.")
+        if self.num_steps < 1:
+            bad(f"num_steps (denoising steps) must be >= 1, got {self.num_steps}.", "Use 4 to 10.")
+        if self.is_lora and self.lora_rank < 1:
+            bad(f"lora_rank must be >= 1 when is_lora is set, got {self.lora_rank}.", "Use e.g. 32.")
+        if self.noise_method == "flow_cps" and self.num_steps < 2:
+            bad("flow_cps needs num_steps >= 2.", "Use more steps or flow_sde.")
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def is_pi05(self) -> bool:
+        return self.variant == "pi05"
+
+    @property
+    def tokens_per_image(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def normalization_mode(self) -> str:
+        if self.normalization is not None:
+            return self.normalization
+        return "quantile" if self.is_pi05 else "mean_std"
+
+    @property
+    def lora_scale_alpha(self) -> float:
+        return float(self.lora_rank if self.lora_alpha is None else self.lora_alpha)
+
+    def flow_config(self) -> Any:
+        """The shared sampler's :class:`~vlarl_cli.policies.flow_matching.FlowConfig` (openpi time)."""
+        import math
+
+        from vlarl_cli.policies.flow_matching import FlowConfig
+
+        return FlowConfig(num_steps=self.num_steps, method=self.noise_method, noise_level=self.noise_level,
+                          noise_at=1.0, joint_logprob=self.joint_logprob,
+                          logvar_min=2 * math.log(self.noise_logvar_min_std),
+                          logvar_max=2 * math.log(self.noise_logvar_max_std))
+
+    def replace(self, **changes: Any) -> Pi0Config:
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            name = sorted(unknown)[0]
+            raise ConfigError(f'Unknown pi0 config field "{name}".'
+                              f"{did_you_mean(name, [f.name for f in dataclasses.fields(self)])}",
+                              "Check the spelling against vlarl_cli.policies.pi0.config.Pi0Config.")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["value_hidden"] = list(self.value_hidden)
+        d["noise_hidden"] = list(self.noise_hidden)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Pi0Config:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            name = sorted(unknown)[0]
+            raise ConfigError(f'Unknown pi0 config field "{name}" in a saved config.{did_you_mean(name, known)}',
+                              "The checkpoint was written by another version; remove the field.")
+        d = dict(d)
+        for k in ("value_hidden", "noise_hidden"):
+            if k in d:
+                d[k] = tuple(d[k])
+        return cls(**d)
+
+
+# Variant defaults on top of the architecture (openpi pi0_config.Pi0Config: chunk 50 / token length 48
+# for pi0, chunk 10 / 200 for pi0.5; RLinf pi0.5 recipes read the value from the VLM).
+_VARIANT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "pi0": {"action_horizon": 50, "max_token_len": 48, "value_after_vlm": False},
+    "pi05": {"action_horizon": 10, "max_token_len": 200, "value_after_vlm": True},
+}
+
+_TINY: dict[str, Any] = {
+    "image_size": 32, "patch_size": 8, "vision_width": 32, "vision_depth": 2, "vision_mlp": 64,
+    "vision_heads": 2, "vlm_width": 64, "vlm_depth": 2, "vlm_mlp": 128, "num_heads": 2, "num_kv_heads": 1,
+    "head_dim": 16, "vocab_size": 300, "expert_width": 32, "expert_mlp": 64, "max_token_len": 24,
+    "action_horizon": 8, "value_hidden": (32, 16), "noise_hidden": (16, 16),
+}
+_SMALL: dict[str, Any] = {
+    "image_size": 112, "patch_size": 14, "vision_width": 192, "vision_depth": 4, "vision_mlp": 768,
+    "vision_heads": 3, "vlm_width": 256, "vlm_depth": 6, "vlm_mlp": 1024, "num_heads": 4, "num_kv_heads": 1,
+    "head_dim": 64, "vocab_size": 1024, "expert_width": 128, "expert_mlp": 512, "max_token_len": 32,
+    "action_horizon": 10, "value_hidden": (128, 64), "noise_hidden": (64, 32),
+}
+PRESETS: dict[str, dict[str, Any]] = {"tiny": _TINY, "small": _SMALL, "full": {}}
+
+
+def preset(name: str, variant: str = "pi0", **overrides: Any) -> Pi0Config:
+    """A named preset (``tiny`` | ``small`` | ``full``) for ``variant`` (``pi0`` | ``pi05``).
+
+    ``overrides`` replace any :class:`Pi0Config` field.
+    """
+    if name not in PRESETS:
+        raise ConfigError(f'Unknown pi0 preset "{name}".{did_you_mean(name, PRESETS)}',
+                          f"Use one of {', '.join(PRESETS)}.")
+    if variant not in VARIANTS:
+        raise ConfigError(f'Unknown pi0 variant "{variant}".{did_you_mean(variant, VARIANTS)}',
+                          f"Use one of {', '.join(VARIANTS)}.")
+    values: dict[str, Any] = {"variant": variant, **_VARIANT_DEFAULTS[variant], **PRESETS[name]}
+    if name != "full" and variant == "pi05":
+        values["action_horizon"] = min(values["action_horizon"], 10)
+    values.update(overrides)
+    return Pi0Config().replace(**values)
+
+
+@dataclass
+class ModelSettings:
+    """The RL recipe's ``actor.model`` section for the pi0 family (RLinf field names).
+
+    ``model_type``: ``pi0`` | ``pi05`` | ``openpi`` (then the variant comes from ``config_name``, e.g.
+    ``pi0_libero`` / ``pi05_libero`` as in RLinf). ``None`` fields take the variant's default.
+    """
+
+    model_type: str = "pi0"
+    config_name: str | None = None
+    preset: str = "tiny"
+    model_path: str | None = None
+    checkpoint_format: str | None = None  # None: detect
+    precision: str = "fp32"
+    num_action_chunks: int = 5
+    action_dim: int = 7
+    action_horizon: int | None = None
+    num_steps: int = 4
+    noise_method: str = "flow_sde"
+    noise_level: float = 0.5
+    joint_logprob: bool = False
+    noise_logvar_range: tuple[float, float] = (0.08, 0.16)
+    add_value_head: bool = True
+    value_after_vlm: bool | None = None
+    is_lora: bool = False
+    lora_rank: int = 32
+    train_expert_only: bool = False
+    tokenizer_path: str | None = None
+    norm_stats_path: str | None = None
+    asset_id: str | None = None  # e.g. "physical-intelligence/libero"
+    extra_delta_transform: bool | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)  # any further Pi0Config field
+
+    @property
+    def variant(self) -> str:
+        mt = self.model_type.lower()
+        if mt in ("pi0", "pi05"):
+            return mt
+        if mt == "openpi":
+            name = (self.config_name or "pi0").lower()
+            return "pi05" if name.startswith("pi05") else "pi0"
+        raise ConfigError(f'model_type "{self.model_type}" is not a pi0-family model.'
+                          f"{did_you_mean(mt, ('pi0', 'pi05', 'openpi'))}",
+                          "Use pi0, pi05 or openpi (with config_name pi0_libero / pi05_libero).")
+
+    def to_pi0_config(self) -> Pi0Config:
+        values: dict[str, Any] = {
+            "precision": self.precision, "num_action_chunks": self.num_action_chunks,
+            "action_env_dim": self.action_dim, "num_steps": self.num_steps, "noise_method": self.noise_method,
+            "noise_level": self.noise_level, "joint_logprob": self.joint_logprob,
+            "noise_logvar_min_std": float(self.noise_logvar_range[0]),
+            "noise_logvar_max_std": float(self.noise_logvar_range[1]),
+            "add_value_head": self.add_value_head, "is_lora": self.is_lora, "lora_rank": self.lora_rank,
+            "train_expert_only": self.train_expert_only,
+        }
+        if self.action_horizon is not None:
+            values["action_horizon"] = self.action_horizon
+        if self.value_after_vlm is not None:
+            values["value_after_vlm"] = self.value_after_vlm
+        if self.tokenizer_path is not None:
+            values["tokenizer"] = self.tokenizer_path
+        if self.extra_delta_transform is not None:
+            values["extra_delta_transform"] = self.extra_delta_transform
+        elif (self.config_name or "").lower() == "pi0_libero":
+            values["extra_delta_transform"] = True  # openpi pi0_libero was trained with it
+        values.update(self.overrides)
+        return preset(self.preset, self.variant, **values)

@@ -1,0 +1,472 @@
+"""The pi0 / pi0.5 network on transformers building blocks (facts: REFERENCE.md section 4).
+
+Structure (openpi ``models_pytorch/pi0_pytorch.py`` + ``gemma_pytorch.py``, read for facts only)::
+
+    prefix  = [SigLIP(image_k) -> projector]_k  ++  Gemma-embed(prompt) * sqrt(width)
+    suffix  = pi0:  [state_proj(state)] ++ action_time_mlp(cat(action_in_proj(x_t), sincos(t)))
+              pi05: action_in_proj(x_t), with the expert's RMSNorms modulated by time_mlp(sincos(t))
+    per layer l: each stream (VLM on the prefix, expert on the suffix) has its own RMSNorms, q/k/v/o
+    and MLP; their q/k/v are CONCATENATED along the sequence and attended jointly under the block mask
+    velocity = action_out_proj(expert_out[:, -H:])
+
+Block attention mask (big_vision ``make_att_2d_masks``): token i attends token j iff
+``cumsum(ar)[j] <= cumsum(ar)[i]`` and both are valid. ``ar`` is 0 on the whole prefix (bidirectional),
+1 on the pi0 state token (its own block), 1 on the first action token and 0 on the others (actions see
+prefix + state + each other). Positions (RoPE) are ``cumsum(valid) - 1`` over prefix + suffix.
+
+Because the prefix never attends to the suffix, the prefix keys/values of every layer do not depend on
+the suffix: they are computed ONCE per observation (:meth:`Pi0Model.encode_prefix`) and reused by every
+denoising step (:meth:`Pi0Model.expert_forward`), which runs only the expert. :meth:`Pi0Model.joint_forward`
+is the uncached layer-by-layer joint pass (openpi's training forward); tests check both agree.
+
+Embedding scale (the transformers 5.x trap, REFERENCE.md section 4): Gemma multiplies token embeddings
+by ``sqrt(width)`` and PaliGemma must NOT divide image features by ``sqrt(width)`` (openpi's patched
+4.53 does the former by hand and removes the latter). We hold a plain ``nn.Embedding`` and apply the
+scale explicitly, so no library version can apply it twice.
+
+pi0.5 adaptive RMSNorm (openpi's patched ``GemmaRMSNorm`` with ``cond_dim``): a ``dense`` layer maps
+the time condition to (scale, shift, gate); ``y = norm(x) * (1 + scale) + shift`` and the residual
+becomes ``x + gate * f(y)``. Parameter names ``*.input_layernorm.dense.*`` etc. as upstream.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vlarl_cli.policies.pi0.config import Pi0Config
+
+__all__ = ["AdaptiveRMSNorm", "ExpertCache", "GemmaStack", "NoiseHead", "Pi0Model", "PrefixCache",
+           "make_att_2d_masks", "sinusoidal_time_embedding"]
+
+# openpi's additive mask value (pi0_pytorch._prepare_attention_masks_4d); finite so fully masked rows
+# (padding queries) give a uniform softmax instead of NaN.
+_MASK_VALUE = -2.3819763e38
+
+
+def make_att_2d_masks(pad: Tensor, ar: Tensor) -> Tensor:
+    """``pad [B, S]`` bool, ``ar [B, S]`` int -> ``[B, S, S]`` bool "query i may attend key j"."""
+    cum = torch.cumsum(ar.long(), dim=1)
+    att = cum[:, None, :] <= cum[:, :, None]
+    return att & (pad[:, None, :] & pad[:, :, None])
+
+
+def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """bool ``[B, Sq, Sk]`` -> additive float ``[B, 1, Sq, Sk]``."""
+    return torch.where(mask[:, None], 0.0, _MASK_VALUE).to(dtype)
+
+
+def sinusoidal_time_embedding(t: Tensor, dim: int, min_period: float, max_period: float) -> Tensor:
+    """``t [B]`` -> ``[B, dim]`` = [sin, cos] of ``t * 2 pi / period``, periods log-spaced.
+
+    Computed in float64 (openpi does so on CPU) and returned as float32.
+    """
+    if t.dim() != 1:
+        raise ValueError(f"time must be [B], got {tuple(t.shape)}")
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=t.device)
+    period = min_period * (max_period / min_period) ** fraction
+    x = (1.0 / period * 2 * math.pi)[None, :] * t.double()[:, None]
+    return torch.cat([torch.sin(x), torch.cos(x)], dim=1).float()
+
+
+class AdaptiveRMSNorm(nn.Module):
+    """pi0.5 adaRMSNorm: ``dense(cond) -> (scale, shift, gate)``; no ``weight`` parameter (as upstream).
+
+    ``dense.weight`` starts at zero (openpi), so at init the norm is a plain unit-scale RMSNorm.
+    """
+
+    def __init__(self, dim: int, cond_dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.dense = nn.Linear(cond_dim, 3 * dim)
+        if self.dense.weight.device.type != "meta":
+            nn.init.zeros_(self.dense.weight)
+
+    def forward(self, x: Tensor, cond: Tensor) -> tuple[Tensor, Tensor]:
+        """``x [B, S, D]``, ``cond [B, cond_dim]`` -> (``y [B, S, D]``, ``gate [B, 1, D]``)."""
+        var = x.float().pow(2).mean(-1, keepdim=True)
+        normed = x * torch.rsqrt(var + self.eps)
+        mod = self.dense(cond)[:, None, :]
+        scale, shift, gate = mod.chunk(3, dim=-1)
+        y = normed * (1 + scale.float()) + shift.float()
+        return y.to(x.dtype), gate.to(x.dtype)
+
+
+def _norm(module: nn.Module, x: Tensor, cond: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    if isinstance(module, AdaptiveRMSNorm):
+        if cond is None:
+            raise ValueError("adaptive RMSNorm needs a time condition")
+        return module(x, cond)
+    return module(x), None
+
+
+def _residual(x: Tensor, y: Tensor, gate: Tensor | None) -> Tensor:
+    return x + y if gate is None else x + y * gate
+
+
+class GemmaStack(nn.Module):
+    """A Gemma decoder stack built from transformers' ``GemmaDecoderLayer`` / ``GemmaRMSNorm``.
+
+    Only the parameters are used through transformers' modules; the forward pass is driven by
+    :class:`Pi0Model` (joint attention across stacks). ``adaptive_cond_dim`` swaps every RMSNorm for
+    :class:`AdaptiveRMSNorm` (pi0.5 expert); ``vocab_size`` adds a token embedding (the VLM).
+    """
+
+    def __init__(self, width: int, depth: int, mlp: int, cfg: Pi0Config, *, vocab_size: int | None = None,
+                 adaptive_cond_dim: int | None = None) -> None:
+        super().__init__()
+        from transformers import GemmaConfig
+        from transformers.models.gemma.modeling_gemma import GemmaDecoderLayer, GemmaRMSNorm
+
+        gcfg = GemmaConfig(hidden_size=width, intermediate_size=mlp, num_hidden_layers=depth,
+                           num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
+                           head_dim=cfg.head_dim, vocab_size=cfg.vocab_size, rms_norm_eps=cfg.rms_norm_eps,
+                           hidden_activation="gelu_pytorch_tanh", attention_bias=False)
+        self.width = width
+        self.embed_tokens = nn.Embedding(vocab_size, width) if vocab_size else None
+        self.layers = nn.ModuleList([GemmaDecoderLayer(gcfg, i) for i in range(depth)])
+        if adaptive_cond_dim is not None:
+            for layer in self.layers:
+                layer.input_layernorm = AdaptiveRMSNorm(width, adaptive_cond_dim, cfg.rms_norm_eps)
+                layer.post_attention_layernorm = AdaptiveRMSNorm(width, adaptive_cond_dim, cfg.rms_norm_eps)
+            self.norm: nn.Module = AdaptiveRMSNorm(width, adaptive_cond_dim, cfg.rms_norm_eps)
+        else:
+            self.norm = GemmaRMSNorm(width, eps=cfg.rms_norm_eps)
+
+
+class PaliGemmaPrefix(nn.Module):
+    """SigLIP vision tower + linear projector + Gemma language model (the VLM)."""
+
+    def __init__(self, cfg: Pi0Config) -> None:
+        super().__init__()
+        from transformers import SiglipVisionConfig, SiglipVisionModel
+
+        vcfg = SiglipVisionConfig(hidden_size=cfg.vision_width, intermediate_size=cfg.vision_mlp,
+                                  num_hidden_layers=cfg.vision_depth, num_attention_heads=cfg.vision_heads,
+                                  image_size=cfg.image_size, patch_size=cfg.patch_size, num_channels=3,
+                                  hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, vision_use_head=False)
+        vcfg._attn_implementation = "sdpa"
+        self.vision_tower = SiglipVisionModel(vcfg)
+        self.multi_modal_projector = nn.Module()
+        self.multi_modal_projector.linear = nn.Linear(cfg.vision_width, cfg.vlm_width)
+        self.language_model = GemmaStack(cfg.vlm_width, cfg.vlm_depth, cfg.vlm_mlp, cfg,
+                                         vocab_size=cfg.vocab_size)
+
+
+class NoiseHead(nn.Module):
+    """flow_noise: expert token features ``[B, H, W]`` -> raw log-variance ``[B, H, D]`` (ReinFlow).
+
+    Tanh MLP as RLinf's ExploreNoiseNet; the shared sampler squashes the output into the std range.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        w = in_dim
+        for h in hidden:
+            layers += [nn.Linear(w, h), nn.Tanh()]
+            w = h
+        layers.append(nn.Linear(w, out_dim))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.net(features.to(self.net[0].weight.dtype))
+
+
+@dataclass
+class PrefixCache:
+    """Per-observation prefix state reused by every denoising step.
+
+    ``keys`` / ``values``: per layer ``[B, kv_heads, P, head_dim]`` (RoPE applied); ``pad`` ``[B, P]``;
+    ``hidden``: final-normed VLM output ``[B, P, vlm_width]`` (for the value head after the VLM).
+    """
+
+    keys: list[Tensor]
+    values: list[Tensor]
+    pad: Tensor
+    hidden: Tensor
+
+    def repeat(self, n: int) -> PrefixCache:
+        """Each sample repeated ``n`` times along the batch (``[B] -> [B * n]``, sample-major)."""
+        return PrefixCache([k.repeat_interleave(n, 0) for k in self.keys],
+                           [v.repeat_interleave(n, 0) for v in self.values],
+                           self.pad.repeat_interleave(n, 0), self.hidden.repeat_interleave(n, 0))
+
+
+@dataclass
+class ExpertCache:
+    """Suffix-side constants of one observation: mask and positions for the cached expert pass."""
+
+    prefix: PrefixCache
+    mask: Tensor  # additive [B, 1, S_suffix, P + S_suffix]
+    positions: Tensor  # [B, S_suffix]
+
+
+class Pi0Model(nn.Module):
+    """pi0 / pi0.5 network: prefix encoding, cached or joint expert pass, velocity."""
+
+    def __init__(self, cfg: Pi0Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+        we = cfg.expert_width
+        self.vlm = PaliGemmaPrefix(cfg)
+        self.expert = GemmaStack(we, cfg.vlm_depth, cfg.expert_mlp, cfg,
+                                 adaptive_cond_dim=we if cfg.is_pi05 else None)
+        self.action_in_proj = nn.Linear(cfg.max_action_dim, we)
+        self.action_out_proj = nn.Linear(we, cfg.max_action_dim)
+        if cfg.is_pi05:
+            self.time_mlp_in = nn.Linear(we, we)
+            self.time_mlp_out = nn.Linear(we, we)
+        else:
+            self.state_proj = nn.Linear(cfg.max_state_dim, we)
+            self.action_time_mlp_in = nn.Linear(2 * we, we)
+            self.action_time_mlp_out = nn.Linear(we, we)
+        self.value_head: nn.Module | None = None
+        if cfg.add_value_head:
+            from vlarl_cli.policies.value_head import ValueHead
+
+            self.value_head = ValueHead(cfg.vlm_width if cfg.value_after_vlm else we, cfg.value_hidden)
+        self.noise_head = (NoiseHead(we, cfg.max_action_dim, cfg.noise_hidden)
+                           if cfg.noise_method == "flow_noise" else None)
+        inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
+        self.register_buffer("rope_inv_freq", inv, persistent=False)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def suffix_len(self) -> int:
+        return self.cfg.action_horizon + (0 if self.cfg.is_pi05 else 1)
+
+    def _dtype(self) -> torch.dtype:
+        return self.action_in_proj.weight.dtype
+
+    def _rope(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """positions ``[B, S]`` -> cos, sin ``[B, S, head_dim]`` (Gemma default RoPE, float32 math)."""
+        freqs = positions.float()[..., None] * self.rope_inv_freq.float().to(positions.device)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    # ------------------------------------------------------------------ embeddings
+    def embed_images(self, images: Tensor) -> Tensor:
+        """``images [N, 3, H, W]`` in [-1, 1] -> ``[N, tokens_per_image, vlm_width]``."""
+        feats = self.vlm.vision_tower(pixel_values=images.to(self._dtype())).last_hidden_state
+        return self.vlm.multi_modal_projector.linear(feats)
+
+    def embed_prefix(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mask: Tensor
+                     ) -> tuple[Tensor, Tensor]:
+        """Prefix embeddings and validity.
+
+        Args:
+            images: ``[B, N, 3, H, W]`` float in [-1, 1] (N camera slots).
+            image_masks: ``[B, N]`` bool, False for a missing camera (its tokens are masked out).
+            tokens: ``[B, L]`` long prompt ids; token_mask: ``[B, L]`` bool.
+        Returns:
+            ``(embs [B, P, vlm_width], pad [B, P] bool)`` with ``P = N_used * tokens_per_image + L``.
+            Slots masked for the WHOLE batch are skipped: their tokens are invalid, attended by nobody
+            and do not advance positions, so dropping them changes no output.
+        """
+        b, n = images.shape[:2]
+        if image_masks.shape != (b, n):
+            raise ValueError(f"image_masks must be [B={b}, N={n}], got {tuple(image_masks.shape)}")
+        used = [k for k in range(n) if bool(image_masks[:, k].any())]
+        embs: list[Tensor] = []
+        pads: list[Tensor] = []
+        if used:
+            flat = images[:, used].flatten(0, 1)
+            img = self.embed_images(flat).unflatten(0, (b, len(used)))  # [B, n_used, T, W]
+            t = img.shape[2]
+            embs.append(img.flatten(1, 2))
+            pads.append(image_masks[:, used, None].expand(b, len(used), t).flatten(1, 2))
+        lm = self.vlm.language_model
+        assert lm.embed_tokens is not None
+        lang = lm.embed_tokens(tokens)
+        embs.append(lang * math.sqrt(lang.shape[-1]))
+        pads.append(token_mask.bool())
+        return torch.cat(embs, dim=1), torch.cat(pads, dim=1)
+
+    def embed_suffix(self, state: Tensor | None, x_t: Tensor, t: Tensor
+                     ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """``(embs [B, S_suffix, We], ar [S_suffix] long, adarms_cond [B, We] | None)``."""
+        dtype = self._dtype()
+        time_emb = sinusoidal_time_embedding(t, self.cfg.expert_width, self.cfg.min_period, self.cfg.max_period)
+        action_emb = self.action_in_proj(x_t.to(dtype))
+        h = self.cfg.action_horizon
+        if self.cfg.is_pi05:
+            cond = F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(time_emb.to(dtype)))))
+            ar = torch.zeros(h, dtype=torch.long, device=x_t.device)
+            ar[0] = 1
+            return action_emb, ar, cond
+        if state is None:
+            raise ValueError("pi0 needs the (normalised, padded) state")
+        state_emb = self.state_proj(state.to(dtype))[:, None, :]
+        te = time_emb.to(dtype)[:, None, :].expand_as(action_emb)
+        at = self.action_time_mlp_out(F.silu(self.action_time_mlp_in(torch.cat([action_emb, te], dim=2))))
+        ar = torch.zeros(h + 1, dtype=torch.long, device=x_t.device)
+        ar[:2] = 1  # state: own block; first action token opens the action block
+        return torch.cat([state_emb, at], dim=1), ar, None
+
+    # ------------------------------------------------------------------ the layer loop
+    def _run_layers(self, streams: list[Tensor | None], conds: list[Tensor | None], positions: Tensor,
+                    mask: Tensor, past: PrefixCache | None = None, keep_kv: bool = False
+                    ) -> tuple[list[Tensor | None], list[Tensor], list[Tensor]]:
+        """Run all layers on the active streams ([vlm_stream, expert_stream], None = absent).
+
+        ``positions [B, S_active]``; ``mask`` additive ``[B, 1, S_active, S_past + S_active]``;
+        ``past`` supplies prefix keys/values in front of the active ones. Returns the final-normed
+        stream outputs and (if ``keep_kv``) per-layer keys/values of the active tokens.
+        """
+        stacks = [self.vlm.language_model, self.expert]
+        cfg = self.cfg
+        hd = cfg.head_dim
+        first = next(s for s in streams if s is not None)
+        cos, sin = self._rope(positions, first.dtype)
+        cos, sin = cos[:, None], sin[:, None]
+        hs = list(streams)
+        keys_out: list[Tensor] = []
+        values_out: list[Tensor] = []
+        for li in range(cfg.vlm_depth):
+            qs, ks, vs, gates, lens = [], [], [], [], []
+            for i, h in enumerate(hs):
+                if h is None:
+                    gates.append(None)
+                    continue
+                layer = stacks[i].layers[li]
+                x, g = _norm(layer.input_layernorm, h, conds[i])
+                gates.append(g)
+                b, s, _ = x.shape
+                attn = layer.self_attn
+                qs.append(attn.q_proj(x).view(b, s, -1, hd).transpose(1, 2))
+                ks.append(attn.k_proj(x).view(b, s, -1, hd).transpose(1, 2))
+                vs.append(attn.v_proj(x).view(b, s, -1, hd).transpose(1, 2))
+                lens.append(s)
+            q, k, v = torch.cat(qs, 2), torch.cat(ks, 2), torch.cat(vs, 2)
+            # RoPE (rotate-half form, as transformers' Gemma)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            if keep_kv:
+                keys_out.append(k)
+                values_out.append(v)
+            if past is not None:
+                k = torch.cat([past.keys[li].to(k.dtype), k], 2)
+                v = torch.cat([past.values[li].to(v.dtype), v], 2)
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=hd**-0.5,
+                                                 enable_gqa=cfg.num_heads != cfg.num_kv_heads)
+            b = att.shape[0]
+            att = att.transpose(1, 2).reshape(b, -1, cfg.num_heads * hd)
+            start = 0
+            j = 0
+            for i, h in enumerate(hs):
+                if h is None:
+                    continue
+                layer = stacks[i].layers[li]
+                end = start + lens[j]
+                out = layer.self_attn.o_proj(att[:, start:end].to(h.dtype))
+                out = _residual(h, out, gates[i])
+                y, g2 = _norm(layer.post_attention_layernorm, out, conds[i])
+                hs[i] = _residual(out, layer.mlp(y), g2)
+                start = end
+                j += 1
+        outs: list[Tensor | None] = []
+        for i, h in enumerate(hs):
+            outs.append(None if h is None else _norm(stacks[i].norm, h, conds[i])[0])
+        return outs, keys_out, values_out
+
+    # ------------------------------------------------------------------ public passes
+    def encode_prefix(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mask: Tensor
+                      ) -> PrefixCache:
+        """Run the VLM once on the prefix and keep every layer's keys/values."""
+        embs, pad = self.embed_prefix(images, image_masks, tokens, token_mask)
+        ar = torch.zeros_like(pad, dtype=torch.long)
+        mask = _additive(make_att_2d_masks(pad, ar), embs.dtype)
+        positions = torch.cumsum(pad.long(), dim=1) - 1
+        outs, keys, values = self._run_layers([embs, None], [None, None], positions, mask, keep_kv=True)
+        assert outs[0] is not None
+        return PrefixCache(keys, values, pad, outs[0])
+
+    def expert_cache(self, prefix: PrefixCache) -> ExpertCache:
+        """Mask and positions of the suffix, constant across denoising steps."""
+        b, p = prefix.pad.shape
+        s = self.suffix_len
+        dev = prefix.pad.device
+        ar = torch.zeros(s, dtype=torch.long, device=dev)
+        ar[: 1 if self.cfg.is_pi05 else 2] = 1
+        suffix_pad = torch.ones(b, s, dtype=torch.bool, device=dev)
+        suffix_att = make_att_2d_masks(suffix_pad, ar[None].expand(b, s))
+        full = torch.cat([prefix.pad[:, None, :].expand(b, s, p), suffix_att], dim=2)
+        positions = prefix.pad.long().sum(-1, keepdim=True) + torch.cumsum(suffix_pad.long(), dim=1) - 1
+        return ExpertCache(prefix, _additive(full, self._dtype()), positions)
+
+    def expert_forward(self, cache: ExpertCache, state: Tensor | None, x_t: Tensor, t: Tensor) -> Tensor:
+        """Cached path: expert output for the action tokens ``[B, H, We]`` at noisy actions ``x_t``."""
+        embs, _, cond = self.embed_suffix(state, x_t, t)
+        outs, _, _ = self._run_layers([None, embs], [None, cond], cache.positions, cache.mask,
+                                      past=cache.prefix)
+        assert outs[1] is not None
+        return outs[1][:, -self.cfg.action_horizon:]
+
+    def joint_forward(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mask: Tensor,
+                      state: Tensor | None, x_t: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+        """Uncached path (prefix and suffix in one layer-by-layer pass).
+
+        Returns ``(prefix_out [B, P, Wv], action_out [B, H, We])``.
+        """
+        pre, pad = self.embed_prefix(images, image_masks, tokens, token_mask)
+        suf, ar_s, cond = self.embed_suffix(state, x_t, t)
+        b, s = suf.shape[:2]
+        full_pad = torch.cat([pad, torch.ones(b, s, dtype=torch.bool, device=pad.device)], dim=1)
+        ar = torch.cat([torch.zeros_like(pad, dtype=torch.long), ar_s[None].expand(b, s)], dim=1)
+        mask = _additive(make_att_2d_masks(full_pad, ar), pre.dtype)
+        positions = torch.cumsum(full_pad.long(), dim=1) - 1
+        outs, _, _ = self._run_layers([pre, suf], [None, cond], positions, mask)
+        assert outs[0] is not None and outs[1] is not None
+        return outs[0], outs[1][:, -self.cfg.action_horizon:]
+
+    def velocity_from_features(self, action_out: Tensor) -> Tensor:
+        """Expert action-token output ``[B, H, We]`` -> velocity ``[B, H, max_action_dim]`` (float32)."""
+        return self.action_out_proj(action_out).float()
+
+    # ------------------------------------------------------------------ value
+    def prefix_value(self, prefix_hidden: Tensor, pad: Tensor) -> Tensor:
+        """Value from the mean of the VALID prefix tokens' VLM output (``value_after_vlm``) -> ``[B]``."""
+        assert self.value_head is not None
+        w = pad.to(prefix_hidden.dtype)[..., None]
+        pooled = (prefix_hidden * w).sum(1) / w.sum(1).clamp(min=1.0)
+        return self.value_head(pooled.float())
+
+    def expert_value(self, action_out: Tensor) -> Tensor:
+        """Value from the mean action-token expert output (pi0 style) -> ``[B]``."""
+        assert self.value_head is not None
+        return self.value_head(action_out.float().mean(dim=1))
+
+    # ------------------------------------------------------------------ plain inference
+    @torch.no_grad()
+    def sample_actions(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mask: Tensor,
+                       state: Tensor | None, noise: Tensor, num_steps: int = 10) -> Tensor:
+        """openpi-style Euler ODE sampling (dt = -1/K from t = 1), prefix cached. ``[B, H, max_action_dim]``."""
+        cache = self.expert_cache(self.encode_prefix(images, image_masks, tokens, token_mask))
+        x = noise.float()
+        b = x.shape[0]
+        for i in range(num_steps):
+            t = torch.full((b,), 1.0 - i / num_steps, dtype=torch.float32, device=x.device)
+            v = self.velocity_from_features(self.expert_forward(cache, state, x, t))
+            x = x + (-1.0 / num_steps) * v
+        return x
+
+    def num_parameters(self) -> int:
+        """Live parameters (each tensor once; the tied LM head does not exist here)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def extra_repr(self) -> str:
+        return f"variant={self.cfg.variant}"
+
+    def config_dict(self) -> dict[str, Any]:
+        return self.cfg.to_dict()
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

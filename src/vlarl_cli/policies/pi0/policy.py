@@ -1,0 +1,158 @@
+"""pi0 / pi0.5 as an RL policy (the contract in :mod:`vlarl_cli.policies.base`).
+
+``sample(obs)``: process the raw env observation, encode the prefix ONCE, denoise ``K`` steps through
+the shared flow-matching sampler (openpi time, noise at t = 1) with the expert attending the cached
+prefix keys/values, and return env actions ``[B, C, A]``, per-element log-probs ``[B, C, A]`` (the
+``[B, H, 32]`` log-probs cut to the executed horizon and the real action dims), values ``[B]`` and the
+replay record.
+
+``evaluate(replay)``: recompute the prefix from the stored model inputs (gradients flow), then the
+log-probs of the stored chain under the current weights (:func:`flow_logprobs`), values and, for
+``flow_noise``, the entropy.
+
+Value head (REFERENCE.md section 3): ``value_after_vlm=True`` reads the mean of the valid prefix
+tokens' VLM output; otherwise the mean action-token expert output at the FIRST denoising step
+(``t = 1``, ``x = chain[:, 0]``), a deterministic function of the replay so sample and evaluate agree
+exactly (RLinf averages the value over all steps at rollout but uses one step in training).
+
+Replay keys: ``images`` uint8 ``[B, 2, S, S, 3]``, ``image_masks`` ``[B, 2]``, ``tokens`` / ``token_mask``
+``[B, L]``, ``state`` ``[B, 32]``, ``chain`` ``[B, K+1, H, 32]``, ``denoise_index`` ``[B]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
+from vlarl_cli.policies.normalization import Normalizer, NormStats
+from vlarl_cli.policies.pi0.config import Pi0Config
+from vlarl_cli.policies.pi0.modeling import ExpertCache, Pi0Model
+from vlarl_cli.policies.pi0.processing import Pi0Processor, make_tokenizer, to_model_images
+from vlarl_cli.policies.tokenization import Tokenizer
+
+__all__ = ["REPLAY_KEYS", "Pi0Policy"]
+
+REPLAY_KEYS = ("images", "image_masks", "tokens", "token_mask", "state", "chain", "denoise_index")
+
+
+class Pi0Policy(Pi0Model):
+    """The pi0 / pi0.5 network plus processing, sampling and log-prob recomputation."""
+
+    def __init__(self, cfg: Pi0Config, *, tokenizer: Tokenizer | None = None,
+                 norm_stats: dict[str, NormStats] | None = None) -> None:
+        super().__init__(cfg)
+        self.num_action_chunks = cfg.num_action_chunks
+        self.action_dim = cfg.action_env_dim
+        self.norm_stats = dict(norm_stats or {})
+        mode = cfg.normalization_mode if self.norm_stats else "identity"
+        self.processor = Pi0Processor(cfg, tokenizer or make_tokenizer(cfg), Normalizer(self.norm_stats, mode))
+        if cfg.is_lora:
+            from vlarl_cli.policies.lora import apply_lora
+
+            apply_lora(self.vlm.language_model, cfg.lora_rank, cfg.lora_scale_alpha)
+        self.apply_trainability()
+
+    # ------------------------------------------------------------------ setup
+    def set_norm_stats(self, norm_stats: dict[str, NormStats] | None) -> None:
+        self.norm_stats = dict(norm_stats or {})
+        mode = self.cfg.normalization_mode if self.norm_stats else "identity"
+        self.processor.normalizer = Normalizer(self.norm_stats, mode)
+
+    def apply_trainability(self) -> None:
+        """``train_expert_only``: freeze the VLM (vision + language). ``is_lora``: freeze the VLM's base
+        weights and train only its LoRA factors (the expert and heads stay fully trainable)."""
+        from vlarl_cli.policies.lora import LoRALinear
+
+        cfg = self.cfg
+        for p in self.vlm.parameters():
+            p.requires_grad_(not (cfg.train_expert_only or cfg.is_lora))
+        if cfg.is_lora and not cfg.train_expert_only:
+            for m in self.vlm.modules():
+                if isinstance(m, LoRALinear):
+                    m.lora_A.requires_grad_(True)
+                    m.lora_B.requires_grad_(True)
+
+    def flow_config(self) -> Any:
+        return self.cfg.flow_config()
+
+    @property
+    def device(self) -> torch.device:
+        return self.action_in_proj.weight.device
+
+    # ------------------------------------------------------------------ internals
+    def _prefix(self, inputs: dict[str, Tensor]) -> tuple[ExpertCache, Tensor | None]:
+        images = to_model_images(inputs["images"].to(self.device), self._dtype())
+        prefix = self.encode_prefix(images, inputs["image_masks"].to(self.device),
+                                    inputs["tokens"].to(self.device), inputs["token_mask"].to(self.device))
+        state = None if self.cfg.is_pi05 else inputs["state"].to(self.device)
+        return self.expert_cache(prefix), state
+
+    def _velocity_fn(self, cache: ExpertCache, state: Tensor | None, calls: list[tuple[Tensor, Tensor, Tensor]]):
+        from vlarl_cli.policies.flow_matching import VelocityOutput
+
+        def fn(x: Tensor, t: Tensor) -> VelocityOutput:
+            feats = self.expert_forward(cache, state, x, t)
+            calls.append((x, t, feats))
+            raw = self.noise_head(feats) if self.noise_head is not None else None
+            return VelocityOutput(self.velocity_from_features(feats), raw)
+
+        return fn
+
+    def _values(self, cache: ExpertCache, state: Tensor | None, x0: Tensor,
+                calls: list[tuple[Tensor, Tensor, Tensor]]) -> Tensor:
+        b = x0.shape[0]
+        if self.value_head is None:
+            return torch.zeros(b, dtype=torch.float32, device=x0.device)
+        if self.cfg.value_after_vlm:
+            return self.prefix_value(cache.prefix.hidden, cache.prefix.pad)
+        for x, t, feats in calls:  # reuse the t = 1 call on the initial noise when the sampler made it
+            if x.shape == x0.shape and bool((t == 1.0).all()) and torch.equal(x, x0):
+                return self.expert_value(feats)
+        ones = torch.ones(b, dtype=torch.float32, device=x0.device)
+        return self.expert_value(self.expert_forward(cache, state, x0, ones))
+
+    def _cut(self, x: Tensor) -> Tensor:
+        """``[B, H, 32] -> [B, C, A]``: executed horizon and real action dims."""
+        return x[:, : self.cfg.num_action_chunks, : self.cfg.action_env_dim]
+
+    # ------------------------------------------------------------------ the contract
+    @torch.no_grad()
+    def sample(self, obs: dict[str, Any], deterministic: bool = False,
+               generator: torch.Generator | None = None) -> PolicyOutput:
+        """Raw env observation -> :class:`PolicyOutput` (shapes in :mod:`vlarl_cli.policies.base`)."""
+        from vlarl_cli.policies.flow_matching import sample_flow
+
+        inputs = self.processor.prepare(obs)
+        cache, state = self._prefix(inputs)
+        b = inputs["tokens"].shape[0]
+        calls: list[tuple[Tensor, Tensor, Tensor]] = []
+        noise = torch.randn(b, self.cfg.action_horizon, self.cfg.max_action_dim, generator=generator,
+                            device=self.device, dtype=torch.float32)
+        fs = sample_flow(self._velocity_fn(cache, state, calls), noise, self.flow_config(),
+                         deterministic=deterministic, generator=generator)
+        values = self._values(cache, state, noise, calls)
+        actions = self.processor.actions_to_env(fs.actions.cpu(), inputs["raw_state"])
+        replay: Replay = {k: inputs[k] for k in ("images", "image_masks", "tokens", "token_mask", "state")}
+        replay["chain"] = fs.chain.float().cpu()
+        replay["denoise_index"] = fs.denoise_index.cpu()
+        return PolicyOutput(actions=actions, logprobs=self._cut(fs.logprobs).float().cpu(),
+                            values=values.float().cpu(), replay=replay)
+
+    def evaluate(self, replay: Replay) -> EvaluateOutput:
+        """Recompute log-probs ``[B, C, A]``, values ``[B]`` and entropy (flow_noise) from a replay."""
+        from vlarl_cli.policies.flow_matching import flow_logprobs
+
+        missing = [k for k in REPLAY_KEYS if k not in replay]
+        if missing:
+            raise KeyError(f"replay lacks {missing} (has {sorted(replay)})")
+        cache, state = self._prefix(replay)
+        chain = replay["chain"].to(self.device)
+        calls: list[tuple[Tensor, Tensor, Tensor]] = []
+        logp, entropy = flow_logprobs(self._velocity_fn(cache, state, calls), chain,
+                                      replay["denoise_index"].to(self.device), self.flow_config())
+        values = self._values(cache, state, chain[:, 0], calls)
+        return EvaluateOutput(logprobs=self._cut(logp).float(), values=values.float(),
+                              entropy=None if entropy is None else self._cut(entropy).float())

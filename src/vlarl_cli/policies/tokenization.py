@@ -1,0 +1,160 @@
+"""Prompt tokenisers behind one small protocol.
+
+``Tokenizer.encode(texts, max_len) -> (ids [B, max_len] long, mask [B, max_len] bool)``: right-padded
+with the pad id (0), mask True on real tokens, truncated to ``max_len``.
+
+Two implementations:
+
+* :class:`ByteTokenizer`: built in, no files, no downloads. UTF-8 bytes shifted past four special ids
+  (Gemma's numbering: pad 0, eos 1, bos 2, unk 3), so a vocabulary of 260 ids covers every string. The
+  tiny presets and the CPU quickstart use it.
+* :class:`FileTokenizer`: wraps a LOCAL tokenizer (a ``tokenizer.json`` for the ``tokenizers`` library,
+  or a folder that ``transformers.AutoTokenizer`` can open offline), e.g. PaliGemma's for real pi0
+  checkpoints. Nothing is downloaded.
+
+Prompt formats (openpi ``models/tokenizer.py``, ``PaligemmaTokenizer.tokenize``): the text is cleaned
+(``strip``, ``_`` and newlines to spaces); pi0 / pi0.5 without discrete state encode
+``[bos] + tokens(text) + tokens("\\n")`` (the newline is the "start of answer" token).
+:func:`openpi_prompt` builds that id list for any tokeniser's ``encode_text``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from vlarl_cli.errors import CheckpointError
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "ByteTokenizer",
+    "FileTokenizer",
+    "Tokenizer",
+    "clean_prompt",
+    "pad_batch",
+]
+
+PAD_ID, EOS_ID, BOS_ID, UNK_ID = 0, 1, 2, 3
+_BYTE_OFFSET = 4
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What the policies need from a tokeniser."""
+
+    vocab_size: int
+
+    def encode(self, texts: Sequence[str], max_len: int) -> tuple[Tensor, Tensor]:
+        """``texts`` (B strings) -> ``(ids [B, max_len] long, mask [B, max_len] bool)``."""
+        ...
+
+
+def clean_prompt(text: str) -> str:
+    """openpi's prompt cleaning: strip, underscores and newlines to spaces."""
+    return text.strip().replace("_", " ").replace("\n", " ")
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], max_len: int, pad_id: int = PAD_ID) -> tuple[Tensor, Tensor]:
+    """Right-pad / truncate id lists to ``[B, max_len]``; returns ``(ids, mask)``."""
+    ids = torch.full((len(seqs), max_len), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), max_len), dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        s = list(s)[:max_len]
+        if s:
+            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[i, : len(s)] = True
+    return ids, mask
+
+
+class _CachedEncoder:
+    """Shared batching + per-prompt cache (RL rollouts repeat the same few task prompts)."""
+
+    vocab_size: int
+
+    def __init__(self, cache_size: int = 1024) -> None:
+        self._cache: OrderedDict[str, list[int]] = OrderedDict()
+        self._cache_size = cache_size
+
+    def prompt_ids(self, text: str) -> list[int]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _ids(self, text: str) -> list[int]:
+        hit = self._cache.get(text)
+        if hit is None:
+            hit = self.prompt_ids(text)
+            self._cache[text] = hit
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return hit
+
+    def encode(self, texts: Sequence[str], max_len: int) -> tuple[Tensor, Tensor]:
+        if isinstance(texts, str):
+            raise TypeError("encode expects a list of strings, got one string")
+        return pad_batch([self._ids(t) for t in texts], max_len)
+
+
+class ByteTokenizer(_CachedEncoder):
+    """UTF-8 byte tokeniser with Gemma's special ids; ``vocab_size`` = 260 (needs a model vocab >= 260)."""
+
+    vocab_size = 256 + _BYTE_OFFSET
+
+    def encode_text(self, text: str) -> list[int]:
+        return [b + _BYTE_OFFSET for b in text.encode("utf-8")]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(i - _BYTE_OFFSET for i in ids if i >= _BYTE_OFFSET).decode("utf-8", errors="replace")
+
+    def prompt_ids(self, text: str) -> list[int]:
+        return openpi_prompt(self.encode_text, text, BOS_ID)
+
+
+def openpi_prompt(encode_text: Callable[[str], list[int]], text: str, bos_id: int) -> list[int]:
+    """``[bos] + encode(clean(text)) + encode("\\n")``: the pi0 / pi0.5 (continuous state) prompt."""
+    return [bos_id, *encode_text(clean_prompt(text)), *encode_text("\n")]
+
+
+class FileTokenizer(_CachedEncoder):
+    """A local tokeniser file or folder (no network).
+
+    Args:
+        path: a ``tokenizer.json`` file (``tokenizers`` library) or a folder holding one (or any folder
+            ``transformers.AutoTokenizer.from_pretrained(..., local_files_only=True)`` can open).
+        bos_id: id prepended to every prompt (PaliGemma: 2).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], bos_id: int = BOS_ID) -> None:
+        super().__init__()
+        p = Path(path)
+        self.bos_id = bos_id
+        self._encode: Callable[[str], list[int]]
+        json_file = p if p.is_file() else p / "tokenizer.json"
+        if json_file.is_file():
+            from tokenizers import Tokenizer as _HFTokenizer
+
+            tok = _HFTokenizer.from_file(os.fspath(json_file))
+            self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
+            self._encode = lambda s: list(tok.encode(s, add_special_tokens=False).ids)
+        elif p.is_dir():
+            try:
+                from transformers import AutoTokenizer
+
+                tok2 = AutoTokenizer.from_pretrained(os.fspath(p), local_files_only=True)
+            except Exception as err:  # transformers raises many types for unreadable folders
+                raise CheckpointError(f"Could not open a tokenizer in {p}: {err}",
+                                      "Point tokenizer_path at a tokenizer.json or a tokenizer folder.") from None
+            self.vocab_size = len(tok2)
+            self._encode = lambda s: list(tok2.encode(s, add_special_tokens=False))
+        else:
+            raise CheckpointError(f"Tokenizer path {p} does not exist.",
+                                  "Point tokenizer_path at a local tokenizer.json (e.g. PaliGemma's).")
+
+    def prompt_ids(self, text: str) -> list[int]:
+        return openpi_prompt(self._encode, text, self.bos_id)
