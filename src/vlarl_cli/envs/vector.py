@@ -1,0 +1,696 @@
+"""N LIBERO simulators in W worker subprocesses, observations through shared memory.
+
+Layout: env ``e`` lives in worker ``e // (N / W)``. Images and states are written by the workers into
+shared-memory arrays ``[N, ...]`` owned by the parent, so no image is ever pickled; only actions
+(``[C, 7]`` floats per env), per-step rewards/dones and episode metrics cross the pipes.
+
+Init states (GRPO groups): envs ``[g * group_size, (g + 1) * group_size)`` form group ``g`` and share one
+reset state. :meth:`LiberoVectorEnv.reset` assigns a new reset state to every group, either the next ones
+of the pool in order (``ordered``: task-major, trial 0..49 for each task, wrapping) or drawn from a
+generator seeded with ``spec.seed`` (``random``). Auto-reset restarts an env from its group's current
+state (as RLinf does with fixed reset-state ids), so a group keeps sharing its state until the next
+:meth:`reset`.
+
+Pipelining: env ``e`` belongs to stage ``e % stages``; every worker hosts envs of every stage, so while
+the workers step stage ``s`` the policy can compute actions for stage ``s + 1``
+(:meth:`step_chunk_async` / :meth:`wait`).
+
+Recovery: a worker that dies (or stops answering) is replaced by a fresh process; every env it hosted has
+its current episode reported as failed (``dones`` True, ``error`` set) and restarts from its assigned
+state; envs in other workers are untouched. Unstable physics is handled inside the worker by rebuilding
+that one simulator.
+
+Usage::
+
+    vec = LiberoVectorEnv(VectorEnvSpec(suite="libero_spatial", task_ids=(0,), num_envs=4, num_workers=2))
+    obs = vec.reset()                       # dict of tensors [N, ...] + task_descriptions
+    obs, rewards, dones, infos = vec.step_chunk(actions)   # actions [N, C, 7] -> rewards/dones [N, C]
+    vec.close()
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from multiprocessing import shared_memory
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from vlarl_cli import keys
+from vlarl_cli.envs.libero import suites
+from vlarl_cli.envs.libero.env import (
+    CAMERAS,
+    ERROR,
+    RAW_STATE_KEYS,
+    UNSTABLE,
+    EnvOptions,
+)
+from vlarl_cli.errors import EnvError
+
+#: Info keys returned by step_chunk beyond vlarl_cli.keys.
+EPISODE_DONE = "episode_done"  # [N] bool: an episode ended during this chunk (metrics valid there)
+ERRORS = "errors"  # dict env_id -> message for episodes failed this chunk
+RESET_STATE_IDS = "reset_state_ids"  # [N] int: flat reset-state id each env (re)started from
+ACTIVE = "active"  # [N] bool: env has a running episode (False only without auto-reset)
+
+_REPLY_TIMEOUT_S = 900.0  # a reset may construct a simulator (~4-12 s) under heavy CPU sharing
+
+
+@dataclass(frozen=True)
+class VectorEnvSpec:
+    """Everything the vector env needs, as plain fields (the runner maps its config onto it).
+
+    Attributes:
+        suite: LIBERO suite (``libero_130`` = all tasks).
+        task_ids: tasks of the suite to draw init states from; empty = all tasks.
+        num_envs: N simulators.
+        num_workers: W subprocesses; N must be divisible by W.
+        resolution: square image size (128 / 224 / 256).
+        cameras: policy cameras, subset of ("main", "wrist"); () = physics only.
+        max_episode_steps: policy steps per episode; None = protocol limit of the task's suite.
+        settle_steps: None = protocol's.
+        protocol: ``standard`` or ``rlinf``.
+        seed: seeds the init-state generator (``random`` order).
+        env_seed: ``env.seed`` before each reset; None = protocol's (7).
+        auto_reset: restart finished envs inside ``step_chunk`` (from the group's current state).
+        group_size: consecutive envs sharing one init state (GRPO); must divide N.
+        init_state_order: ``ordered`` or ``random``.
+        reward_coef, use_rel_reward, step_penalty, ignore_terminations: see ``EnvOptions``.
+        record_video: render every step and keep both cameras' frames per episode.
+        stages: pipeline stages; must divide N.
+        hard_reset: robosuite hard reset (slower; default False, checked bit-identical to hard).
+        cache_dir: vlarl cache root (LIBERO config); None = default.
+    """
+
+    suite: str
+    task_ids: tuple[int, ...] = ()
+    num_envs: int = 1
+    num_workers: int = 1
+    resolution: int = 128
+    cameras: tuple[str, ...] = ("main", "wrist")
+    max_episode_steps: int | None = None
+    settle_steps: int | None = None
+    protocol: str = "standard"
+    seed: int = 0
+    env_seed: int | None = None
+    auto_reset: bool = True
+    group_size: int = 1
+    init_state_order: Literal["ordered", "random"] = "ordered"
+    reward_coef: float = 1.0
+    use_rel_reward: bool = False
+    step_penalty: float = 0.0
+    ignore_terminations: bool = False
+    record_video: bool = False
+    stages: int = 1
+    hard_reset: bool = False
+    cache_dir: str | None = None
+
+    def env_options(self) -> EnvOptions:
+        return EnvOptions(
+            resolution=self.resolution,
+            cameras=tuple(self.cameras),
+            protocol=self.protocol,
+            max_episode_steps=self.max_episode_steps,
+            settle_steps=self.settle_steps,
+            seed=self.env_seed,
+            reward_coef=self.reward_coef,
+            use_rel_reward=self.use_rel_reward,
+            step_penalty=self.step_penalty,
+            ignore_terminations=self.ignore_terminations,
+            hard_reset=self.hard_reset,
+            record_video=self.record_video,
+        )
+
+    def validate(self) -> None:
+        suites.check_suite(self.suite)
+        self.env_options().validate()
+        n_tasks = suites.num_tasks(self.suite)
+        for t in self.task_ids:
+            if not 0 <= t < n_tasks:
+                raise EnvError(f"task id {t} is out of range for {self.suite} ({n_tasks} tasks).")
+        rules = [
+            (self.num_envs >= 1, f"num_envs must be >= 1, got {self.num_envs}"),
+            (1 <= self.num_workers <= self.num_envs, f"num_workers must be in [1, num_envs], got {self.num_workers}"),
+            (self.num_envs % self.num_workers == 0, f"num_envs {self.num_envs} % num_workers {self.num_workers} != 0"),
+            (self.group_size >= 1 and self.num_envs % self.group_size == 0,
+             f"num_envs {self.num_envs} must be a multiple of group_size {self.group_size}"),
+            (self.stages >= 1 and self.num_envs % self.stages == 0,
+             f"num_envs {self.num_envs} must be a multiple of stages {self.stages}"),
+            (self.init_state_order in ("ordered", "random"),
+             f'init_state_order must be "ordered" or "random", got "{self.init_state_order}"'),
+        ]  # fmt: skip
+        for ok, message in rules:
+            if not ok:
+                raise EnvError(message + ".", fix="Adjust the env section of the config.")
+
+
+# ------------------------------------------------------------------------------------------------
+# Shared memory layout
+# ------------------------------------------------------------------------------------------------
+
+
+def _obs_layout(spec: VectorEnvSpec) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Shared arrays: name -> (shape, dtype)."""
+    n, r = spec.num_envs, spec.resolution
+    layout: dict[str, tuple[tuple[int, ...], str]] = {}
+    for cam in spec.cameras:
+        layout[CAMERAS[cam][1]] = ((n, r, r, 3), "uint8")
+    layout[keys.STATES] = ((n, 8), "float32")
+    for name, dim in RAW_STATE_KEYS.items():
+        layout[name] = ((n, dim), "float32")
+    return layout
+
+
+def _attach(names: dict[str, str], layout: dict[str, tuple[tuple[int, ...], str]]):
+    blocks = {k: shared_memory.SharedMemory(name=names[k]) for k in layout}
+    arrays = {k: np.ndarray(layout[k][0], dtype=layout[k][1], buffer=blocks[k].buf) for k in layout}
+    return blocks, arrays
+
+
+# ------------------------------------------------------------------------------------------------
+# Worker process
+# ------------------------------------------------------------------------------------------------
+
+
+def _worker_main(conn: Any, env_ids: list[int], spec_fields: dict, shm_names: dict[str, str]) -> None:
+    """Worker loop: hosts the LiberoEnv instances for ``env_ids`` and serves commands from the parent."""
+    spec = VectorEnvSpec(**spec_fields)
+    layout = _obs_layout(spec)
+    blocks, arrays = _attach(shm_names, layout)
+    from vlarl_cli.envs.libero.env import LiberoEnv
+    from vlarl_cli.envs.libero.setup import prepare_libero
+
+    prepare_libero(Path(spec.cache_dir) if spec.cache_dir else None, check_assets=False)
+    options = spec.env_options()
+    envs: dict[int, LiberoEnv] = {}
+
+    def write(gid: int, obs: dict[str, Any]) -> None:
+        for k in layout:
+            arrays[k][gid] = obs[k]
+
+    def start(gid: int, task_id: int, trial_id: int) -> str:
+        env = envs.get(gid)
+        if env is None:
+            env = envs[gid] = LiberoEnv(spec.suite, task_id, options, cache_dir=None)
+        else:
+            env.set_task(task_id)
+        obs = env.reset(trial_id)
+        write(gid, obs)
+        return obs[keys.TASK_DESCRIPTIONS]
+
+    try:
+        while True:
+            cmd, tag, payload = conn.recv()
+            if cmd == "close":
+                break
+            if cmd == "reset":
+                reply = {gid: start(gid, task_id, trial_id) for gid, task_id, trial_id in payload}
+                conn.send((tag, reply))
+            elif cmd == "step":
+                reply = {}
+                for gid, actions, (task_id, trial_id), auto_reset in payload:
+                    env = envs[gid]
+                    out: dict[str, Any] = {}
+                    if not env.episode_active:
+                        c = len(actions)
+                        out["inactive"] = True
+                        out["rewards"] = np.zeros(c, np.float32)
+                        out["dones"] = np.ones(c, bool)
+                        out["success"] = np.zeros(c, bool)
+                        out["truncated"] = np.zeros(c, bool)
+                        reply[gid] = out
+                        continue
+                    try:
+                        result = env.step_chunk(actions)
+                    except Exception as err:  # simulator error: fail this episode, keep the worker
+                        c = len(actions)
+                        out.update(
+                            rewards=np.zeros(c, np.float32), dones=np.ones(c, bool),
+                            success=np.zeros(c, bool), truncated=np.zeros(c, bool),
+                            episode={keys.SUCCESS_ONCE: False, keys.SUCCESS_AT_END: False, keys.RETURN: 0.0,
+                                     keys.EPISODE_LEN: env.elapsed_steps, ERROR: f"simulator error: {err!r}",
+                                     UNSTABLE: True},
+                        )  # fmt: skip
+                    else:
+                        out.update(
+                            rewards=result.rewards, dones=result.dones, success=result.success,
+                            truncated=result.truncated, episode=result.episode,
+                        )  # fmt: skip
+                        if result.episode is None:
+                            write(gid, result.obs)
+                    episode = out.get("episode")
+                    if episode is not None:
+                        if spec.record_video:
+                            out["frames"] = env.pop_frames()
+                        if episode.get(UNSTABLE):
+                            env.rebuild()
+                        if auto_reset:
+                            out["task_description"] = start(gid, task_id, trial_id)
+                        else:
+                            write(gid, env.observation())
+                    reply[gid] = out
+                conn.send((tag, reply))
+            elif cmd == "frames":
+                conn.send((tag, {gid: envs[gid].pop_frames() for gid in payload}))
+            elif cmd == "ping":
+                conn.send((tag, {"pid": mp.current_process().pid}))
+    except (EOFError, KeyboardInterrupt):
+        pass
+    except Exception:
+        traceback.print_exc()
+        raise
+    finally:
+        for env in envs.values():
+            try:
+                env.close()
+            except Exception:
+                pass
+        for block in blocks.values():
+            block.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# Parent side
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Worker:
+    index: int
+    env_ids: list[int]
+    process: Any = None
+    conn: Any = None
+    stash: dict[int, Any] = field(default_factory=dict)  # replies received while waiting for another tag
+    pending: dict[int, tuple[str, Any]] = field(default_factory=dict)  # tag -> (cmd, payload)
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class LiberoVectorEnv:
+    """Vectorised LIBERO (see module docstring). All arrays are indexed by global env id."""
+
+    def __init__(self, spec: VectorEnvSpec) -> None:
+        from vlarl_cli.envs.libero.setup import prepare_libero
+
+        spec.validate()
+        self.spec = spec
+        # Probe the GL backend and write LIBERO's config once, here; workers inherit the environment.
+        prepare_libero(Path(spec.cache_dir) if spec.cache_dir else None)
+        n = spec.num_envs
+        self._ctx = mp.get_context("spawn")
+        self._layout = _obs_layout(spec)
+        self._blocks = {
+            k: shared_memory.SharedMemory(
+                create=True, size=max(1, int(np.prod(shape)) * np.dtype(dt).itemsize)
+            )
+            for k, (shape, dt) in self._layout.items()
+        }
+        self._arrays = {
+            k: np.ndarray(shape, dtype=dt, buffer=self._blocks[k].buf)
+            for k, (shape, dt) in self._layout.items()
+        }
+        task_ids = spec.task_ids or tuple(range(suites.num_tasks(spec.suite)))
+        #: The pool of flat reset-state ids, task-major (task t trial 0..49, then the next task).
+        self.pool = np.array(
+            [t * suites.TRIALS_PER_TASK + i for t in task_ids for i in range(suites.TRIALS_PER_TASK)]
+        )
+        self._rng = np.random.default_rng(spec.seed)
+        self._cursor = 0
+        self._reset_state_ids = np.full(n, -1, dtype=np.int64)
+        self._task_descriptions = [""] * n
+        self._active = np.zeros(n, bool)
+        self._lost: dict[int, str] = {}  # env id -> error for episodes lost in a worker restart
+        self._frames: dict[int, list[dict[str, np.ndarray]]] = {}
+        self._tag = 0
+        self._pending_stage: dict[int, tuple] = {}
+        per = n // spec.num_workers
+        self._workers = [_Worker(w, list(range(w * per, (w + 1) * per))) for w in range(spec.num_workers)]
+        self._env_worker = {e: w.index for w in self._workers for e in w.env_ids}
+        self._closed = False
+        self.restarts = 0
+        for worker in self._workers:
+            self._start_worker(worker)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def num_envs(self) -> int:
+        return self.spec.num_envs
+
+    @property
+    def reset_state_ids(self) -> np.ndarray:
+        """``[N]`` flat reset-state id each env last started from."""
+        return self._reset_state_ids.copy()
+
+    def stage_ids(self, stage: int) -> list[int]:
+        """Global env ids of pipeline stage ``stage`` (env e is in stage e % stages)."""
+        if not 0 <= stage < self.spec.stages:
+            raise EnvError(f"stage {stage} out of range (stages={self.spec.stages}).")
+        return list(range(stage, self.spec.num_envs, self.spec.stages))
+
+    def worker_pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers]
+
+    # ------------------------------------------------------------------ worker plumbing
+
+    def _start_worker(self, worker: _Worker) -> None:
+        parent, child = self._ctx.Pipe()
+        names = {k: b.name for k, b in self._blocks.items()}
+        proc = self._ctx.Process(
+            target=_worker_main,
+            args=(child, worker.env_ids, asdict(self.spec), names),
+            name=f"vlarl-libero-{worker.index}",
+            daemon=True,
+        )
+        proc.start()
+        child.close()
+        worker.process, worker.conn = proc, parent
+        worker.stash, worker.pending = {}, {}
+
+    def _send(self, worker: _Worker, cmd: str, payload: Any) -> int:
+        self._tag += 1
+        tag = self._tag
+        worker.pending[tag] = (cmd, payload)
+        try:
+            worker.conn.send((cmd, tag, payload))
+        except (BrokenPipeError, OSError):
+            pass  # detected in _recv
+        return tag
+
+    def _recv(self, worker: _Worker, tag: int) -> Any:
+        """Reply for ``tag``; raises WorkerDied if the process is gone or silent too long."""
+        deadline = time.monotonic() + _REPLY_TIMEOUT_S
+        while tag not in worker.stash:
+            try:
+                ready = worker.conn.poll(0.5)
+            except (EOFError, OSError):
+                ready = False
+                if not worker.process.is_alive():
+                    raise WorkerDied from None
+            if ready:
+                try:
+                    got_tag, reply = worker.conn.recv()
+                except (EOFError, OSError):
+                    raise WorkerDied from None
+                worker.stash[got_tag] = reply
+            elif not worker.process.is_alive() or time.monotonic() > deadline:
+                raise WorkerDied
+        worker.pending.pop(tag, None)
+        return worker.stash.pop(tag)
+
+    def _assignment(self, env_id: int) -> tuple[int, int]:
+        address = suites.address(self.spec.suite, int(self._reset_state_ids[env_id]))
+        return address.task_id, address.trial_id
+
+    def _restart(self, worker: _Worker) -> None:
+        """Replace a dead worker and restart all its envs from their assigned states.
+
+        Commands that were in flight on it get synthesised replies (failed episodes) in its stash.
+        """
+        self.restarts += 1
+        pending = dict(worker.pending)
+        try:
+            worker.process.kill()
+            worker.process.join(timeout=10)
+        except Exception:
+            pass
+        self._start_worker(worker)
+        items = [(e, *self._assignment(e)) for e in worker.env_ids if self._reset_state_ids[e] >= 0]
+        if items:
+            tag = self._send(worker, "reset", items)
+            try:
+                descriptions = self._recv(worker, tag)
+            except WorkerDied:
+                raise EnvError(
+                    f"LIBERO worker {worker.index} died again right after being restarted "
+                    f"(exit code {worker.process.exitcode}); see its traceback above.",
+                    fix="Scripts that create a LiberoVectorEnv must guard their entry point with "
+                    "`if __name__ == '__main__':` (workers are spawned); otherwise check memory and MUJOCO_GL.",
+                ) from None
+            for e, d in descriptions.items():
+                self._task_descriptions[e] = d
+                self._active[e] = True
+        message = f"worker {worker.index} died; its episodes were restarted"
+        stepped: set[int] = set()
+        # Answer the commands that were in flight on the dead worker, as if it had replied.
+        for tag, (cmd, payload) in pending.items():
+            reply: dict[int, Any] = {}
+            if cmd == "reset":
+                reply = {gid: self._task_descriptions[gid] for gid, _, _ in payload}
+            elif cmd == "step":
+                for gid, actions, _, _ in payload:
+                    stepped.add(gid)
+                    c = len(actions)
+                    reply[gid] = {
+                        "rewards": np.zeros(c, np.float32), "dones": np.ones(c, bool),
+                        "success": np.zeros(c, bool), "truncated": np.zeros(c, bool),
+                        "episode": {keys.SUCCESS_ONCE: False, keys.SUCCESS_AT_END: False, keys.RETURN: 0.0,
+                                    keys.EPISODE_LEN: 0, ERROR: message, UNSTABLE: False},
+                        "task_description": self._task_descriptions[gid],
+                    }  # fmt: skip
+            worker.stash[tag] = reply
+        # Envs of this worker that were not being stepped lost their episode too: report it at their next step.
+        for e in worker.env_ids:
+            if e not in stepped:
+                self._lost[e] = message
+
+    def _request(self, sends: list[tuple[_Worker, str, Any]]) -> dict[int, Any]:
+        """Send commands to several workers, then gather replies (restarting dead workers)."""
+        tags = [(w, self._send(w, cmd, payload)) for w, cmd, payload in sends]
+        return self._gather(tags)
+
+    def _gather(self, tags: list[tuple[_Worker, int]]) -> dict[int, Any]:
+        merged: dict[int, Any] = {}
+        for worker, tag in tags:
+            try:
+                merged.update(self._recv(worker, tag))
+            except WorkerDied:
+                self._restart(worker)
+                merged.update(self._recv(worker, tag))
+        return merged
+
+    # ------------------------------------------------------------------ reset
+
+    def _draw_group_states(self, num_groups: int) -> np.ndarray:
+        if self.spec.init_state_order == "random":
+            return self._rng.choice(self.pool, size=num_groups, replace=True)
+        idx = (self._cursor + np.arange(num_groups)) % len(self.pool)
+        self._cursor = int((self._cursor + num_groups) % len(self.pool))
+        return self.pool[idx]
+
+    def reset(self, reset_state_ids: np.ndarray | list[int] | None = None) -> dict[str, Any]:
+        """Start a new episode in every env.
+
+        Args:
+            reset_state_ids: explicit ``[N]`` flat reset-state ids (evaluation); None = one new state per
+                group from the pool (ordered or random).
+
+        Returns:
+            observation batch: image tensors ``[N, H, W, 3]`` uint8, ``states`` ``[N, 8]`` float32, raw
+            state parts, ``task_descriptions`` list[str].
+        """
+        n, g = self.spec.num_envs, self.spec.group_size
+        if reset_state_ids is None:
+            ids = np.repeat(self._draw_group_states(n // g), g)
+        else:
+            ids = np.asarray(reset_state_ids, dtype=np.int64).reshape(-1)
+            if ids.shape != (n,):
+                raise EnvError(f"reset_state_ids has {ids.size} entries, expected num_envs={n}.")
+            for i in ids:
+                suites.address(self.spec.suite, int(i))  # range check with a clear message
+        self._reset_state_ids[:] = ids
+        self._lost.clear()
+        sends = [(w, "reset", [(e, *self._assignment(e)) for e in w.env_ids]) for w in self._workers]
+        replies = self._request(sends)
+        for e, d in replies.items():
+            self._task_descriptions[e] = d
+        self._active[:] = True
+        return self._observation(list(range(n)))
+
+    def _observation(self, env_ids: list[int]) -> dict[str, Any]:
+        import torch
+
+        idx = np.asarray(env_ids)
+        obs: dict[str, Any] = {k: torch.from_numpy(arr[idx]) for k, arr in self._arrays.items()}
+        obs[keys.TASK_DESCRIPTIONS] = [self._task_descriptions[e] for e in env_ids]
+        return obs
+
+    # ------------------------------------------------------------------ stepping
+
+    def _as_actions(self, actions: Any, count: int) -> np.ndarray:
+        if hasattr(actions, "detach"):
+            actions = actions.detach().cpu().numpy()
+        a = np.asarray(actions, dtype=np.float64)
+        if a.ndim != 3 or a.shape[0] != count or a.shape[2] != 7 or a.shape[1] < 1:
+            raise EnvError(
+                f"Action batch has shape {list(a.shape)}, expected [{count}, chunk, 7].",
+                fix="Pass one [chunk, 7] action chunk per env of the stage (LIBERO convention).",
+            )
+        return a
+
+    def step_chunk_async(self, stage: int, actions: Any) -> None:
+        """Send ``[len(stage_ids(stage)), C, 7]`` actions to the stage's envs; collect with :meth:`wait`."""
+        ids = self.stage_ids(stage)
+        a = self._as_actions(actions, len(ids))
+        if (self._reset_state_ids < 0).any():
+            raise EnvError("step_chunk called before reset().", fix="Call reset() first.")
+        if stage in self._pending_stage:
+            raise EnvError(f"stage {stage} already has a chunk in flight.", fix="Call wait(stage) first.")
+        per_worker: dict[int, list] = {}
+        lost_now: dict[int, str] = {}
+        for row, e in enumerate(ids):
+            if e in self._lost:
+                lost_now[e] = self._lost.pop(e)
+                continue
+            item = (e, a[row], self._assignment(e), self.spec.auto_reset)
+            per_worker.setdefault(self._env_worker[e], []).append(item)
+        tags = [
+            (self._workers[w], self._send(self._workers[w], "step", items)) for w, items in per_worker.items()
+        ]
+        self._pending_stage[stage] = (ids, a.shape[1], tags, lost_now)
+
+    def wait(self, stage: int) -> tuple[dict[str, Any], Any, Any, dict[str, Any]]:
+        """Results of the chunk sent to ``stage``: ``(obs, rewards [n, C], dones [n, C], infos)``.
+
+        ``infos``: ``success`` / ``truncated`` ``[n, C]`` bool tensors, ``episode_done`` ``[n]`` bool,
+        ``success_once`` / ``success_at_end`` ``[n]`` bool, ``return`` ``[n]`` float, ``episode_len``
+        ``[n]`` int (valid where ``episode_done``), ``errors`` {env_id: message}, ``reset_state_ids``
+        ``[n]``, ``active`` ``[n]``, and ``env_ids`` (the global ids of the rows).
+        With auto-reset the observation of an env whose episode ended is the first of its next episode.
+        """
+        import torch
+
+        ids, chunk, tags, lost_now = self._pending_stage.pop(stage)
+        replies = self._gather(tags)
+        n = len(ids)
+        rewards = np.zeros((n, chunk), np.float32)
+        dones = np.zeros((n, chunk), bool)
+        success = np.zeros((n, chunk), bool)
+        truncated = np.zeros((n, chunk), bool)
+        ep_done = np.zeros(n, bool)
+        ep = {
+            keys.SUCCESS_ONCE: np.zeros(n, bool),
+            keys.SUCCESS_AT_END: np.zeros(n, bool),
+            keys.RETURN: np.zeros(n, np.float32),
+            keys.EPISODE_LEN: np.zeros(n, np.int64),
+        }
+        errors: dict[int, str] = {}
+        for row, e in enumerate(ids):
+            if e in lost_now:
+                dones[row] = True
+                ep_done[row] = True
+                errors[e] = lost_now[e]
+                continue
+            out = replies[e]
+            rewards[row], dones[row] = out["rewards"], out["dones"]
+            success[row], truncated[row] = out["success"], out["truncated"]
+            episode = out.get("episode")
+            if episode is not None:
+                ep_done[row] = True
+                for k in ep:
+                    ep[k][row] = episode[k]
+                if episode[ERROR]:
+                    errors[e] = episode[ERROR]
+                if "frames" in out:
+                    self._frames.setdefault(e, []).append(out["frames"])
+                if not self.spec.auto_reset:
+                    self._active[e] = False
+            if "task_description" in out:
+                self._task_descriptions[e] = out["task_description"]
+        infos: dict[str, Any] = {
+            keys.SUCCESS: torch.from_numpy(success),
+            keys.TRUNCATED: torch.from_numpy(truncated),
+            EPISODE_DONE: torch.from_numpy(ep_done),
+            **{k: torch.from_numpy(v) for k, v in ep.items()},
+            ERRORS: errors,
+            RESET_STATE_IDS: torch.from_numpy(self._reset_state_ids[ids].copy()),
+            ACTIVE: torch.from_numpy(self._active[ids].copy()),
+            "env_ids": ids,
+        }
+        return self._observation(ids), torch.from_numpy(rewards), torch.from_numpy(dones), infos
+
+    def step_chunk(self, actions: Any) -> tuple[dict[str, Any], Any, Any, dict[str, Any]]:
+        """Execute ``[N, C, 7]`` actions in all envs; returns ``(obs, rewards [N, C], dones [N, C], infos)``.
+
+        With several stages the stages are sent together and the results merged back into env order.
+        """
+        if self.spec.stages == 1:
+            self.step_chunk_async(0, actions)
+            return self.wait(0)
+        a = self._as_actions(actions, self.spec.num_envs)
+        for s in range(self.spec.stages):
+            self.step_chunk_async(s, a[self.stage_ids(s)])
+        parts = [self.wait(s) for s in range(self.spec.stages)]
+        return _merge_stages(parts, self.spec.num_envs)
+
+    def episode_frames(self, env_id: int) -> list[dict[str, np.ndarray]]:
+        """Frames of the episodes of ``env_id`` finished since the last call (record_video only):
+        a list of ``{"main": [T, H, W, 3], "wrist": [T, H, W, 3]}`` uint8."""
+        return self._frames.pop(env_id, [])
+
+    def close(self) -> None:
+        """Stop the workers and free the shared memory (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        for w in self._workers:
+            try:
+                w.conn.send(("close", 0, None))
+            except Exception:
+                pass
+        for w in self._workers:
+            w.process.join(timeout=20)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join(timeout=5)
+        for block in self._blocks.values():
+            block.close()
+            block.unlink()
+
+    def __enter__(self) -> LiberoVectorEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _merge_stages(parts: list[tuple], n: int) -> tuple[dict[str, Any], Any, Any, dict[str, Any]]:
+    """Put per-stage results back into global env order."""
+    import torch
+
+    order = np.concatenate([np.asarray(p[3]["env_ids"]) for p in parts])
+    inverse = np.argsort(order)
+    inv_t = torch.from_numpy(inverse)
+
+    def cat(values: list[Any]) -> Any:
+        if isinstance(values[0], torch.Tensor):
+            return torch.cat(values)[inv_t]
+        if isinstance(values[0], list):
+            flat = [x for v in values for x in v]
+            return [flat[i] for i in inverse]
+        return values
+
+    obs = {k: cat([p[0][k] for p in parts]) for k in parts[0][0]}
+    rewards = cat([p[1] for p in parts])
+    dones = cat([p[2] for p in parts])
+    infos: dict[str, Any] = {}
+    for k in parts[0][3]:
+        if k == ERRORS:
+            infos[k] = {e: m for p in parts for e, m in p[3][k].items()}
+        elif k == "env_ids":
+            infos[k] = list(range(n))
+        else:
+            infos[k] = cat([p[3][k] for p in parts])
+    return obs, rewards, dones, infos
