@@ -1,0 +1,328 @@
+"""Cheap family/format detection of a checkpoint folder, and its summary.
+
+Detection reads only file names, ``config.json``-like JSON files and safetensors *headers* (8-byte
+length + JSON: names, dtypes, shapes), never tensor data, so it is instant even for a 7B model.
+
+Families and their formats (REFERENCE.md section 4; DESIGN.md "checkpoints/"):
+
+=============  =============  ==========================================================================
+family         format         how it is recognised
+=============  =============  ==========================================================================
+any            ``vlarl``      ``vlarl_config.json`` ({"family", "format_version", "model"})
+``pi0``        ``openpi``     keys ``paligemma_with_expert.*`` (openpi PyTorch and RLinf folders)
+``pi0``        ``lerobot``    keys ``model.paligemma_with_expert.*`` or config.json ``"type": "pi0"|"pi05"``
+``pi0``        ``hf_pi0``     config.json ``model_type == "pi0"`` (transformers >= 5.4), keys ``model.vlm.*``
+``gr00t``      ``gr00t_n15``  ``experiment_cfg/metadata.json``, config.json ``model_type`` ``gr00t_n1_5``
+``gr00t``      ``gr00t_n16``  model_type ``Gr00tN1d6`` or ``processor_config.json`` + ``embodiment_id.json``
+``openvla_oft``  ``openvla_hf``  ``dataset_statistics.json`` / config.json ``model_type == "openvla"``
+=============  =============  ==========================================================================
+
+When the family package ``vlarl_cli.policies.<family>.checkpoint`` exists, its ``detect_format`` is
+asked as well and wins (it knows its own layouts best); the table above is the fallback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vlarl_cli.checkpoints.safety import is_pickle_file
+
+__all__ = [
+    "FAMILY_MODEL_TYPES",
+    "CheckpointInfo",
+    "configs_using",
+    "count_parameters",
+    "detect_checkpoint",
+    "family_checkpoint_module",
+    "read_safetensors_header",
+    "weight_files",
+]
+
+# model_type names of the config system per family package (DESIGN.md registry; brief "family API").
+FAMILY_MODEL_TYPES: dict[str, tuple[str, ...]] = {
+    "pi0": ("openpi", "pi0", "pi05"),
+    "gr00t": ("gr00t", "gr00t_n1d6"),
+    "openvla_oft": ("openvla_oft",),
+}
+
+# A safetensors header is a JSON object; real ones are < 10 MB even for 1000s of tensors. The cap keeps
+# a corrupted length field from making us allocate gigabytes.
+_MAX_HEADER_BYTES = 100 * 1024 * 1024
+_NORM_STATS_NAMES = ("norm_stats.json", "dataset_statistics.json", "statistics.json")
+
+
+@dataclass
+class CheckpointInfo:
+    """What a checkpoint folder holds.
+
+    Attributes:
+        path: the folder.
+        family: policy package name (``pi0``, ``gr00t``, ``openvla_oft``) or None when unknown.
+        format: layout name (see module table) or None.
+        variant: finer model name when known (``pi0``/``pi05``, ``gr00t_n15``/``gr00t_n16``, ``openvla``).
+        num_parameters: element count summed over the safetensors headers (None without safetensors).
+        norm_stats: folder-relative paths of normalisation statistics files found.
+        weights: folder-relative safetensors weight files.
+        pickle_files: folder-relative pickle-based files (never loaded without ``allow_pickle``).
+        has_remote_code: ``*.py`` files or ``auto_map`` in config.json (vlarl never executes them).
+        notes: human-readable remarks for the summary.
+    """
+
+    path: Path
+    family: str | None = None
+    format: str | None = None
+    variant: str | None = None
+    num_parameters: int | None = None
+    norm_stats: list[str] = field(default_factory=list)
+    weights: list[str] = field(default_factory=list)
+    pickle_files: list[str] = field(default_factory=list)
+    has_remote_code: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly view (path as a string)."""
+        return {
+            "path": str(self.path), "family": self.family, "format": self.format, "variant": self.variant,
+            "num_parameters": self.num_parameters, "norm_stats": list(self.norm_stats),
+            "weights": list(self.weights), "pickle_files": list(self.pickle_files),
+            "has_remote_code": self.has_remote_code, "notes": list(self.notes),
+        }
+
+
+def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Return the JSON header of a safetensors file (tensor name -> {dtype, shape, data_offsets}).
+
+    The ``__metadata__`` entry, if any, is kept. Raises ValueError for a file that is not safetensors.
+    """
+    with open(path, "rb") as fh:
+        raw = fh.read(8)
+        if len(raw) != 8:
+            raise ValueError(f"{path} is too short to be a safetensors file")
+        (n,) = struct.unpack("<Q", raw)  # little-endian u64 header length (safetensors format spec)
+        if n > _MAX_HEADER_BYTES:
+            raise ValueError(f"{path}: safetensors header length {n} is implausible")
+        data = fh.read(n)
+    if len(data) != n:
+        raise ValueError(f"{path}: truncated safetensors header")
+    header = json.loads(data)
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: safetensors header is not a JSON object")
+    return header
+
+
+def weight_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The safetensors files holding a folder's weights.
+
+    Order of preference: ``*.safetensors.index.json`` shard lists (all shards they name), then every
+    ``*.safetensors`` file in the folder itself (not sub-folders: those hold e.g. optimizer shards).
+    """
+    root = Path(path)
+    files: list[Path] = []
+    for index in sorted(root.glob("*.safetensors.index.json")):
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+        except (OSError, json.JSONDecodeError):
+            continue
+        for shard in sorted(set(weight_map.values())):
+            p = root / shard
+            if p.is_file() and p not in files:
+                files.append(p)
+    if files:
+        return files
+    return sorted(p for p in root.glob("*.safetensors") if p.is_file())
+
+
+def _tensor_names_and_count(files: Iterable[Path]) -> tuple[set[str], int | None]:
+    names: set[str] = set()
+    total = 0
+    seen_any = False
+    for f in files:
+        try:
+            header = read_safetensors_header(f)
+        except (OSError, ValueError):
+            continue
+        seen_any = True
+        for name, meta in header.items():
+            if name == "__metadata__" or name in names:
+                continue
+            names.add(name)
+            total += math.prod(int(d) for d in meta.get("shape", []))
+    return names, (total if seen_any else None)
+
+
+def count_parameters(path: str | os.PathLike[str]) -> int | None:
+    """Number of stored tensor elements in a folder's safetensors weights (headers only).
+
+    Tensors stored once count once: a tied embedding saved only as ``lm_head`` counts once.
+    Returns None when there are no readable safetensors files.
+    """
+    return _tensor_names_and_count(weight_files(path))[1]
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _find_files(root: Path, names: tuple[str, ...], max_depth: int = 4) -> list[str]:
+    found: list[str] = []
+    root_depth = len(root.parts)
+    for dirpath, dirnames, filenames in os.walk(root):
+        depth = len(Path(dirpath).parts) - root_depth
+        # Skip our own and huggingface_hub's bookkeeping folders.
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")] if depth < max_depth else []
+        for name in filenames:
+            if name in names:
+                found.append(Path(dirpath, name).relative_to(root).as_posix())
+    return sorted(found)
+
+
+def family_checkpoint_module(family: str) -> Any | None:
+    """``vlarl_cli.policies.<family>.checkpoint`` if that module exists, else None.
+
+    Import errors *inside* an existing module propagate (a bug there must not be silently hidden).
+    """
+    name = f"vlarl_cli.policies.{family}.checkpoint"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name is not None and (name == err.name or name.startswith(err.name + ".")):
+            return None
+        raise
+
+
+def _heuristic(root: Path, names: set[str], config: dict[str, Any] | None) -> tuple[str | None, str | None,
+                                                                                    str | None]:
+    """(family, format, variant) from file names, config.json and tensor names."""
+    cfg = config or {}
+    model_type = str(cfg.get("model_type", ""))
+    lerobot_type = str(cfg.get("type", ""))
+
+    vlarl_cfg = _read_json(root / "vlarl_config.json")
+    if vlarl_cfg is not None and isinstance(vlarl_cfg.get("family"), str):
+        model = vlarl_cfg.get("model") if isinstance(vlarl_cfg.get("model"), dict) else {}
+        variant = model.get("variant") or model.get("model_type") if model else None
+        return vlarl_cfg["family"], "vlarl", variant
+
+    is_n16 = "n1d6" in model_type.lower() or (
+        (root / "processor_config.json").is_file() and (root / "embodiment_id.json").is_file())
+    if model_type.lower().startswith("gr00t") or (root / "experiment_cfg" / "metadata.json").is_file():
+        return ("gr00t", "gr00t_n16", "gr00t_n16") if is_n16 else ("gr00t", "gr00t_n15", "gr00t_n15")
+
+    if model_type == "openvla" or (root / "dataset_statistics.json").is_file():
+        return "openvla_oft", "openvla_hf", "openvla"
+
+    def has(key: str) -> bool:
+        return key in names
+
+    pi05_keys = ("time_mlp_in.weight", "model.time_mlp_in.weight")
+    pi0_keys = ("action_time_mlp_in.weight", "model.action_time_mlp_in.weight",
+                "embed_action_time.action_time_mlp_in.weight")
+    variant: str | None = None
+    if any(has(k) for k in pi05_keys) or lerobot_type == "pi05" or cfg.get("pi05") is True:
+        variant = "pi05"
+    elif any(has(k) for k in pi0_keys) or lerobot_type == "pi0" or cfg.get("pi05") is False:
+        variant = "pi0"
+
+    if model_type == "pi0" or any(n.startswith("model.vlm.") for n in names):
+        return "pi0", "hf_pi0", variant or "pi0"
+    if lerobot_type in ("pi0", "pi05") or any(n.startswith("model.paligemma_with_expert.") for n in names):
+        return "pi0", "lerobot", variant
+    if any(n.startswith("paligemma_with_expert.") for n in names):
+        return "pi0", "openpi", variant
+    return None, None, None
+
+
+def detect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
+    """Detect family, format, parameter count and norm stats of a checkpoint folder (cheap).
+
+    Raises nothing for unknown layouts: ``family``/``format`` stay None and ``notes`` says why.
+    """
+    root = Path(path)
+    info = CheckpointInfo(path=root)
+    if not root.is_dir():
+        info.notes.append(f"{root} is not a folder")
+        return info
+    files = weight_files(root)
+    info.weights = [f.relative_to(root).as_posix() for f in files]
+    names, info.num_parameters = _tensor_names_and_count(files)
+    info.norm_stats = _find_files(root, _NORM_STATS_NAMES)
+    if (root / "experiment_cfg" / "metadata.json").is_file():
+        info.norm_stats.append("experiment_cfg/metadata.json")  # GR00T per-embodiment statistics
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            rel = Path(dirpath, name).relative_to(root).as_posix()
+            if is_pickle_file(name):
+                info.pickle_files.append(rel)
+            if name.endswith(".py"):
+                info.has_remote_code = True
+    info.pickle_files.sort()
+    config = _read_json(root / "config.json")
+    if config is not None and "auto_map" in config:
+        info.has_remote_code = True
+
+    info.family, info.format, info.variant = _heuristic(root, names, config)
+    if info.family is not None:
+        module = family_checkpoint_module(info.family)
+        if module is not None and hasattr(module, "detect_format"):
+            fmt = module.detect_format(root)
+            if fmt is not None:
+                info.format = fmt
+    if info.family is None:
+        info.notes.append("no known family layout (pi0/pi0.5, GR00T N1.5/N1.6, OpenVLA-OFT, vlarl) found")
+    if not info.weights:
+        info.notes.append("no .safetensors weights found" +
+                          (" (only pickle files; see --allow-pickle)" if info.pickle_files else ""))
+    return info
+
+
+def _config_dirs() -> list[Path]:
+    here = Path(__file__).resolve()
+    candidates = [Path.cwd() / "configs", here.parents[3] / "configs", here.parents[1] / "configs"]
+    out: list[Path] = []
+    for c in candidates:
+        if c.is_dir() and c.resolve() not in [o.resolve() for o in out]:
+            out.append(c)
+    return out
+
+
+def configs_using(info: CheckpointInfo, repo_id: str | None = None,
+                  config_dirs: list[Path] | None = None) -> dict[str, list[str]]:
+    """Config presets that reference this checkpoint (``uses``) or its family (``compatible``).
+
+    A plain text scan of ``configs/*.yaml`` (no YAML parsing, so it is instant and never fails):
+    ``uses`` = the file mentions the repo id (or its name part); ``compatible`` = it sets a
+    ``model_type`` of the same family.
+    """
+    uses: list[str] = []
+    compatible: list[str] = []
+    needles = [repo_id, repo_id.split("/")[-1]] if repo_id else []
+    model_types = FAMILY_MODEL_TYPES.get(info.family or "", ())
+    for folder in config_dirs if config_dirs is not None else _config_dirs():
+        for yaml_file in sorted(folder.rglob("*.yaml")):
+            try:
+                text = yaml_file.read_text(encoding="utf-8")
+            except OSError:
+                continue
+            name = yaml_file.relative_to(folder).as_posix()
+            if any(n and n in text for n in needles):
+                uses.append(name)
+                continue
+            for line in text.splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() == "model_type" and value.strip().strip("'\"") in model_types:
+                    compatible.append(name)
+                    break
+    return {"uses": uses, "compatible": compatible}
