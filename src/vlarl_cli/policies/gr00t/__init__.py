@@ -1,1 +1,48 @@
-"""gr00t."""
+"""GR00T N1.5 / N1.6 policy family (Eagle VLM backbone + flow-matching DiT action head).
+
+    from vlarl_cli.policies.gr00t import ModelSettings, build_policy
+    policy = build_policy(ModelSettings(model_type="gr00t", preset="tiny"), "cpu")
+    out = policy.sample(obs); ev = policy.evaluate(out.replay)
+
+Modules: ``config`` (presets, ModelSettings), ``modality`` (embodiments, statistics, normalisation),
+``processing`` (images, prompt), ``backbone`` / ``action_head`` / ``modeling`` (the network and the
+policy), ``checkpoint`` (vlarl / gr00t_n15 / gr00t_n16 layouts). Importing this package is light: model
+code (transformers) loads on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vlarl_cli.policies.gr00t.config import (
+    FSDP_WRAP_CLASSES,
+    Gr00tConfig,
+    ModelSettings,
+    build_policy,
+    preset,
+)
+
+__all__ = [
+    "FORMATS",
+    "FSDP_WRAP_CLASSES",
+    "Gr00tConfig",
+    "Gr00tPolicy",
+    "ModelSettings",
+    "build_policy",
+    "describe",
+    "detect_format",
+    "load_policy",
+    "preset",
+    "save_policy",
+]
+
+_LAZY = {"Gr00tPolicy": "modeling", "FORMATS": "checkpoint", "describe": "checkpoint",
+         "detect_format": "checkpoint", "load_policy": "checkpoint", "save_policy": "checkpoint"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"vlarl_cli.policies.gr00t.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -106,6 +106,10 @@ class Gr00tPolicy(nn.Module):
         if dtype is None:
             dtype = resolve_dtype(settings.precision or "fp32", device)
         self.to(dtype)
+        for module in self.modules():  # rotary frequencies stay float32 (transformers keeps them so too)
+            for name in ("inv_freq", "original_inv_freq"):
+                if name in module._non_persistent_buffers_set:
+                    setattr(module, name, getattr(module, name).float())
         if settings.disable_dropout:
             disable_dropout(self)
         self._tokenizer = tokenizer

@@ -1,0 +1,520 @@
+"""GR00T checkpoints: our ``vlarl`` layout and the upstream N1.5 / N1.6 folder layouts, both ways.
+
+Layouts (``FORMATS``):
+
+* ``vlarl``: ``model.safetensors`` (or ``model-0000i-of-0000N.safetensors`` + ``model.safetensors.index.json``
+  when larger than ``max_shard_bytes``), ``vlarl_config.json`` = ``{"family": "gr00t", "format_version": 1,
+  "model": <Gr00tConfig>, "settings": <ModelSettings>}``, ``norm_stats.json`` = the :class:`ModalitySpec`.
+* ``gr00t_n15`` (Isaac-GR00T N1.5 / RLinf-Gr00t-SFT-*): ``config.json`` (``model_type: gr00t_n1_5`` with
+  ``backbone_cfg`` / ``action_head_cfg``), sharded ``model-*.safetensors`` + ``model.safetensors.index.json``,
+  ``experiment_cfg/metadata.json`` (statistics + modalities per embodiment tag).
+* ``gr00t_n16`` (``model_type: Gr00tN1d6``): flat ``config.json``, sharded weights + index,
+  ``processor_config.json``, ``statistics.json``, ``embodiment_id.json`` (and ``experiment_cfg/metadata.json``).
+
+Key map (ours <-> upstream): identical except (1) the vision tower, which transformers 5 flattened:
+ours ``<eagle>.vision_model.X`` <-> upstream ``<eagle>.vision_model.vision_model.X``; (2) upstream's
+``language_model.lm_head.weight`` (unused by GR00T: the LM is cut before its head) is skipped on load and
+not written; if ``embed_tokens`` is absent but ``lm_head`` present (tied storage) the head fills the
+embedding. RL additions (``action_head.value_head.*``, ``action_head.noise_head.*``) are written under
+those names; an upstream checkpoint without them gets freshly initialised heads (reported, not an error).
+Upstream ``config.json`` files carry no Eagle dimensions; we add an ``eagle_config`` block when saving and
+fall back to the full-size Eagle of the version when it is absent.
+
+Loading is safetensors-only and lazy (``safe_open``, tensor by tensor into a model built on the meta
+device); strict mode raises :class:`CheckpointError` listing missing / unexpected / mis-shaped keys by name.
+All writes are atomic per file (temp name + fsync + ``os.replace``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vlarl_cli.errors import CheckpointError, did_you_mean
+from vlarl_cli.policies.gr00t.config import Gr00tConfig, ModelSettings, preset
+from vlarl_cli.policies.gr00t.modality import EMBODIMENT_IDS, ModalitySpec
+
+__all__ = [
+    "FORMATS",
+    "LoadReport",
+    "describe",
+    "detect_format",
+    "from_upstream_key",
+    "load_policy",
+    "read_config",
+    "save_policy",
+    "to_upstream_key",
+]
+
+FORMATS: tuple[str, ...] = ("vlarl", "gr00t_n15", "gr00t_n16")
+FAMILY = "gr00t"
+FORMAT_VERSION = 1
+VLARL_CONFIG = "vlarl_config.json"
+NORM_STATS = "norm_stats.json"
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+N15_MODEL_TYPES = ("gr00t_n1_5", "gr00t_n1")
+N16_MODEL_TYPES = ("Gr00tN1d6", "gr00t_n1d6")
+#: RL additions that upstream checkpoints do not contain; missing ones are initialised fresh.
+OPTIONAL_PREFIXES = ("action_head.value_head.", "action_head.noise_head.")
+_EAGLE_FIELDS = ("vision_kind", "vision_hidden_size", "vision_intermediate_size", "vision_num_layers",
+                 "vision_num_heads", "image_size", "patch_size", "vision_use_head", "use_pixel_shuffle",
+                 "mlp_connector_layers", "llm_hidden_size", "llm_intermediate_size", "llm_num_heads",
+                 "llm_num_kv_heads", "llm_head_dim", "vocab_size", "rope_theta", "rms_norm_eps",
+                 "max_position_embeddings", "image_token_id", "pad_token_id", "max_text_tokens")
+
+
+# ---------------------------------------------------------------------------------------------- keys
+def _vision_prefix(version: str) -> str:
+    return "backbone.eagle_model.vision_model." if version == "n1.5" else "backbone.model.vision_model."
+
+
+def to_upstream_key(key: str, version: str) -> str:
+    """Our state-dict key -> the upstream GR00T key of ``version`` ("n1.5" / "n1.6")."""
+    prefix = _vision_prefix(version)
+    if key.startswith(prefix):
+        return prefix + "vision_model." + key[len(prefix):]
+    return key
+
+
+def from_upstream_key(key: str, version: str) -> str | None:
+    """Upstream key -> our key, or None for upstream-only tensors we deliberately skip (``lm_head``)."""
+    if key.endswith("language_model.lm_head.weight"):
+        return None
+    prefix = _vision_prefix(version)
+    nested = prefix + "vision_model."
+    if key.startswith(nested):
+        return prefix + key[len(nested):]
+    return key
+
+
+# ---------------------------------------------------------------------------------------------- files
+def _header(file: Path) -> dict[str, Any]:
+    """safetensors JSON header (names, dtypes, shapes) without reading any tensor data."""
+    with open(file, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        return json.loads(fh.read(n))
+
+
+def _weight_files(path: Path) -> dict[str, Path]:
+    """Tensor name -> file, from the index (sharded) or the single ``model.safetensors``."""
+    index = path / INDEX
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = {name: path / fname for name, fname in weight_map.items()}
+        absent = sorted({str(f.name) for f in files.values() if not f.is_file()})
+        if absent:
+            raise CheckpointError(f"{index} lists shard file(s) that do not exist: {absent}.",
+                                  "Re-download or re-save the checkpoint (the shards are incomplete).")
+        return files
+    single = path / SINGLE
+    if single.is_file():
+        return {name: single for name in _header(single) if name != "__metadata__"}
+    raise CheckpointError(f"No weights in {path}: expected {SINGLE} or {INDEX} with model-*.safetensors shards.",
+                          "Point model_path at a GR00T checkpoint folder (only safetensors are supported).")
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    try:
+        return json.loads(file.read_text())
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"Missing {file.name} in {file.parent}.",
+                              "The checkpoint folder is incomplete; re-download or re-save it.") from exc
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{file} is not valid JSON ({exc}).", "Repair or re-download the file.") from exc
+
+
+def detect_format(path: Path) -> str | None:
+    """``vlarl`` / ``gr00t_n15`` / ``gr00t_n16`` from file names and ``config.json`` only, else None."""
+    path = Path(path)
+    if (path / VLARL_CONFIG).is_file():
+        try:
+            family = json.loads((path / VLARL_CONFIG).read_text()).get("family")
+        except (json.JSONDecodeError, OSError):
+            return None
+        return "vlarl" if family == FAMILY else None
+    cfg_file = path / "config.json"
+    if cfg_file.is_file():
+        try:
+            model_type = json.loads(cfg_file.read_text()).get("model_type")
+        except (json.JSONDecodeError, OSError):
+            return None
+        if model_type in N15_MODEL_TYPES:
+            return "gr00t_n15"
+        if model_type in N16_MODEL_TYPES:
+            return "gr00t_n16"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- config
+def _upstream_config(cfg: Gr00tConfig) -> dict[str, Any]:
+    dit = {"attention_head_dim": cfg.dit_head_dim, "cross_attention_dim": cfg.backbone_embedding_dim,
+           "dropout": cfg.dropout, "final_dropout": True, "interleave_self_attention": True,
+           "norm_type": "ada_norm", "num_attention_heads": cfg.dit_num_heads, "num_layers": cfg.dit_num_layers,
+           "output_dim": cfg.hidden_size, "positional_embeddings": None}
+    eagle = {k: getattr(cfg, k) for k in _EAGLE_FIELDS}
+    flow = {"noise_beta_alpha": 1.5, "noise_beta_beta": 1.0, "noise_s": 0.999, "num_inference_timesteps": 4,
+            "num_timestep_buckets": cfg.num_timestep_buckets}
+    if cfg.version == "n1.5":
+        head = {"action_dim": cfg.action_dim, "action_horizon": cfg.action_horizon, "add_pos_embed": cfg.add_pos_embed,
+                "backbone_embedding_dim": cfg.backbone_embedding_dim, "diffusion_model_cfg": dit,
+                "hidden_size": cfg.hidden_size, "input_embedding_dim": cfg.input_embedding_dim,
+                "max_action_dim": cfg.action_dim, "max_state_dim": cfg.state_dim, "model_dtype": "float32",
+                "num_target_vision_tokens": cfg.num_future_tokens, "tune_diffusion_model": True,
+                "tune_projector": True, "use_vlln": cfg.use_vlln, "max_num_embodiments": cfg.num_embodiments,
+                "max_seq_len": cfg.max_seq_len,
+                "vl_self_attention_cfg": {"attention_head_dim": cfg.vl_head_dim, "dropout": cfg.dropout,
+                                          "final_dropout": True, "num_attention_heads": cfg.vl_num_heads,
+                                          "num_layers": cfg.vl_self_attention_layers, "positional_embeddings": None},
+                **flow}
+        return {"model_type": "gr00t_n1_5", "architectures": ["GR00T_N1_5"], "action_dim": cfg.action_dim,
+                "action_horizon": cfg.action_horizon, "compute_dtype": "bfloat16", "hidden_size": cfg.llm_hidden_size,
+                "backbone_cfg": {"eagle_path": "NVEagle/eagle_er-qwen3_1_7B-Siglip2_400M_stage1_5_128gpu_er_v7_1mlp_nops",
+                                 "load_bf16": False, "project_to_dim": cfg.project_to_dim, "reproject_vision": False,
+                                 "select_layer": cfg.select_layer, "tune_llm": False, "tune_visual": False,
+                                 "use_flash_attention": True, "eagle_config": eagle},
+                "action_head_cfg": head}
+    return {"model_type": "Gr00tN1d6", "architectures": ["Gr00tN1d6"], "model_name": "nvidia/Eagle-Block2A-2B-v2",
+            "backbone_model_type": "eagle", "tune_top_llm_layers": 4, "backbone_embedding_dim": cfg.backbone_embedding_dim,
+            "tune_llm": False, "tune_visual": False, "select_layer": cfg.select_layer, "max_state_dim": cfg.state_dim,
+            "max_action_dim": cfg.action_dim, "action_horizon": cfg.action_horizon, "hidden_size": cfg.hidden_size,
+            "input_embedding_dim": cfg.input_embedding_dim, "add_pos_embed": cfg.add_pos_embed,
+            "attn_dropout": cfg.dropout, "use_vlln": cfg.use_vlln, "max_seq_len": cfg.max_seq_len,
+            "use_alternate_vl_dit": cfg.alternate_vl_dit, "attend_text_every_n_blocks": cfg.attend_text_every_n_blocks,
+            "diffusion_model_cfg": dit, "max_num_embodiments": cfg.num_embodiments, "eagle_config": eagle, **flow}
+
+
+def _config_from_upstream(data: dict[str, Any], version: str) -> Gr00tConfig:
+    base = preset("full", version)
+    try:
+        if version == "n1.5":
+            bb, head = data["backbone_cfg"], data["action_head_cfg"]
+            dit, vl = head["diffusion_model_cfg"], head.get("vl_self_attention_cfg") or {}
+            eagle = bb.get("eagle_config") or {}
+            changes = dict(
+                select_layer=bb["select_layer"], project_to_dim=bb.get("project_to_dim"),
+                action_dim=head.get("max_action_dim", head["action_dim"]), state_dim=head["max_state_dim"],
+                action_horizon=head["action_horizon"], hidden_size=head["hidden_size"],
+                input_embedding_dim=head["input_embedding_dim"], backbone_embedding_dim=head["backbone_embedding_dim"],
+                vl_self_attention_layers=vl.get("num_layers", 0) if head.get("use_vlln", True) else 0,
+                vl_num_heads=vl.get("num_attention_heads", base.vl_num_heads),
+                vl_head_dim=vl.get("attention_head_dim", base.vl_head_dim),
+                num_future_tokens=head.get("num_target_vision_tokens", 32))
+            changes.update(num_embodiments=head.get("max_num_embodiments", 32), max_seq_len=head.get("max_seq_len", 1024),
+                           add_pos_embed=head.get("add_pos_embed", True), use_vlln=head.get("use_vlln", True))
+        else:
+            dit, eagle = data["diffusion_model_cfg"], data.get("eagle_config") or {}
+            changes = dict(
+                select_layer=data["select_layer"], action_dim=data["max_action_dim"], state_dim=data["max_state_dim"],
+                action_horizon=data["action_horizon"], hidden_size=data["hidden_size"],
+                input_embedding_dim=data["input_embedding_dim"], backbone_embedding_dim=data["backbone_embedding_dim"],
+                alternate_vl_dit=data.get("use_alternate_vl_dit", True),
+                attend_text_every_n_blocks=data.get("attend_text_every_n_blocks", 2),
+                num_embodiments=data.get("max_num_embodiments", 32), max_seq_len=data.get("max_seq_len", 1024),
+                add_pos_embed=data.get("add_pos_embed", True), use_vlln=data.get("use_vlln", True))
+        changes.update(dit_num_layers=dit["num_layers"], dit_num_heads=dit["num_attention_heads"],
+                       dit_head_dim=dit["attention_head_dim"], dropout=dit.get("dropout", 0.2),
+                       num_timestep_buckets=(data.get("action_head_cfg") or data).get("num_timestep_buckets", 1000))
+        changes.update({k: v for k, v in eagle.items() if k in _EAGLE_FIELDS})
+    except KeyError as exc:
+        raise CheckpointError(f"config.json of a GR00T {version} checkpoint lacks the field {exc}.",
+                              "Use an unmodified Isaac-GR00T / RLinf config.json.") from exc
+    return base.replace(**changes)
+
+
+def read_config(path: Path, fmt: str | None = None) -> tuple[Gr00tConfig, dict[str, Any] | None]:
+    """Architecture config of a checkpoint folder and, for ``vlarl``, its saved settings dict."""
+    path = Path(path)
+    fmt = fmt or detect_format(path)
+    if fmt == "vlarl":
+        data = _read_json(path / VLARL_CONFIG)
+        if data.get("format_version") != FORMAT_VERSION:
+            raise CheckpointError(f"{path / VLARL_CONFIG} has format_version {data.get('format_version')!r}; this "
+                                  f"vlarl reads version {FORMAT_VERSION}.", "Re-save the checkpoint with this vlarl.")
+        return Gr00tConfig.from_dict(data["model"]), data.get("settings")
+    if fmt in ("gr00t_n15", "gr00t_n16"):
+        return _config_from_upstream(_read_json(path / "config.json"), "n1.5" if fmt == "gr00t_n15" else "n1.6"), None
+    raise CheckpointError(f"{path} is not a GR00T checkpoint in a known layout.",
+                          f"Expected one of {', '.join(FORMATS)}: {VLARL_CONFIG}, or config.json with model_type "
+                          f"{N15_MODEL_TYPES[0]} / {N16_MODEL_TYPES[0]}.")
+
+
+def _read_modality(path: Path, fmt: str, tag: str) -> ModalitySpec:
+    if fmt == "vlarl":
+        file = path / NORM_STATS
+        if not file.is_file():
+            raise CheckpointError(f"Missing {NORM_STATS} (modality and normalisation statistics) in {path}.",
+                                  "Re-save the checkpoint with save_policy, which writes it.")
+        spec = ModalitySpec.load_json(file)
+        if spec.embodiment_tag != tag:
+            raise CheckpointError(f'Checkpoint {path} holds statistics for embodiment "{spec.embodiment_tag}", '
+                                  f'not "{tag}".', f"Set actor.model.embodiment_tag: {spec.embodiment_tag}.")
+        return spec
+    if fmt == "gr00t_n15":
+        return ModalitySpec.from_n15_metadata(_read_json(path / "experiment_cfg" / "metadata.json"), tag,
+                                              embodiment_id=EMBODIMENT_IDS.get(tag))
+    proc = path / "processor_config.json"
+    return ModalitySpec.from_n16_files(_read_json(path / "statistics.json"), _read_json(path / "embodiment_id.json"),
+                                       _read_json(proc) if proc.is_file() else None, tag)
+
+
+# ---------------------------------------------------------------------------------------------- save
+def _shard(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, t in tensors.items():
+        nbytes = t.numel() * t.element_size()
+        if shards[-1] and size + nbytes > max_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += nbytes
+    return shards
+
+
+def _write_weights(path: Path, tensors: dict[str, torch.Tensor], *, max_shard_bytes: int, force_index: bool) -> None:
+    from vlarl_cli.checkpoints.atomic import atomic_save_safetensors, atomic_write_json
+
+    shards = _shard(tensors, max_shard_bytes)
+    old = {p.name for p in path.glob("model*.safetensors")}
+    if len(shards) == 1 and not force_index:
+        atomic_save_safetensors(shards[0], path / SINGLE, metadata={"format": "pt"})
+        written = {SINGLE}
+        (path / INDEX).unlink(missing_ok=True)
+    else:
+        n = len(shards)
+        weight_map: dict[str, str] = {}
+        written = set()
+        for i, shard in enumerate(shards, start=1):
+            name = f"model-{i:05d}-of-{n:05d}.safetensors"
+            atomic_save_safetensors(shard, path / name, metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(shard, name))
+            written.add(name)
+        total = sum(t.numel() * t.element_size() for t in tensors.values())
+        atomic_write_json(path / INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
+    for stale in old - written:  # shards of an earlier, differently sharded save in the same folder
+        (path / stale).unlink(missing_ok=True)
+
+
+def save_policy(policy: Any, path: Path, *, format: str = "vlarl", dtype: torch.dtype | None = None,
+                max_shard_bytes: int = 4 * 1024**3) -> None:
+    """Write ``policy`` (a :class:`~.modeling.Gr00tPolicy`) to folder ``path`` in ``format``.
+
+    ``dtype`` casts floating tensors (e.g. ``torch.bfloat16`` for upstream-sized files); default keeps them.
+    Upstream layouts are always written sharded with an index, as Isaac-GR00T does.
+    """
+    from vlarl_cli.checkpoints.atomic import atomic_write_json
+
+    if format not in FORMATS:
+        raise CheckpointError(f'Unknown GR00T checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
+                              f"Use one of {', '.join(FORMATS)}.")
+    cfg: Gr00tConfig = policy.config
+    want = {"gr00t_n15": "n1.5", "gr00t_n16": "n1.6"}.get(format)
+    if want is not None and want != cfg.version:
+        raise CheckpointError(f"Cannot save a GR00T {cfg.version} model in the {format} layout.",
+                              f"Use format {'gr00t_n15' if cfg.version == 'n1.5' else 'gr00t_n16'} or vlarl.")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors: dict[str, torch.Tensor] = {}
+    for name, t in policy.state_dict().items():
+        t = t.detach()
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)
+        key = name if format == "vlarl" else to_upstream_key(name, cfg.version)
+        tensors[key] = t.to("cpu").contiguous().clone()
+    _write_weights(path, tensors, max_shard_bytes=max_shard_bytes, force_index=format != "vlarl")
+    modality: ModalitySpec = policy.modality
+    if format == "vlarl":
+        atomic_write_json(path / VLARL_CONFIG, {"family": FAMILY, "format_version": FORMAT_VERSION,
+                                                "model": cfg.to_dict(), "settings": policy.settings.to_dict()})
+        modality.save_json(path / NORM_STATS)
+        return
+    atomic_write_json(path / "config.json", _upstream_config(cfg))
+    (path / "experiment_cfg").mkdir(exist_ok=True)
+    atomic_write_json(path / "experiment_cfg" / "metadata.json",
+                      {modality.embodiment_tag: modality.to_n15_metadata()})
+    if format == "gr00t_n16":
+        for name, content in modality.to_n16_files(cfg.state_dim, cfg.action_dim, cfg.action_horizon).items():
+            atomic_write_json(path / name, content)
+
+
+# ---------------------------------------------------------------------------------------------- load
+@dataclass
+class LoadReport:
+    """What a load did: keys filled, skipped, freshly initialised, and problems (by name)."""
+
+    format: str
+    loaded: int = 0
+    skipped: list[str] = field(default_factory=list)
+    fresh_optional: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    mismatched: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    def problem(self, path: Path) -> str:
+        parts = []
+        for label, names in (("missing", self.missing), ("unexpected", self.unexpected),
+                             ("shape-mismatched", self.mismatched)):
+            if names:
+                shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+                parts.append(f"{len(names)} {label} key(s): {shown}")
+        return f"Checkpoint {path} ({self.format}) does not match the GR00T model: " + "; ".join(parts) + "."
+
+
+def _fix_nonpersistent_buffers(policy: torch.nn.Module, device: torch.device) -> None:
+    """Recompute buffers that state dicts do not hold (rotary inv_freq, SigLIP position ids)."""
+    for module in policy.modules():
+        if "inv_freq" in module._non_persistent_buffers_set:
+            fresh = type(module)(module.config)
+            for name in module._non_persistent_buffers_set:
+                setattr(module, name, getattr(fresh, name).to(device=device, dtype=torch.float32))
+        if "position_ids" in module._non_persistent_buffers_set:
+            n = module.position_ids.shape[-1]
+            module.position_ids = torch.arange(n, device=device).expand(1, -1)
+
+
+def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", dtype: torch.dtype = torch.float32,
+                strict: bool = True, overrides: dict | None = None) -> Any:
+    """Load a GR00T policy from a checkpoint folder in any of :data:`FORMATS`.
+
+    ``overrides`` are :class:`ModelSettings` fields (the run's RL settings: num_action_chunks, noise_method,
+    embodiment_tag, ...). Returns the :class:`~.modeling.Gr00tPolicy`; ``policy.load_report`` tells what was
+    loaded, skipped and freshly initialised.
+    """
+    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
+
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"GR00T checkpoint folder {path} does not exist.",
+                              "Check model_path (run `vlarl download` first for hub checkpoints).")
+    fmt = format or detect_format(path)
+    if fmt not in FORMATS:
+        raise CheckpointError(f"Cannot tell the layout of {path}: no {VLARL_CONFIG} with family gr00t and no "
+                              f"config.json with model_type {N15_MODEL_TYPES[0]} / {N16_MODEL_TYPES[0]}.",
+                              f"Pass format= one of {', '.join(FORMATS)} or fix the folder.")
+    device = torch.device(device)
+    cfg, saved = read_config(path, fmt)
+    version_type = "gr00t" if cfg.version == "n1.5" else "gr00t_n1d6"
+    settings_dict: dict[str, Any] = {"model_type": version_type, "model_path": str(path)}
+    settings_dict.update(saved or {})
+    settings_dict.update(overrides or {})
+    settings_dict["model_path"] = str(path)
+    settings = ModelSettings.from_dict(settings_dict)
+    modality = _read_modality(path, fmt, settings.effective_embodiment_tag)
+
+    files = _weight_files(path)
+    policy = Gr00tPolicy(cfg, settings, modality, device="meta", dtype=dtype)
+    own = {**dict(policy.named_parameters()), **{n: b for n, b in policy.named_buffers()
+                                                  if n in policy.state_dict()}}
+    report = LoadReport(format=fmt)
+    source: dict[str, tuple[str, Path]] = {}  # our key -> (file key, file)
+    for file_key, file in files.items():
+        key = file_key if fmt == "vlarl" else from_upstream_key(file_key, cfg.version)
+        if key is None:
+            report.skipped.append(file_key)
+            continue
+        if key not in own:
+            # a value / noise head the current settings do not use is skipped, anything else is unexpected
+            (report.skipped if key.startswith(OPTIONAL_PREFIXES) else report.unexpected).append(file_key)
+            continue
+        source[key] = (file_key, file)
+    embed = next((k for k in own if k.endswith("language_model.model.embed_tokens.weight")), None)
+    if embed is not None and embed not in source:  # tied storage: only lm_head was saved
+        head = next((k for k in report.skipped if k.endswith("language_model.lm_head.weight")), None)
+        if head is not None:
+            source[embed] = (head, files[head])
+    headers: dict[Path, dict[str, Any]] = {}
+    for key, (file_key, file) in source.items():
+        shape = headers.setdefault(file, _header(file))[file_key]["shape"]
+        if list(own[key].shape) != list(shape):
+            report.mismatched.append(f"{file_key} (checkpoint {tuple(shape)} vs model {tuple(own[key].shape)})")
+    for key in own:
+        if key not in source:
+            (report.fresh_optional if key.startswith(OPTIONAL_PREFIXES) and fmt != "vlarl" else report.missing).append(key)
+    if strict and not report.ok:
+        raise CheckpointError(report.problem(path), "Load with the matching model_type / preset, or repair the "
+                              "checkpoint; strict=False loads the matching tensors only.")
+    if report.missing or report.mismatched:
+        # non-strict with holes: initialise everything for real, then overwrite what the file has
+        policy = Gr00tPolicy(cfg, settings, modality, device=device, dtype=dtype)
+        params = {**dict(policy.named_parameters()), **dict(policy.named_buffers())}
+    else:
+        policy.to_empty(device=device)
+        _fix_nonpersistent_buffers(policy, device)
+        params = {**dict(policy.named_parameters()), **dict(policy.named_buffers())}
+        fresh_heads = {k.split(".")[1] for k in report.fresh_optional}
+        for head_name in fresh_heads:  # value / noise heads absent upstream: build them for real
+            _reinit_head(policy, head_name, device, dtype)
+        params = {**dict(policy.named_parameters()), **dict(policy.named_buffers())}
+    bad = {m.split(" ")[0] for m in report.mismatched}
+    from safetensors import safe_open
+
+    by_file: dict[Path, list[tuple[str, str]]] = {}
+    for key, (file_key, file) in source.items():
+        if file_key not in bad:
+            by_file.setdefault(file, []).append((key, file_key))
+    with torch.no_grad():
+        for file, pairs in by_file.items():
+            with safe_open(str(file), framework="pt", device="cpu") as fh:
+                for key, file_key in pairs:
+                    params[key].copy_(fh.get_tensor(file_key).to(params[key].dtype))
+                    report.loaded += 1
+    policy.load_report = report
+    return policy
+
+
+def _reinit_head(policy: Any, name: str, device: torch.device, dtype: torch.dtype) -> None:
+    from vlarl_cli.policies.gr00t.modeling import NoiseHead
+    from vlarl_cli.policies.value_head import ValueHead
+
+    cfg, s = policy.config, policy.settings
+    with torch.device(device):
+        if name == "value_head":
+            in_dim = cfg.backbone_embedding_dim + (0 if s.value_after_vlm else cfg.input_embedding_dim)
+            head: torch.nn.Module = ValueHead(in_dim, hidden=s.value_hidden)
+        else:
+            head = NoiseHead(cfg.hidden_size, cfg.action_dim)
+    head.to(dtype)
+    head.requires_grad_(True)
+    setattr(policy.action_head, name, head)
+
+
+# ---------------------------------------------------------------------------------------------- describe
+def describe(path: Path) -> dict[str, Any]:
+    """Cheap summary from file names, JSON files and safetensors headers (no tensor data read)."""
+    path = Path(path)
+    fmt = detect_format(path)
+    if fmt is None:
+        raise CheckpointError(f"{path} is not a GR00T checkpoint in a known layout.",
+                              f"Expected one of {', '.join(FORMATS)}.")
+    cfg, _ = read_config(path, fmt)
+    files = _weight_files(path)
+    num = 0
+    dtypes: set[str] = set()
+    headers: dict[Path, dict[str, Any]] = {}
+    for name, file in files.items():
+        info = headers.setdefault(file, _header(file))[name]
+        num += math.prod(info["shape"])
+        dtypes.add(info["dtype"])
+    if fmt == "vlarl":
+        tags = [ModalitySpec.load_json(path / NORM_STATS).embodiment_tag] if (path / NORM_STATS).is_file() else []
+    elif fmt == "gr00t_n15":
+        meta = path / "experiment_cfg" / "metadata.json"
+        tags = sorted(_read_json(meta)) if meta.is_file() else []
+    else:
+        stats = path / "statistics.json"
+        tags = sorted(_read_json(stats)) if stats.is_file() else []
+    return {"family": FAMILY, "format": fmt, "version": cfg.version, "num_parameters": int(num),
+            "num_tensors": len(files), "dtypes": sorted(dtypes), "sharded": (path / INDEX).is_file(),
+            "norm_stats": bool(tags), "embodiment_tags": tags, "action_horizon": cfg.action_horizon,
+            "action_dim": cfg.action_dim, "state_dim": cfg.state_dim}
