@@ -244,6 +244,19 @@ def _heuristic(root: Path, names: set[str], config: dict[str, Any] | None) -> tu
     return None, None, None
 
 
+def _module_format(family: str, root: Path, info: CheckpointInfo) -> str | None:
+    """The family module's own ``detect_format`` answer; a broken module becomes a note, not a crash
+    (detection only feeds a summary; ``convert`` imports the module strictly and surfaces the error)."""
+    try:
+        module = family_checkpoint_module(family)
+        if module is None or not hasattr(module, "detect_format"):
+            return None
+        return module.detect_format(root)
+    except Exception as err:  # see docstring
+        info.notes.append(f"vlarl_cli.policies.{family}.checkpoint could not inspect the folder: {err}")
+        return None
+
+
 def detect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
     """Detect family, format, parameter count and norm stats of a checkpoint folder (cheap).
 
@@ -274,12 +287,16 @@ def detect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
         info.has_remote_code = True
 
     info.family, info.format, info.variant = _heuristic(root, names, config)
-    if info.family is not None:
-        module = family_checkpoint_module(info.family)
-        if module is not None and hasattr(module, "detect_format"):
-            fmt = module.detect_format(root)
+    if info.family is None:  # layouts only a family module knows (e.g. a family added later)
+        for family in FAMILY_MODEL_TYPES:
+            fmt = _module_format(family, root, info)
             if fmt is not None:
-                info.format = fmt
+                info.family, info.format = family, fmt
+                break
+    else:
+        fmt = _module_format(info.family, root, info)
+        if fmt is not None:
+            info.format = fmt
     if info.family is None:
         info.notes.append("no known family layout (pi0/pi0.5, GR00T N1.5/N1.6, OpenVLA-OFT, vlarl) found")
     if not info.weights:

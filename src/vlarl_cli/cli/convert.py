@@ -1,0 +1,40 @@
+"""Convert a checkpoint between vlarl's layout and the upstream layouts of its family.
+
+The family and source format are detected from the files. The result is checked: both models run
+the same deterministic probe batch and the maximum absolute difference of their actions is printed.
+
+Formats: pi0/pi0.5: vlarl, openpi (openpi PyTorch / RLinf), lerobot, hf_pi0 (transformers-native);
+GR00T: vlarl, gr00t_n15, gr00t_n16. Others report "not supported yet".
+
+Examples:
+  vlarl convert models/pi05-libero runs/pi05-vlarl --to vlarl
+  vlarl convert runs/x/checkpoints/global_step_100 exported/ --to openpi --dtype bf16
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def command(
+    src: Path = typer.Argument(..., help="Source checkpoint folder."),
+    dst: Path = typer.Argument(..., help="Destination folder (created; must not exist unless --overwrite)."),
+    to: str = typer.Option(..., "--to", "-t", help="Target format, e.g. vlarl, openpi, lerobot, hf_pi0, "
+                           "gr00t_n15, gr00t_n16."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Cast weights: fp32/float32, bf16/bfloat16, "
+                                     "fp16/float16 (default: keep)."),
+    merge_lora: bool = typer.Option(True, "--merge-lora/--keep-lora", help="Merge LoRA adapters into the "
+                                    "base weights (default) or keep them separate."),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle", help="Allow reading pickle-based weight "
+                                      "files (loaded with weights_only=True)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace DST if it exists."),
+    skip_check: bool = typer.Option(False, "--skip-check", help="Do not run the probe-batch comparison "
+                                    "(useful for full-size models on a small machine)."),
+) -> None:
+    """Convert a checkpoint between vlarl's layout and the upstream layouts of its family."""
+    from vlarl_cli.checkpoints.convert import convert
+
+    convert(src, dst, to, dtype=dtype, merge_lora=merge_lora, allow_pickle=allow_pickle,
+            overwrite=overwrite, check=not skip_check, verbose=True)
