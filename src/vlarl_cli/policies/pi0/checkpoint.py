@@ -1,0 +1,617 @@
+"""pi0 / pi0.5 checkpoints: detection, loading and saving in four layouts, with explicit key maps.
+
+Layouts (``FORMATS``; REFERENCE.md section 4):
+
+=========  ==================================================================================================
+``vlarl``    ours: ``model.safetensors`` (+ ``model.safetensors.index.json`` shards when large),
+             ``vlarl_config.json`` ``{"family": "pi0", "format_version": 1, "model": {Pi0Config fields}}``,
+             ``norm_stats.json``. Internal key names, LoRA factors kept unmerged.
+``openpi``   openpi PyTorch / RLinf: ``model.safetensors`` (keys ``paligemma_with_expert.*``), ``config.json``
+             (``action_dim``, ``action_horizon``, ``paligemma_variant``, ``action_expert_variant``,
+             ``precision``), norm stats at ``assets/<asset_id>/norm_stats.json`` or ``<asset_id>/norm_stats.json``.
+``lerobot``  ``model.`` + the openpi keys; ``config.json`` with ``"type": "pi0" | "pi05"``.
+``hf_pi0``   transformers >= 5.4 native ``pi0`` (``config.json`` ``model_type == "pi0"``): keys ``model.vlm.*``,
+             ``model.dit.*`` (the expert), ``embed_action_time.*``. pi0 only (no adaRMS in transformers).
+=========  ==================================================================================================
+
+Key map (internal <-> openpi), prefixes:
+
+====================================  =====================================================================
+``vlm.vision_tower.``                 ``paligemma_with_expert.paligemma.model.vision_tower.vision_model.``
+``vlm.multi_modal_projector.``        ``paligemma_with_expert.paligemma.model.multi_modal_projector.``
+``vlm.language_model.``               ``paligemma_with_expert.paligemma.model.language_model.``
+``expert.``                           ``paligemma_with_expert.gemma_expert.model.``
+``action_in_proj.`` etc.              unchanged (``action_out_proj``, ``state_proj``, ``action_time_mlp_*``,
+                                      ``time_mlp_*``, and our RL heads ``value_head`` / ``noise_head``)
+====================================  =====================================================================
+
+Tied embedding: openpi files written with ``safetensors.torch.save_model`` may hold the PaliGemma token
+embedding ONLY as ``paligemma_with_expert.paligemma.lm_head.weight``; it is loaded into
+``vlm.language_model.embed_tokens.weight`` when the embedding key is absent, and written back under
+that name. The expert's ``lm_head`` / ``embed_tokens`` are unused by pi0 (openpi deletes the expert's
+embedding): ignored on load, written as zeros on export so upstream strict loaders find them.
+Aliases accepted on load: transformers 5.x's re-saved names (``vision_tower.`` without ``vision_model.``,
+``language_model.model.``) and the older ``model.vlm.vision_tower.vision_model.``.
+
+Loading builds the model on the meta device, materialises it on the target device and fills it
+tensor by tensor from ``safetensors.safe_open`` (never the whole file in memory). Missing RL-only
+parameters (value head, noise head, LoRA factors) are freshly initialised and reported; any other
+missing or unexpected key, or a shape mismatch, raises :class:`CheckpointError` naming the keys when
+``strict`` (the default).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vlarl_cli.errors import CheckpointError, did_you_mean
+from vlarl_cli.policies.normalization import (
+    NORM_STATS_FILE,
+    NormStats,
+    find_norm_stats,
+    load_norm_stats,
+    norm_stats_to_json,
+)
+from vlarl_cli.policies.pi0.config import Pi0Config, preset
+
+__all__ = ["FORMATS", "describe", "detect_format", "export_state_dict", "from_external", "load_policy",
+           "save_policy", "to_external"]
+
+FORMATS: tuple[str, ...] = ("vlarl", "openpi", "lerobot", "hf_pi0")
+FAMILY = "pi0"
+FORMAT_VERSION = 1
+VLARL_CONFIG = "vlarl_config.json"
+WEIGHTS = "model.safetensors"
+DEFAULT_ASSET_ID = "physical-intelligence/libero"
+_MAX_SHARD_BYTES = 4 * 1024**3
+
+_EMBED = "vlm.language_model.embed_tokens.weight"
+_OPENPI_ROOT = "paligemma_with_expert."
+_OPENPI_RULES = [  # (internal prefix, external prefix); the first per internal prefix is canonical
+    ("vlm.vision_tower.", "paligemma_with_expert.paligemma.model.vision_tower.vision_model."),
+    ("vlm.multi_modal_projector.", "paligemma_with_expert.paligemma.model.multi_modal_projector."),
+    ("vlm.language_model.", "paligemma_with_expert.paligemma.model.language_model."),
+    ("expert.", "paligemma_with_expert.gemma_expert.model."),
+]
+_OPENPI_ALIASES = [
+    ("vlm.vision_tower.", "paligemma_with_expert.paligemma.model.vision_tower."),
+    ("vlm.language_model.", "paligemma_with_expert.paligemma.model.language_model.model."),
+]
+_OPENPI_TIED = "paligemma_with_expert.paligemma.lm_head.weight"
+_OPENPI_UNUSED = ("paligemma_with_expert.gemma_expert.lm_head.weight",
+                  "paligemma_with_expert.gemma_expert.model.embed_tokens.weight")
+_HF_RULES = [
+    ("vlm.", "model.vlm."),
+    ("expert.", "model.dit."),
+    ("action_in_proj.", "embed_action_time.action_in_proj."),
+    ("state_proj.", "embed_action_time.state_proj."),
+    ("action_time_mlp_in.", "embed_action_time.action_time_mlp_in."),
+    ("action_time_mlp_out.", "embed_action_time.action_time_mlp_out."),
+]
+_HF_ALIASES = [("vlm.vision_tower.", "model.vlm.vision_tower.vision_model.")]
+_HF_UNUSED = ("model.dit.embed_tokens.weight", "model.vlm.lm_head.weight", "lm_head.weight")
+_TOP_LEVEL = ("action_in_proj.", "action_out_proj.", "state_proj.", "action_time_mlp_in.", "action_time_mlp_out.",
+              "time_mlp_in.", "time_mlp_out.", "value_head.", "noise_head.")
+# Parameters that only exist for RL (or LoRA): absent from supervised checkpoints, initialised fresh.
+_RL_ONLY_PREFIXES = ("value_head.", "noise_head.")
+
+
+# ---------------------------------------------------------------------------------------- key maps
+def _rules(fmt: str, *, load: bool) -> list[tuple[str, str]]:
+    if fmt in ("openpi", "lerobot"):
+        rules = _OPENPI_RULES + (_OPENPI_ALIASES if load else [])
+    elif fmt == "hf_pi0":
+        # transformers 5.x save_pretrained writes the openpi names back; accept both on load.
+        rules = _HF_RULES + ((_HF_ALIASES + _OPENPI_RULES + _OPENPI_ALIASES) if load else [])
+    else:
+        raise ValueError(fmt)
+    return rules
+
+
+def from_external(key: str, fmt: str) -> str | None:
+    """External key -> internal key (None: not a parameter of ours, e.g. unused or unknown)."""
+    if fmt == "vlarl":
+        return key
+    if fmt == "lerobot":
+        if not key.startswith("model."):
+            return None
+        key = key[len("model."):]
+    if fmt in ("openpi", "lerobot", "hf_pi0") and key == _OPENPI_TIED:
+        return _EMBED
+    best: tuple[int, str] | None = None
+    for internal, external in _rules(fmt, load=True):
+        if key.startswith(external) and (best is None or len(external) > best[0]):
+            best = (len(external), internal + key[len(external):])
+    if best is not None:
+        return best[1]
+    if key.startswith(_TOP_LEVEL):
+        return key
+    return None
+
+
+def to_external(key: str, fmt: str) -> str:
+    """Internal key -> the canonical external key of ``fmt``."""
+    if fmt == "vlarl":
+        return key
+    if fmt == "hf_pi0":
+        for internal, external in _HF_RULES:
+            if key.startswith(internal):
+                return external + key[len(internal):]
+        return key
+    out = key
+    if key == _EMBED:
+        out = _OPENPI_TIED
+    else:
+        for internal, external in _OPENPI_RULES:
+            if key.startswith(internal):
+                out = external + key[len(internal):]
+                break
+    return "model." + out if fmt == "lerobot" else out
+
+
+def _is_known_unused(key: str, fmt: str) -> bool:
+    k = key[len("model."):] if fmt == "lerobot" and key.startswith("model.") else key
+    if fmt == "lerobot" and (k.startswith(("normalize_", "unnormalize_")) or key.startswith(("normalize_",
+                                                                                              "unnormalize_"))):
+        return True  # old LeRobot normalisation buffers (read separately as norm stats)
+    return k in _OPENPI_UNUSED or (fmt == "hf_pi0" and k in _HF_UNUSED)
+
+
+# ---------------------------------------------------------------------------------------- files
+def _weight_files(root: Path) -> list[Path]:
+    from vlarl_cli.checkpoints.detect import weight_files
+
+    return weight_files(root)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _header_shapes(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Path]]:
+    from vlarl_cli.checkpoints.detect import read_safetensors_header
+
+    out: dict[str, tuple[tuple[int, ...], str, Path]] = {}
+    for f in files:
+        try:
+            header = read_safetensors_header(f)
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"{f} is not a readable safetensors file ({err}).",
+                                  "Re-download the checkpoint.") from None
+        for name, meta in header.items():
+            if name != "__metadata__":
+                out[name] = (tuple(int(d) for d in meta["shape"]), str(meta["dtype"]), f)
+    return out
+
+
+def detect_format(path: str | os.PathLike[str]) -> str | None:
+    """The layout of a pi0-family checkpoint folder, or None when it is not one (cheap: names + headers)."""
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    vcfg = _read_json(root / VLARL_CONFIG)
+    if vcfg is not None:
+        return "vlarl" if vcfg.get("family") == FAMILY else None
+    cfg = _read_json(root / "config.json") or {}
+    if cfg.get("model_type") == "pi0":
+        return "hf_pi0"
+    if cfg.get("type") in ("pi0", "pi05"):
+        return "lerobot"
+    try:
+        names = set(_header_shapes(_weight_files(root)))
+    except CheckpointError:
+        return None
+    if any(n.startswith("model." + _OPENPI_ROOT) for n in names):
+        return "lerobot"
+    if any(n.startswith(_OPENPI_ROOT) for n in names):
+        return "openpi"
+    if any(n.startswith(("model.vlm.", "model.dit.")) for n in names):
+        return "hf_pi0"
+    return None
+
+
+# ---------------------------------------------------------------------------------------- architecture
+def _variant_from_keys(internal_keys: set[str]) -> str:
+    if "time_mlp_in.weight" in internal_keys:
+        return "pi05"
+    if "state_proj.weight" in internal_keys:
+        return "pi0"
+    raise CheckpointError("Cannot tell pi0 from pi0.5: the checkpoint has neither state_proj (pi0) nor "
+                          "time_mlp_in (pi0.5).", "Check that this is a pi0-family checkpoint.")
+
+
+def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, ...]]) -> Pi0Config:
+    """Architecture of an external checkpoint (config.json + tensor shapes)."""
+    if fmt == "vlarl":
+        vcfg = _read_json(root / VLARL_CONFIG)
+        if vcfg is None or "model" not in vcfg:
+            raise CheckpointError(f"{root / VLARL_CONFIG} is missing or malformed.", "Re-save the checkpoint.")
+        if vcfg.get("format_version") != FORMAT_VERSION:
+            raise CheckpointError(f"{root} has format_version {vcfg.get('format_version')}, this vlarl reads "
+                                  f"{FORMAT_VERSION}.", "Convert it with the matching vlarl version.")
+        return Pi0Config.from_dict(vcfg["model"])
+    cfg_json = _read_json(root / "config.json") or {}
+    if isinstance(cfg_json.get("vlarl_arch"), dict):  # written by our exporters (tiny / custom sizes)
+        return Pi0Config.from_dict(cfg_json["vlarl_arch"])
+    internal = {k2 for k in shapes if (k2 := from_external(k, fmt)) is not None}
+    variant = _variant_from_keys(internal)
+    values: dict[str, Any] = {}
+    if fmt == "hf_pi0":
+        vlm = cfg_json.get("vlm_config") or {}
+        text = vlm.get("text_config") or {}
+        vision = vlm.get("vision_config") or {}
+        dit = cfg_json.get("dit_config") or {}
+        for ours, src, name in [("vlm_width", text, "hidden_size"), ("vlm_depth", text, "num_hidden_layers"),
+                                ("vlm_mlp", text, "intermediate_size"), ("num_heads", text, "num_attention_heads"),
+                                ("num_kv_heads", text, "num_key_value_heads"), ("head_dim", text, "head_dim"),
+                                ("vocab_size", text, "vocab_size"), ("vision_width", vision, "hidden_size"),
+                                ("vision_depth", vision, "num_hidden_layers"),
+                                ("vision_mlp", vision, "intermediate_size"),
+                                ("vision_heads", vision, "num_attention_heads"), ("patch_size", vision, "patch_size"),
+                                ("image_size", vision, "image_size"), ("expert_width", dit, "hidden_size"),
+                                ("expert_mlp", dit, "intermediate_size"), ("action_horizon", cfg_json, "chunk_size"),
+                                ("max_state_dim", cfg_json, "max_state_dim"),
+                                ("max_action_dim", cfg_json, "max_action_dim")]:
+            if name in src and src[name] is not None:
+                values[ours] = src[name]
+        return preset("full", variant, **values)
+    pv = str(cfg_json.get("paligemma_variant", "gemma_2b"))
+    ev = str(cfg_json.get("action_expert_variant", "gemma_300m"))
+    if not pv.startswith("gemma_2b") or not ev.startswith("gemma_300m"):
+        raise CheckpointError(f"Unsupported openpi variants paligemma_variant={pv!r}, action_expert_variant={ev!r} "
+                              f"in {root / 'config.json'}.", "Only gemma_2b + gemma_300m (pi0 / pi0.5) are supported.")
+    horizon = cfg_json.get("action_horizon", cfg_json.get("chunk_size"))
+    if horizon is not None:
+        values["action_horizon"] = int(horizon)
+    if "tokenizer_max_length" in cfg_json:
+        values["max_token_len"] = int(cfg_json["tokenizer_max_length"])
+    for key_name, field_name in (("action_in_proj.weight", "max_action_dim"), ("state_proj.weight", "max_state_dim")):
+        ext = [k for k in shapes if from_external(k, fmt) == key_name]
+        if ext:
+            values[field_name] = shapes[ext[0]][1]
+    pos = [k for k in shapes if from_external(k, fmt) == "vlm.vision_tower.embeddings.position_embedding.weight"]
+    patch = [k for k in shapes if from_external(k, fmt) == "vlm.vision_tower.embeddings.patch_embedding.weight"]
+    if pos and patch:
+        values["image_size"] = math.isqrt(shapes[pos[0]][0]) * shapes[patch[0]][-1]
+    return preset("full", variant, **values)
+
+
+# ---------------------------------------------------------------------------------------- load
+def _norm_stats_from_lerobot_buffers(shapes: dict[str, tuple[tuple[int, ...], str, Path]]) -> dict[str, NormStats]:
+    """Old LeRobot checkpoints keep normalisation buffers in the weights file."""
+    from safetensors import safe_open
+
+    found: dict[str, dict[str, Tensor]] = {}
+    for name, (_, _, f) in shapes.items():
+        n = name[len("model."):] if name.startswith("model.") else name
+        for feature, ours in (("buffer_observation_state.", "state"), ("buffer_action.", "actions")):
+            if n.startswith(("normalize_inputs.", "unnormalize_outputs.", "normalize_targets.")) and feature in n:
+                stat = n.split(feature, 1)[1]
+                with safe_open(os.fspath(f), "pt") as fh:
+                    found.setdefault(ours, {})[stat] = fh.get_tensor(name)
+    return {k: NormStats.from_dict({s: t.double().tolist() for s, t in v.items()})
+            for k, v in found.items() if "mean" in v and "std" in v}
+
+
+def _reset_buffers(policy: nn.Module) -> None:
+    """Recompute non-persistent buffers (left uninitialised by ``to_empty``)."""
+    cfg: Pi0Config = policy.cfg  # type: ignore[assignment]
+    dev = policy.action_in_proj.weight.device  # type: ignore[union-attr]
+    hd = cfg.head_dim
+    policy.rope_inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64, device=dev).float() / hd))
+    emb = policy.vlm.vision_tower.embeddings  # type: ignore[union-attr]
+    emb.position_ids = torch.arange(emb.num_positions, device=dev).expand((1, -1))
+
+
+def _fresh_init(policy: nn.Module, missing: list[str]) -> None:
+    """Initialise RL-only parameters that the checkpoint did not contain (as a fresh build would)."""
+    from vlarl_cli.policies.lora import LoRALinear
+
+    cfg: Pi0Config = policy.cfg  # type: ignore[assignment]
+    miss = set(missing)
+    dev = policy.action_in_proj.weight.device  # type: ignore[union-attr]
+    dtype = policy.action_in_proj.weight.dtype  # type: ignore[union-attr]
+    if any(k.startswith("value_head.") for k in miss) and policy.value_head is not None:  # type: ignore[union-attr]
+        from vlarl_cli.policies.value_head import ValueHead
+
+        width = cfg.vlm_width if cfg.value_after_vlm else cfg.expert_width
+        policy.value_head = ValueHead(width, cfg.value_hidden).to(device=dev, dtype=dtype)
+    if any(k.startswith("noise_head.") for k in miss) and policy.noise_head is not None:  # type: ignore[union-attr]
+        from vlarl_cli.policies.pi0.modeling import NoiseHead
+
+        policy.noise_head = NoiseHead(cfg.expert_width, cfg.max_action_dim, cfg.noise_hidden).to(device=dev, dtype=dtype)
+    for name, m in policy.named_modules():
+        if isinstance(m, LoRALinear) and f"{name}.lora_A" in miss:
+            with torch.no_grad():
+                nn.init.kaiming_uniform_(m.lora_A, a=math.sqrt(5))
+                m.lora_B.zero_()
+
+
+def _format_keys(keys: list[str], limit: int = 12) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f" ... and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def load_policy(path: str | os.PathLike[str], *, format: str | None = None, device: torch.device | str = "cpu",
+                dtype: torch.dtype = torch.float32, strict: bool = True, overrides: dict[str, Any] | None = None,
+                norm_stats_path: str | os.PathLike[str] | None = None, asset_id: str | None = None,
+                ) -> nn.Module:
+    """Load a pi0-family checkpoint in any supported layout as a :class:`Pi0Policy`.
+
+    Args:
+        path: checkpoint folder.
+        format: one of :data:`FORMATS`, or None to detect.
+        device, dtype: where and in which precision to materialise the weights (fp32 / bf16).
+        strict: raise :class:`CheckpointError` on missing (other than RL heads / LoRA), unexpected or
+            mis-shaped keys. With ``strict=False`` they are reported in ``policy.load_report``.
+        overrides: Pi0Config fields to change (the RL settings: num_steps, noise_method, ...).
+        norm_stats_path: explicit ``norm_stats.json``; default: searched in the folder.
+        asset_id: e.g. ``physical-intelligence/libero`` (openpi ``assets/<asset_id>/``).
+    """
+    from safetensors import safe_open
+
+    from vlarl_cli.policies.pi0.policy import Pi0Policy
+
+    root = Path(path)
+    if not root.is_dir():
+        raise CheckpointError(f"Checkpoint folder {root} does not exist.",
+                              "Check model_path, or download the checkpoint first (vlarl download).")
+    fmt = format or detect_format(root)
+    if fmt is None:
+        raise CheckpointError(f"{root} is not a recognised pi0 / pi0.5 checkpoint (no vlarl_config.json, no pi0 "
+                              "config.json, no paligemma_with_expert.* / model.vlm.* weights).",
+                              f"Point model_path at a pi0 checkpoint folder, or pass format= one of {FORMATS}.")
+    if fmt not in FORMATS:
+        raise CheckpointError(f'Unknown pi0 checkpoint format "{fmt}".{did_you_mean(fmt, FORMATS)}',
+                              f"Use one of {', '.join(FORMATS)}.")
+    files = _weight_files(root)
+    if not files:
+        raise CheckpointError(f"{root} holds no .safetensors weights (pickle .bin files are not loaded).",
+                              "Convert the weights to safetensors, or download the safetensors release.")
+    header = _header_shapes(files)
+    shapes = {k: v[0] for k, v in header.items()}
+    cfg = _config_from_checkpoint(root, fmt, shapes)
+    if overrides:
+        cfg = cfg.replace(**overrides)
+    tok_file = root / "tokenizer.json"
+    if cfg.tokenizer == "byte" and tok_file.is_file():
+        cfg = cfg.replace(tokenizer=os.fspath(tok_file))
+    elif cfg.tokenizer == "byte" and cfg.vocab_size > 1024:
+        warnings.warn(f"{root} has a {cfg.vocab_size}-token vocabulary but no tokenizer.json; prompts will be "
+                      "byte-tokenised, which the pretrained model does not understand. Set tokenizer_path to "
+                      "the PaliGemma tokenizer.json.", stacklevel=2)
+    # norm stats
+    ns_file = Path(norm_stats_path) if norm_stats_path else find_norm_stats(root, asset_id or DEFAULT_ASSET_ID)
+    norm_stats = load_norm_stats(ns_file) if ns_file is not None else None
+    if norm_stats is None and fmt == "lerobot":
+        norm_stats = _norm_stats_from_lerobot_buffers(header) or None
+
+    with torch.device("meta"):
+        policy = Pi0Policy(cfg, norm_stats=norm_stats)
+    policy = policy.to_empty(device=device).to(dtype)
+    _reset_buffers(policy)
+    params = dict(policy.state_dict(keep_vars=True))
+
+    loaded: set[str] = set()
+    unexpected: list[str] = []
+    mismatched: list[str] = []
+    ignored: list[str] = []
+    by_file: dict[Path, list[tuple[str, str]]] = {}
+    tied_source: tuple[Path, str] | None = None
+    for ext in header:
+        internal = None if _is_known_unused(ext, fmt) else from_external(ext, fmt)
+        if internal is None:
+            (ignored if _is_known_unused(ext, fmt) else unexpected).append(ext)
+            continue
+        if internal not in params:
+            unexpected.append(ext)
+            continue
+        if ext.endswith("lm_head.weight") and internal == _EMBED:
+            tied_source = (header[ext][2], ext)  # used only when the embedding itself is absent
+            continue
+        by_file.setdefault(header[ext][2], []).append((ext, internal))
+    with torch.no_grad():
+        for f, pairs in by_file.items():
+            with safe_open(os.fspath(f), "pt", device="cpu") as fh:
+                for ext, internal in pairs:
+                    target = params[internal]
+                    if tuple(target.shape) != header[ext][0]:
+                        mismatched.append(f"{ext} {list(header[ext][0])} vs model {list(target.shape)}")
+                        continue
+                    target.copy_(fh.get_tensor(ext).to(target.dtype))
+                    loaded.add(internal)
+        if _EMBED not in loaded and tied_source is not None:
+            f, ext = tied_source
+            with safe_open(os.fspath(f), "pt", device="cpu") as fh:
+                t = fh.get_tensor(ext)
+            if tuple(t.shape) == tuple(params[_EMBED].shape):
+                params[_EMBED].copy_(t.to(params[_EMBED].dtype))
+                loaded.add(_EMBED)
+            else:
+                mismatched.append(f"{ext} {list(t.shape)} vs model {list(params[_EMBED].shape)}")
+    missing = [k for k in params if k not in loaded]
+    fresh = [k for k in missing if k.startswith(_RL_ONLY_PREFIXES) or k.endswith((".lora_A", ".lora_B"))]
+    missing = [k for k in missing if k not in fresh]
+    _fresh_init(policy, fresh)
+    report = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
+              "mismatched": mismatched, "ignored_unused": ignored, "initialized": fresh,
+              "norm_stats": os.fspath(ns_file) if ns_file is not None else None}
+    if strict and (missing or unexpected or mismatched):
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)}: {_format_keys(missing)}")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)}: {_format_keys(unexpected)}")
+        if mismatched:
+            parts.append(f"wrong shape {len(mismatched)}: {_format_keys(mismatched)}")
+        raise CheckpointError(f"{root} ({fmt}) does not match the pi0 model ({cfg.variant}): " + "; ".join(parts) + ".",
+                              "Check the format / variant, or pass strict=False to load what matches.")
+    policy.load_report = report  # type: ignore[assignment]
+    policy.apply_trainability()
+    return policy
+
+
+# ---------------------------------------------------------------------------------------- save
+def _merged_state_dict(policy: nn.Module) -> dict[str, Tensor]:
+    """State dict with every LoRA update folded into its base weight and no LoRA keys."""
+    from vlarl_cli.policies.lora import LoRALinear
+
+    sd = {k: v.detach() for k, v in policy.state_dict().items()}
+    for name, m in policy.named_modules():
+        if isinstance(m, LoRALinear):
+            sd[f"{name}.weight"] = m.merged_weight().detach()
+            sd.pop(f"{name}.lora_A", None)
+            sd.pop(f"{name}.lora_B", None)
+    return sd
+
+
+def export_state_dict(policy: nn.Module, fmt: str, *, include_unused: bool = True) -> dict[str, Tensor]:
+    """The tensors that :func:`save_policy` writes for ``fmt`` (external names; LoRA merged if external)."""
+    cfg: Pi0Config = policy.cfg  # type: ignore[assignment]
+    if fmt == "vlarl":
+        return {k: v.detach() for k, v in policy.state_dict().items()}
+    if fmt == "hf_pi0" and cfg.is_pi05:
+        raise CheckpointError("transformers' native pi0 has no pi0.5 (adaRMS) support, so a pi0.5 policy cannot "
+                              "be exported as hf_pi0.", "Export as openpi or lerobot instead.")
+    sd = _merged_state_dict(policy)
+    out = {to_external(k, fmt): v for k, v in sd.items()}
+    if include_unused:
+        ref = sd["action_in_proj.weight"]
+        if fmt in ("openpi", "lerobot"):
+            pre = "model." if fmt == "lerobot" else ""
+            out[pre + _OPENPI_UNUSED[0]] = torch.zeros(cfg.vocab_size, cfg.expert_width, dtype=ref.dtype)
+        else:
+            out[_HF_UNUSED[0]] = torch.zeros(cfg.vocab_size, cfg.expert_width, dtype=ref.dtype)
+    return out
+
+
+def _shards(tensors: dict[str, Tensor], max_bytes: int) -> Iterator[dict[str, Tensor]]:
+    cur: dict[str, Tensor] = {}
+    size = 0
+    for k, v in tensors.items():
+        n = v.numel() * v.element_size()
+        if cur and size + n > max_bytes:
+            yield cur
+            cur, size = {}, 0
+        cur[k] = v
+        size += n
+    if cur:
+        yield cur
+
+
+def _arch_dict(cfg: Pi0Config) -> dict[str, Any]:
+    return cfg.to_dict()
+
+
+def _external_config(cfg: Pi0Config, fmt: str, precision: str) -> dict[str, Any]:
+    if fmt == "openpi":
+        return {"action_dim": cfg.max_action_dim, "action_horizon": cfg.action_horizon,
+                "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m", "precision": precision,
+                "pi05": cfg.is_pi05, "vlarl_arch": _arch_dict(cfg)}
+    if fmt == "lerobot":
+        return {"type": cfg.variant, "chunk_size": cfg.action_horizon, "n_action_steps": cfg.num_action_chunks,
+                "max_state_dim": cfg.max_state_dim, "max_action_dim": cfg.max_action_dim,
+                "tokenizer_max_length": cfg.max_token_len, "num_inference_steps": cfg.num_steps,
+                "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
+                "image_resolution": [cfg.image_size, cfg.image_size], "dtype": precision,
+                "vlarl_arch": _arch_dict(cfg)}
+    # hf_pi0: the fields of transformers' PI0Config
+    return {
+        "model_type": "pi0", "architectures": ["PI0ForConditionalGeneration"],
+        "chunk_size": cfg.action_horizon, "max_state_dim": cfg.max_state_dim, "max_action_dim": cfg.max_action_dim,
+        "num_inference_steps": cfg.num_steps, "min_period": cfg.min_period, "max_period": cfg.max_period,
+        "vlm_config": {
+            "model_type": "paligemma", "projection_dim": cfg.vlm_width, "image_token_id": cfg.vocab_size,
+            "text_config": {"model_type": "gemma", "hidden_size": cfg.vlm_width, "num_hidden_layers": cfg.vlm_depth,
+                            "intermediate_size": cfg.vlm_mlp, "num_attention_heads": cfg.num_heads,
+                            "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+                            "vocab_size": cfg.vocab_size},
+            "vision_config": {"model_type": "siglip_vision_model", "hidden_size": cfg.vision_width,
+                              "intermediate_size": cfg.vision_mlp, "num_hidden_layers": cfg.vision_depth,
+                              "num_attention_heads": cfg.vision_heads, "patch_size": cfg.patch_size,
+                              "image_size": cfg.image_size, "vision_use_head": False},
+        },
+        "dit_config": {"model_type": "gemma", "hidden_size": cfg.expert_width, "num_hidden_layers": cfg.vlm_depth,
+                       "intermediate_size": cfg.expert_mlp, "num_attention_heads": cfg.num_heads,
+                       "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim},
+        "vlarl_arch": _arch_dict(cfg),
+    }
+
+
+def save_policy(policy: nn.Module, path: str | os.PathLike[str], *, format: str = "vlarl",
+                dtype: torch.dtype | None = None, asset_id: str = DEFAULT_ASSET_ID,
+                max_shard_bytes: int = _MAX_SHARD_BYTES) -> None:
+    """Write ``policy`` to folder ``path`` in ``format`` (atomically: the folder appears complete or not at all).
+
+    ``dtype`` casts floating tensors (e.g. ``torch.bfloat16`` for a compact export). External formats
+    get LoRA merged and the upstream side files (``config.json``, norm stats where upstream keeps them).
+    """
+    from vlarl_cli.checkpoints.atomic import atomic_directory, atomic_save_safetensors, atomic_write_json
+
+    if format not in FORMATS:
+        raise CheckpointError(f'Unknown pi0 checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
+                              f"Use one of {', '.join(FORMATS)}.")
+    cfg: Pi0Config = policy.cfg  # type: ignore[assignment]
+    tensors = export_state_dict(policy, format)
+    tensors = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous().cpu()
+               for k, v in tensors.items()}
+    precision = "bfloat16" if (dtype or policy.action_in_proj.weight.dtype) == torch.bfloat16 else "float32"
+    norm_stats: dict[str, NormStats] = getattr(policy, "norm_stats", {}) or {}
+    with atomic_directory(path) as tmp:
+        shards = list(_shards(tensors, max_shard_bytes))
+        if len(shards) == 1:
+            atomic_save_safetensors(shards[0], tmp / WEIGHTS, metadata={"format": "pt"})
+        else:
+            weight_map: dict[str, str] = {}
+            for i, shard in enumerate(shards):
+                name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+                atomic_save_safetensors(shard, tmp / name, metadata={"format": "pt"})
+                weight_map.update(dict.fromkeys(shard, name))
+            total = sum(v.numel() * v.element_size() for v in tensors.values())
+            atomic_write_json(tmp / f"{WEIGHTS}.index.json",
+                              {"metadata": {"total_size": total}, "weight_map": weight_map})
+        if format == "vlarl":
+            atomic_write_json(tmp / VLARL_CONFIG, {"family": FAMILY, "format_version": FORMAT_VERSION,
+                                                   "model": cfg.to_dict()})
+        else:
+            atomic_write_json(tmp / "config.json", _external_config(cfg, format, precision))
+        if norm_stats:
+            where = tmp / "assets" / asset_id / NORM_STATS_FILE if format == "openpi" else tmp / NORM_STATS_FILE
+            where.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(where, norm_stats_to_json(norm_stats))
+
+
+# ---------------------------------------------------------------------------------------- describe
+def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Summary of a checkpoint folder from its headers and JSON files (no tensor data is read)."""
+    root = Path(path)
+    fmt = detect_format(root)
+    if fmt is None:
+        raise CheckpointError(f"{root} is not a recognised pi0 / pi0.5 checkpoint.",
+                              "Point at a folder written by openpi, RLinf, LeRobot, transformers or vlarl.")
+    header = _header_shapes(_weight_files(root))
+    shapes = {k: v[0] for k, v in header.items()}
+    cfg = _config_from_checkpoint(root, fmt, shapes)
+    used = [k for k in shapes if from_external(k, fmt) is not None and not _is_known_unused(k, fmt)]
+    has_embed = any(from_external(k, fmt) == _EMBED and not k.endswith("lm_head.weight") for k in used)
+    count = sum(math.prod(shapes[k]) for k in used
+                if not (has_embed and k.endswith("lm_head.weight") and from_external(k, fmt) == _EMBED))
+    ns = find_norm_stats(root, DEFAULT_ASSET_ID)
+    dtypes = sorted({v[1] for v in header.values()})
+    return {"family": FAMILY, "format": fmt, "variant": cfg.variant, "num_parameters": count,
+            "norm_stats": ns is not None, "norm_stats_path": os.fspath(ns) if ns else None,
+            "dtypes": dtypes, "action_horizon": cfg.action_horizon, "image_size": cfg.image_size,
+            "weight_files": [p.name for p in _weight_files(root)]}
