@@ -148,6 +148,33 @@ class VectorEnvSpec:
                 raise EnvError(message + ".", fix="Adjust the env section of the config.")
 
 
+def draw_group_states(
+    pool: np.ndarray, num_groups: int, order: str, rng: np.random.Generator, cursor: int
+) -> tuple[np.ndarray, int]:
+    """Pick one reset-state id per GRPO group.
+
+    Args:
+        pool: ``[P]`` flat reset-state ids to draw from.
+        num_groups: how many groups need a state.
+        order: ``ordered`` takes the next ``num_groups`` ids after ``cursor`` (wrapping around the pool);
+            ``random`` draws uniformly with replacement from ``rng``.
+        rng: seeded generator (used only by ``random``).
+        cursor: position in the pool for ``ordered``.
+
+    Returns:
+        ``([num_groups] ids, new cursor)``.
+    """
+    if order == "random":
+        return rng.choice(pool, size=num_groups, replace=True), cursor
+    idx = (cursor + np.arange(num_groups)) % len(pool)
+    return pool[idx], int((cursor + num_groups) % len(pool))
+
+
+def group_reset_state_ids(group_ids: np.ndarray, group_size: int) -> np.ndarray:
+    """``[G]`` group states -> ``[G * group_size]`` env states (consecutive envs share their group's)."""
+    return np.repeat(np.asarray(group_ids), group_size)
+
+
 # ------------------------------------------------------------------------------------------------
 # Shared memory layout
 # ------------------------------------------------------------------------------------------------
@@ -478,11 +505,10 @@ class LiberoVectorEnv:
     # ------------------------------------------------------------------ reset
 
     def _draw_group_states(self, num_groups: int) -> np.ndarray:
-        if self.spec.init_state_order == "random":
-            return self._rng.choice(self.pool, size=num_groups, replace=True)
-        idx = (self._cursor + np.arange(num_groups)) % len(self.pool)
-        self._cursor = int((self._cursor + num_groups) % len(self.pool))
-        return self.pool[idx]
+        ids, self._cursor = draw_group_states(
+            self.pool, num_groups, self.spec.init_state_order, self._rng, self._cursor
+        )
+        return ids
 
     def reset(self, reset_state_ids: np.ndarray | list[int] | None = None) -> dict[str, Any]:
         """Start a new episode in every env.
@@ -497,7 +523,7 @@ class LiberoVectorEnv:
         """
         n, g = self.spec.num_envs, self.spec.group_size
         if reset_state_ids is None:
-            ids = np.repeat(self._draw_group_states(n // g), g)
+            ids = group_reset_state_ids(self._draw_group_states(n // g), g)
         else:
             ids = np.asarray(reset_state_ids, dtype=np.int64).reshape(-1)
             if ids.shape != (n,):
