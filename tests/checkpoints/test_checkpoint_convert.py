@@ -175,3 +175,32 @@ def test_cli_convert(fakefam, tmp_path):
     assert "max |diff| actions 0" in res.output and "fakefam" in res.output
     res = CliRunner().invoke(app, ["convert", str(src), str(tmp_path / "out"), "--to", "upstream"])
     assert isinstance(res.exception, CheckpointError)  # main.py turns this into exit code 2
+
+
+@pytest.mark.parametrize(("version", "model_type", "fmt"), [("n1.5", "gr00t", "gr00t_n15"),
+                                                          ("n1.6", "gr00t_n1d6", "gr00t_n16")])
+def test_gr00t_round_trip_through_upstream_layout(tmp_path, version, model_type, fmt):
+    """Real family module: vlarl -> upstream GR00T folder -> vlarl is exact, and the probe agrees."""
+    ck = pytest.importorskip("vlarl_cli.policies.gr00t.checkpoint")
+    from vlarl_cli.policies.gr00t.config import ModelSettings, preset
+    from vlarl_cli.policies.gr00t.modality import default_modality
+    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
+
+    torch.manual_seed(0)
+    settings = ModelSettings(model_type=model_type, preset="tiny")
+    cfg = preset("tiny", version)
+    policy = Gr00tPolicy(cfg, settings, default_modality(settings.effective_embodiment_tag, cfg))
+    src = tmp_path / "src"
+    src.mkdir()
+    ck.save_policy(policy, src, format="vlarl")
+
+    up = convert(src, tmp_path / "up", fmt)
+    assert (up.family, up.src_format, up.dst_format) == ("gr00t", "vlarl", fmt)
+    assert up.max_abs_diff == 0.0
+    assert detect.detect_checkpoint(tmp_path / "up").format == fmt
+    back = convert(tmp_path / "up", tmp_path / "back", "vlarl")
+    assert back.max_abs_diff == 0.0
+    a, b = load_file(src / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(CheckpointError, match="not a gr00t checkpoint format"):
+        convert(src, tmp_path / "x", "openpi")

@@ -212,7 +212,11 @@ def _heuristic(root: Path, names: set[str], config: dict[str, Any] | None) -> tu
     vlarl_cfg = _read_json(root / "vlarl_config.json")
     if vlarl_cfg is not None and isinstance(vlarl_cfg.get("family"), str):
         model = vlarl_cfg.get("model") if isinstance(vlarl_cfg.get("model"), dict) else {}
-        variant = model.get("variant") or model.get("model_type") if model else None
+        variant = None
+        if model:
+            version = model.get("version")  # GR00T's config dataclass stores "n1.5" / "n1.6"
+            variant = model.get("variant") or ({"n1.5": "gr00t_n15", "n1.6": "gr00t_n16"}.get(version)
+                                               if isinstance(version, str) else None)
         return vlarl_cfg["family"], "vlarl", variant
 
     is_n16 = "n1d6" in model_type.lower() or (
@@ -306,8 +310,9 @@ def detect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
 
 
 def _config_dirs() -> list[Path]:
+    """Preset folders: the packaged ``vlarl_cli/configs`` and a ``configs/`` in the working directory."""
     here = Path(__file__).resolve()
-    candidates = [Path.cwd() / "configs", here.parents[3] / "configs", here.parents[1] / "configs"]
+    candidates = [here.parents[1] / "configs", Path.cwd() / "configs", here.parents[3] / "configs"]
     out: list[Path] = []
     for c in candidates:
         if c.is_dir() and c.resolve() not in [o.resolve() for o in out]:
@@ -315,31 +320,79 @@ def _config_dirs() -> list[Path]:
     return out
 
 
+def _model_section(folder: Path, preset_file: Path) -> dict[str, Any]:
+    """``actor.model`` of a preset: its ``model/<name>`` default, then the preset's own overrides.
+
+    A light reading of the Hydra ``defaults:`` list (only ``model/...`` entries) with plain YAML;
+    interpolations stay strings, which is enough to read ``model_type`` / ``model_path``.
+    """
+    import yaml
+
+    data = yaml.safe_load(preset_file.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        return {}
+    model: dict[str, Any] = {}
+    for entry in data.get("defaults") or []:
+        if isinstance(entry, str) and entry.startswith("model/"):
+            default = folder / (entry.split("@")[0] + ".yaml")
+            if default.is_file():
+                loaded = yaml.safe_load(default.read_text(encoding="utf-8")) or {}
+                if isinstance(loaded, dict):
+                    model.update(loaded)
+    actor = data.get("actor") if isinstance(data.get("actor"), dict) else {}
+    own = actor.get("model") if isinstance(actor.get("model"), dict) else {}
+    for key, value in own.items():
+        if isinstance(value, dict) and isinstance(model.get(key), dict):
+            model[key] = {**model[key], **value}
+        else:
+            model[key] = value
+    return model
+
+
+def _preset_variant(model: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(family, variant) a preset's model section asks for."""
+    model_type = str(model.get("model_type", ""))
+    if model_type in ("openpi", "pi0", "pi05"):
+        openpi = model.get("openpi") if isinstance(model.get("openpi"), dict) else {}
+        name = str(openpi.get("config_name", ""))
+        return "pi0", ("pi05" if model_type == "pi05" or name.startswith("pi05") else "pi0")
+    if model_type == "gr00t":
+        return "gr00t", "gr00t_n15"
+    if model_type == "gr00t_n1d6":
+        return "gr00t", "gr00t_n16"
+    if model_type == "openvla_oft":
+        return "openvla_oft", "openvla"
+    return None, None
+
+
 def configs_using(info: CheckpointInfo, repo_id: str | None = None,
                   config_dirs: list[Path] | None = None) -> dict[str, list[str]]:
-    """Config presets that reference this checkpoint (``uses``) or its family (``compatible``).
+    """Top-level presets whose ``actor.model`` points at this checkpoint, or could load it.
 
-    A plain text scan of ``configs/*.yaml`` (no YAML parsing, so it is instant and never fails):
-    ``uses`` = the file mentions the repo id (or its name part); ``compatible`` = it sets a
-    ``model_type`` of the same family.
+    ``uses``: ``model_path`` equals the repo id (or ends with its name, for a local copy).
+    ``compatible``: same family and variant (pi0 vs pi0.5, GR00T N1.5 vs N1.6); a checkpoint whose
+    variant is unknown matches every preset of its family. Unreadable presets are skipped.
     """
     uses: list[str] = []
     compatible: list[str] = []
-    needles = [repo_id, repo_id.split("/")[-1]] if repo_id else []
-    model_types = FAMILY_MODEL_TYPES.get(info.family or "", ())
+    seen: set[Path] = set()
+    name = repo_id.split("/")[-1] if repo_id else None
     for folder in config_dirs if config_dirs is not None else _config_dirs():
-        for yaml_file in sorted(folder.rglob("*.yaml")):
+        for preset_file in sorted(folder.glob("*.yaml")):
+            if preset_file.resolve() in seen:
+                continue
+            seen.add(preset_file.resolve())
             try:
-                text = yaml_file.read_text(encoding="utf-8")
-            except OSError:
+                model = _model_section(folder, preset_file)
+            except Exception:  # OSError / yaml.YAMLError: a broken preset must not break a summary
                 continue
-            name = yaml_file.relative_to(folder).as_posix()
-            if any(n and n in text for n in needles):
-                uses.append(name)
+            preset = preset_file.stem
+            path = str(model.get("model_path", "")).rstrip("/")
+            if repo_id and path and (path == repo_id or (name is not None and path.split("/")[-1] == name)):
+                uses.append(preset)
                 continue
-            for line in text.splitlines():
-                key, _, value = line.partition(":")
-                if key.strip() == "model_type" and value.strip().strip("'\"") in model_types:
-                    compatible.append(name)
-                    break
+            family, variant = _preset_variant(model)
+            if family is not None and family == info.family and (
+                    info.variant is None or variant is None or variant == info.variant):
+                compatible.append(preset)
     return {"uses": uses, "compatible": compatible}

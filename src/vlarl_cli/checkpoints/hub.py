@@ -779,8 +779,10 @@ def _print_summary(console: Console, result: DownloadResult) -> None:
                      f"({', '.join(result.skipped_pickle[:3])}{', ...' if len(result.skipped_pickle) > 3 else ''});"
                      " pass --allow-pickle to fetch them")
     uses, compatible = result.configs.get("uses", []), result.configs.get("compatible", [])
-    if uses or compatible:
-        lines.append("  configs:     " + ", ".join(uses + [c for c in compatible if c not in uses]))
-    else:
-        lines.append("  configs:     none in configs/ refer to this model or family")
+    if uses:
+        lines.append(f"  configs:     {', '.join(uses)} (their model_path is this repository)")
+    if compatible:
+        lines.append(f"  compatible:  {', '.join(compatible)} (run with actor.model.model_path={result.path})")
+    if not uses and not compatible:
+        lines.append("  configs:     no preset in configs/ uses this model family")
     console.print("\n".join(lines))

@@ -1,0 +1,120 @@
+"""Family/format detection from file names, config.json and safetensors headers."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from vlarl_cli.checkpoints.detect import (
+    CheckpointInfo,
+    configs_using,
+    count_parameters,
+    detect_checkpoint,
+    read_safetensors_header,
+)
+
+
+def _folder(root: Path, keys: dict[str, tuple[int, ...]], files: dict[str, object] | None = None,
+            weights: str = "model.safetensors") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    if keys:
+        save_file({k: torch.zeros(shape) for k, shape in keys.items()}, root / weights)
+    for name, content in (files or {}).items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(content if isinstance(content, str) else json.dumps(content))
+    return root
+
+
+PI = "paligemma_with_expert.paligemma.model.language_model.layers.0.mlp.up_proj.weight"
+
+
+@pytest.mark.parametrize(("keys", "files", "expected"), [
+    ({PI: (4, 2), "time_mlp_in.weight": (2, 2)},
+     {"physical-intelligence/libero/norm_stats.json": {}}, ("pi0", "openpi", "pi05")),
+    ({PI: (4, 2), "action_time_mlp_in.weight": (2, 4), "state_proj.weight": (2, 32)},
+     {"assets/libero/norm_stats.json": {}}, ("pi0", "openpi", "pi0")),
+    ({"model." + PI: (4, 2), "model.time_mlp_in.weight": (2, 2)}, {"config.json": {"type": "pi05"}},
+     ("pi0", "lerobot", "pi05")),
+    ({"model.vlm.language_model.layers.0.mlp.up_proj.weight": (4, 2),
+      "embed_action_time.action_time_mlp_in.weight": (2, 4)},
+     {"config.json": {"model_type": "pi0", "vlm_config": {}}}, ("pi0", "hf_pi0", "pi0")),
+    ({"action_head.model.proj.weight": (2, 2)},
+     {"config.json": {"model_type": "gr00t_n1_5"}, "experiment_cfg/metadata.json": {}},
+     ("gr00t", "gr00t_n15", "gr00t_n15")),
+    ({"action_head.model.proj.weight": (2, 2)},
+     {"config.json": {"model_type": "Gr00tN1d6"}, "experiment_cfg/metadata.json": {},
+      "processor_config.json": {}, "embodiment_id.json": {}, "statistics.json": {}},
+     ("gr00t", "gr00t_n16", "gr00t_n16")),
+    ({"language_model.model.layers.0.mlp.up_proj.weight": (4, 2)},
+     {"config.json": {"model_type": "openvla"}, "dataset_statistics.json": {}},
+     ("openvla_oft", "openvla_hf", "openvla")),
+])
+def test_layouts(tmp_path, keys, files, expected):
+    info = detect_checkpoint(_folder(tmp_path / "ck", keys, files))
+    assert (info.family, info.format, info.variant) == expected, info
+    assert info.num_parameters == sum(torch.Size(s).numel() for s in keys.values())
+    stats = {"norm_stats.json", "dataset_statistics.json", "statistics.json", "metadata.json"}
+    assert sorted(info.norm_stats) == sorted(f for f in files if Path(f).name in stats)
+
+
+def test_vlarl_layout_and_unknown(tmp_path):
+    info = detect_checkpoint(_folder(tmp_path / "v", {"w": (3,)}, {"vlarl_config.json": {
+        "family": "pi0", "format_version": 1, "model": {"variant": "pi05"}}}))
+    assert (info.family, info.format, info.variant) == ("pi0", "vlarl", "pi05")
+    unknown = detect_checkpoint(_folder(tmp_path / "u", {}, {"README.md": "hi"}))
+    assert unknown.family is None and unknown.num_parameters is None
+    assert any("no known family" in n for n in unknown.notes)
+    assert any("no .safetensors" in n for n in unknown.notes)
+
+
+def test_sharded_count_tied_once_pickles_and_remote_code(tmp_path):
+    root = tmp_path / "s"
+    root.mkdir()
+    save_file({"a": torch.zeros(2, 3), "tied": torch.zeros(5)}, root / "model-00001-of-00002.safetensors")
+    save_file({"b": torch.zeros(7), "tied": torch.zeros(5)}, root / "model-00002-of-00002.safetensors")
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "tied": "model-00001-of-00002.safetensors",
+        "b": "model-00002-of-00002.safetensors"}}))
+    (root / "optimizer.pt").write_bytes(b"")
+    (root / "modeling_x.py").write_text("raise SystemExit('never run')")
+    info = detect_checkpoint(root)
+    assert count_parameters(root) == 6 + 5 + 7 == info.num_parameters  # "tied" counted once
+    assert info.weights == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert info.pickle_files == ["optimizer.pt"] and info.has_remote_code
+
+
+def test_header_reader_guards(tmp_path):
+    save_file({"x": torch.zeros(2, 2)}, tmp_path / "ok.safetensors")
+    assert read_safetensors_header(tmp_path / "ok.safetensors")["x"]["shape"] == [2, 2]
+    (tmp_path / "huge.safetensors").write_bytes(struct.pack("<Q", 10**12) + b"{}")
+    with pytest.raises(ValueError, match="implausible"):
+        read_safetensors_header(tmp_path / "huge.safetensors")
+    (tmp_path / "short.safetensors").write_bytes(b"\x01")
+    with pytest.raises(ValueError, match="too short"):
+        read_safetensors_header(tmp_path / "short.safetensors")
+
+
+def test_configs_using_reads_defaults_and_overrides(tmp_path):
+    cfg = tmp_path / "configs"
+    (cfg / "model").mkdir(parents=True)
+    (cfg / "model" / "pi0_5.yaml").write_text('model_type: "openpi"\nmodel_path: "org/pi05-base"\n'
+                                              'openpi:\n  config_name: "pi05_libero"\n')
+    (cfg / "model" / "pi0.yaml").write_text('model_type: "openpi"\nmodel_path: "org/pi0-base"\n'
+                                            'openpi:\n  config_name: "pi0_libero"\n')
+    (cfg / "a_pi05.yaml").write_text("defaults:\n  - model/pi0_5@actor.model\n")
+    (cfg / "b_pi05_other.yaml").write_text("defaults:\n  - model/pi0_5@actor.model\n"
+                                           "actor:\n  model:\n    model_path: org/other\n")
+    (cfg / "c_pi0.yaml").write_text("defaults:\n  - model/pi0@actor.model\n")
+    (cfg / "broken.yaml").write_text("defaults: [\n")
+    info = CheckpointInfo(path=tmp_path, family="pi0", variant="pi05")
+    assert configs_using(info, "org/pi05-base", [cfg]) == {"uses": ["a_pi05"], "compatible": ["b_pi05_other"]}
+    info0 = CheckpointInfo(path=tmp_path, family="pi0", variant="pi0")
+    assert configs_using(info0, "x/y", [cfg]) == {"uses": [], "compatible": ["c_pi0"]}
+    # A local copy named like the repo counts as "uses".
+    assert configs_using(info0, "org/pi0-base", [cfg])["uses"] == ["c_pi0"]
