@@ -1,0 +1,173 @@
+"""A tiny vectorised pure-torch task for learning tests and smoke runs: 2-D reach-the-goal with chunks.
+
+Each env holds a point starting at the origin and a goal drawn uniformly on an annulus
+``goal_min_dist <= |g| <= goal_max_dist``. A policy emits action chunks ``[B, C, 2]``; every env step
+moves the point by ``step_size * clip(a, -1, 1)``. Reaching within ``goal_radius`` of the goal gives a
+sparse reward of 1 and ends the episode (``terminated``); after ``max_steps`` env steps the episode is
+``truncated``. There is no auto-reset: a finished env ignores further actions and reports
+``done`` on every later step, which is exactly what :func:`vlarl_cli.algorithms.advantages.loss_mask_from_dones`
+expects. Observations use the shared key ``STATES``: ``[pos_x, pos_y, goal_x, goal_y]``.
+
+Random actions rarely succeed (a few percent with the defaults); moving straight to the goal always
+does, so success rate is an unambiguous learning signal.
+
+:func:`collect_rollout` runs one episode per env with any object implementing the Policy contract
+(``policies/base.py``) and returns the RLinf-layout tensors (``T`` chunk steps, ``dones [T+1, B, C]``
+with row 0 carried in).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vlarl_cli import keys
+from vlarl_cli.policies.base import Replay, stack_replays
+
+__all__ = ["ReachEnv", "ReachStep", "ToyRollout", "collect_rollout"]
+
+
+@dataclass
+class ReachStep:
+    """Result of :meth:`ReachEnv.step` for one chunk."""
+
+    obs: dict[str, Tensor]
+    rewards: Tensor  # [B, C] float
+    terminated: Tensor  # [B, C] bool (goal reached at this step)
+    truncated: Tensor  # [B, C] bool (time limit at this step)
+    dones: Tensor  # [B, C] bool: episode over after this step (including steps after the end)
+
+
+class ReachEnv:
+    """Vectorised 2-D reach-the-goal. ``num_envs`` envs, chunks of ``chunk`` steps."""
+
+    action_dim = 2
+    state_dim = 4
+
+    def __init__(
+        self,
+        num_envs: int,
+        *,
+        chunk: int = 4,
+        max_steps: int = 16,
+        step_size: float = 0.25,
+        goal_radius: float = 0.2,
+        goal_min_dist: float = 0.5,
+        goal_max_dist: float = 1.0,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.num_envs, self.chunk, self.max_steps = num_envs, chunk, max_steps
+        self.step_size, self.goal_radius = step_size, goal_radius
+        self.goal_min_dist, self.goal_max_dist = goal_min_dist, goal_max_dist
+        self.device = torch.device(device)
+        self.pos = torch.zeros(num_envs, 2, device=self.device)
+        self.goal = torch.zeros(num_envs, 2, device=self.device)
+        self.done = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
+        self.success = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
+        self.steps = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+
+    @property
+    def num_chunks(self) -> int:
+        """Chunk steps needed to reach the time limit."""
+        return math.ceil(self.max_steps / self.chunk)
+
+    def sample_goals(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        """``[n, 2]`` goals uniform on the annulus (area-uniform radius)."""
+        u = torch.rand(n, 2, generator=generator)
+        r = torch.sqrt(self.goal_min_dist**2 + u[:, 0] * (self.goal_max_dist**2 - self.goal_min_dist**2))
+        angle = 2 * math.pi * u[:, 1]
+        return torch.stack([r * torch.cos(angle), r * torch.sin(angle)], dim=-1).to(self.device)
+
+    def reset(
+        self, goals: Tensor | None = None, *, group_size: int = 1, generator: torch.Generator | None = None
+    ) -> dict[str, Tensor]:
+        """Start new episodes. ``goals [B, 2]`` or drawn; ``group_size`` consecutive envs share a goal (GRPO)."""
+        if goals is None:
+            if self.num_envs % group_size:
+                raise ValueError(f"num_envs {self.num_envs} is not a multiple of group_size {group_size}")
+            goals = self.sample_goals(self.num_envs // group_size, generator).repeat_interleave(group_size, 0)
+        if goals.shape != (self.num_envs, 2):
+            raise ValueError(f"goals must be [{self.num_envs}, 2], got {tuple(goals.shape)}")
+        self.goal = goals.to(self.device, torch.float32)
+        self.pos.zero_()
+        self.done.zero_()
+        self.success.zero_()
+        self.steps.zero_()
+        return self.observe()
+
+    def observe(self) -> dict[str, Tensor]:
+        return {keys.STATES: torch.cat([self.pos, self.goal], dim=-1)}
+
+    def step(self, actions: Tensor) -> ReachStep:
+        """Apply an action chunk ``[B, C', 2]`` (C' <= chunk is allowed)."""
+        if actions.dim() != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != 2:
+            raise ValueError(f"actions must be [{self.num_envs}, C, 2], got {tuple(actions.shape)}")
+        b, c, _ = actions.shape
+        rewards = torch.zeros(b, c, device=self.device)
+        terminated = torch.zeros(b, c, dtype=torch.bool, device=self.device)
+        truncated = torch.zeros(b, c, dtype=torch.bool, device=self.device)
+        dones = torch.zeros(b, c, dtype=torch.bool, device=self.device)
+        a = actions.detach().to(self.device, torch.float32).clamp(-1.0, 1.0)
+        for j in range(c):
+            active = ~self.done
+            self.pos = torch.where(active.unsqueeze(-1), self.pos + self.step_size * a[:, j], self.pos)
+            self.steps = self.steps + active.long()
+            reached = active & (torch.linalg.vector_norm(self.pos - self.goal, dim=-1) < self.goal_radius)
+            timeout = active & ~reached & (self.steps >= self.max_steps)
+            rewards[:, j] = reached.float()
+            terminated[:, j] = reached
+            truncated[:, j] = timeout
+            self.success |= reached
+            self.done |= reached | timeout
+            dones[:, j] = self.done
+        return ReachStep(self.observe(), rewards, terminated, truncated, dones)
+
+
+@dataclass
+class ToyRollout:
+    """One episode per env, RLinf layout (``T`` chunk steps, ``B`` envs, ``C`` steps per chunk)."""
+
+    replay: Replay  # every tensor [T*B, ...], time-major (row t*B + b)
+    logprobs: Tensor  # [T, B, C, A]
+    values: Tensor  # [T+1, B] (row T: value of the final observation)
+    rewards: Tensor  # [T, B, C]
+    dones: Tensor  # [T+1, B, C] bool, row 0 carried in (all False after a reset)
+    success: Tensor  # [B] bool
+
+
+@torch.no_grad()
+def collect_rollout(
+    env: ReachEnv,
+    policy: Any,
+    *,
+    deterministic: bool = False,
+    goals: Tensor | None = None,
+    group_size: int = 1,
+    generator: torch.Generator | None = None,
+) -> ToyRollout:
+    """Reset ``env`` and run ``env.num_chunks`` chunk steps with ``policy.sample``."""
+    obs = env.reset(goals, group_size=group_size, generator=generator)
+    replays, logps, values, rewards = [], [], [], []
+    dones = [torch.zeros(env.num_envs, env.chunk, dtype=torch.bool, device=env.device)]
+    for _ in range(env.num_chunks):
+        out = policy.sample(obs, deterministic=deterministic)
+        step = env.step(out.actions)
+        replays.append(out.replay)
+        logps.append(out.logprobs)
+        values.append(out.values)
+        rewards.append(step.rewards)
+        dones.append(step.dones)
+        obs = step.obs
+    values.append(policy.sample(obs, deterministic=True).values)
+    return ToyRollout(
+        replay=stack_replays(replays),
+        logprobs=torch.stack(logps),
+        values=torch.stack(values),
+        rewards=torch.stack(rewards),
+        dones=torch.stack(dones),
+        success=env.success.clone(),
+    )

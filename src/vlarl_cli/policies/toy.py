@@ -1,0 +1,162 @@
+"""Tiny policies implementing the Policy contract (``policies/base.py``) on state vectors.
+
+They exist to test the RL machinery end to end in seconds on a CPU (``envs/toy.py``,
+``tests/training/test_learning.py``, ``benchmarks/learning_curve.py``) and are handy for smoke runs:
+
+* :class:`ToyFlowPolicy`: an MLP velocity field denoised by the shared flow-matching sampler
+  (``policies/flow_matching.py``), so it exercises exactly the code pi0 / GR00T use; replay = states +
+  chain + denoise index. ``flow_noise`` adds a learned noise head.
+* :class:`ToyGaussianPolicy`: MLP mean + state-independent log-std (the cleanrl continuous PPO policy).
+* :class:`ToyTokenPolicy`: per-dimension categorical over action bins with a sampling temperature
+  (the OpenVLA-OFT discrete-token scheme, ``policies/token.py``).
+
+All read ``obs[keys.STATES]`` ``[B, state_dim]``, emit chunks ``[B, C, A]`` and carry an MLP
+:class:`~vlarl_cli.policies.value_head.ValueHead` critic on the state. Sampling noise comes from the
+policy's own seeded ``torch.Generator`` so runs are reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from vlarl_cli import keys
+from vlarl_cli.policies.base import EvaluateOutput, Observation, PolicyOutput, Replay
+from vlarl_cli.policies.flow_matching import FlowConfig, VelocityOutput, flow_logprobs, sample_flow
+from vlarl_cli.policies.token import sample_tokens, token_logprobs, tokens_to_actions
+from vlarl_cli.policies.value_head import ValueHead
+
+__all__ = ["ToyFlowPolicy", "ToyGaussianPolicy", "ToyTokenPolicy"]
+
+CHAIN = "chain"
+DENOISE_INDEX = "denoise_index"
+RAW_ACTIONS = "raw_actions"
+TOKENS = "tokens"
+
+
+@contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Build modules under a fixed seed without touching the caller's global RNG."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+                         nn.Linear(hidden, out_dim))
+
+
+def _states(obs: Observation | Replay) -> Tensor:
+    s = obs[keys.STATES]
+    if not isinstance(s, Tensor) or s.dim() != 2:
+        raise ValueError(f"toy policies expect obs['{keys.STATES}'] as a [B, state_dim] tensor")
+    return s.float()
+
+
+class ToyFlowPolicy(nn.Module):
+    """Flow-matching chunk policy: velocity MLP on ``[x_t, t, state]``; action horizon = ``chunk``."""
+
+    def __init__(self, state_dim: int = 4, action_dim: int = 2, chunk: int = 4, *,
+                 flow: FlowConfig | None = None, hidden: int = 64, seed: int = 0) -> None:
+        super().__init__()
+        self.num_action_chunks, self.action_dim = chunk, action_dim
+        self.flow = flow or FlowConfig()
+        with _seeded(seed):
+            out = chunk * action_dim * (2 if self.flow.method == "flow_noise" else 1)
+            self.velocity = _mlp(chunk * action_dim + 1 + state_dim, hidden, out)
+            self.value_head = ValueHead(state_dim, hidden=(hidden, hidden))
+        self.generator = torch.Generator().manual_seed(seed + 1)
+
+    def _velocity_fn(self, states: Tensor):
+        c, a = self.num_action_chunks, self.action_dim
+
+        def fn(x: Tensor, t: Tensor) -> VelocityOutput:
+            out = self.velocity(torch.cat([x.reshape(x.shape[0], -1), t.view(-1, 1).to(x.dtype), states], dim=-1))
+            v = out[:, : c * a].view(-1, c, a)
+            raw = out[:, c * a :].view(-1, c, a) if self.flow.method == "flow_noise" else None
+            return VelocityOutput(velocity=v, noise_logvar_raw=raw)
+
+        return fn
+
+    def sample(self, obs: Observation, deterministic: bool = False) -> PolicyOutput:
+        states = _states(obs)
+        noise = torch.randn(states.shape[0], self.num_action_chunks, self.action_dim, generator=self.generator)
+        fs = sample_flow(self._velocity_fn(states), noise, self.flow, deterministic=deterministic,
+                         generator=self.generator)
+        return PolicyOutput(actions=fs.actions, logprobs=fs.logprobs, values=self.value_head(states),
+                            replay={keys.STATES: states, CHAIN: fs.chain, DENOISE_INDEX: fs.denoise_index})
+
+    def evaluate(self, replay: Replay) -> EvaluateOutput:
+        states = _states(replay)
+        logp, entropy = flow_logprobs(self._velocity_fn(states), replay[CHAIN], replay[DENOISE_INDEX], self.flow)
+        return EvaluateOutput(logprobs=logp, values=self.value_head(states), entropy=entropy)
+
+
+class ToyGaussianPolicy(nn.Module):
+    """Diagonal Gaussian chunk policy: ``N(mlp(state), exp(log_std)^2)`` per element."""
+
+    def __init__(self, state_dim: int = 4, action_dim: int = 2, chunk: int = 4, *, hidden: int = 64,
+                 init_std: float = 1.0, seed: int = 0) -> None:
+        super().__init__()
+        self.num_action_chunks, self.action_dim = chunk, action_dim
+        with _seeded(seed):
+            self.mean = _mlp(state_dim, hidden, chunk * action_dim)
+            self.log_std = nn.Parameter(torch.full((chunk, action_dim), math.log(init_std)))
+            self.value_head = ValueHead(state_dim, hidden=(hidden, hidden))
+        self.generator = torch.Generator().manual_seed(seed + 1)
+
+    def _dist(self, states: Tensor) -> torch.distributions.Normal:
+        mean = self.mean(states).view(-1, self.num_action_chunks, self.action_dim)
+        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+
+    def sample(self, obs: Observation, deterministic: bool = False) -> PolicyOutput:
+        states = _states(obs)
+        dist = self._dist(states)
+        if deterministic:
+            actions, logp = dist.mean, torch.zeros_like(dist.mean)
+        else:
+            actions = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=self.generator)
+            logp = dist.log_prob(actions)
+        return PolicyOutput(actions=actions, logprobs=logp, values=self.value_head(states),
+                            replay={keys.STATES: states, RAW_ACTIONS: actions})
+
+    def evaluate(self, replay: Replay) -> EvaluateOutput:
+        states = _states(replay)
+        dist = self._dist(states)
+        return EvaluateOutput(logprobs=dist.log_prob(replay[RAW_ACTIONS]), values=self.value_head(states),
+                              entropy=dist.entropy())
+
+
+class ToyTokenPolicy(nn.Module):
+    """Per-element categorical over ``n_bins`` action bins in ``[-1, 1]``, sampled at ``temperature``."""
+
+    def __init__(self, state_dim: int = 4, action_dim: int = 2, chunk: int = 4, *, n_bins: int = 9,
+                 temperature: float = 1.0, hidden: int = 64, seed: int = 0) -> None:
+        super().__init__()
+        self.num_action_chunks, self.action_dim = chunk, action_dim
+        self.n_bins, self.temperature = n_bins, temperature
+        with _seeded(seed):
+            self.logits = _mlp(state_dim, hidden, chunk * action_dim * n_bins)
+            self.value_head = ValueHead(state_dim, hidden=(hidden, hidden))
+        self.generator = torch.Generator().manual_seed(seed + 1)
+
+    def _logits(self, states: Tensor) -> Tensor:
+        return self.logits(states).view(-1, self.num_action_chunks, self.action_dim, self.n_bins)
+
+    def sample(self, obs: Observation, deterministic: bool = False) -> PolicyOutput:
+        states = _states(obs)
+        logits = self._logits(states)
+        tokens = sample_tokens(logits, self.temperature, deterministic=deterministic, generator=self.generator)
+        logp = torch.zeros(tokens.shape) if deterministic else token_logprobs(logits, tokens, self.temperature)[0]
+        return PolicyOutput(actions=tokens_to_actions(tokens, self.n_bins), logprobs=logp,
+                            values=self.value_head(states), replay={keys.STATES: states, TOKENS: tokens})
+
+    def evaluate(self, replay: Replay) -> EvaluateOutput:
+        states = _states(replay)
+        logp, entropy = token_logprobs(self._logits(states), replay[TOKENS], self.temperature)
+        return EvaluateOutput(logprobs=logp, values=self.value_head(states), entropy=entropy)

@@ -1,0 +1,333 @@
+"""The model-agnostic PPO / GRPO actor(-critic) update.
+
+Used by the real runner (``training/rl.py``) and by the learning tests on the toy task. It knows
+nothing about models: it calls ``policy.evaluate(replay)`` (``policies/base.py``) and the pure losses of
+``vlarl_cli.algorithms.losses``.
+
+One call = ``update_epoch`` passes over the rollout; each pass shuffles the samples and cuts them into
+mini-batches of ``global_batch_size`` (one optimizer step each), each mini-batch into micro-batches of
+``micro_batch_size`` (one forward/backward each). Every micro-batch loss is divided by the WHOLE
+mini-batch's denominator, so the accumulated gradient equals the gradient of one big batch exactly.
+
+Per optimizer step: backward over micro-batches -> ``grad_sync(policy)`` (multi-process all-reduce, if
+given) -> clip the global grad norm -> skip the step (warning + ``actor/skipped_steps``) when the loss or
+the grad norm is NaN/Inf, else ``optimizer.step()`` and ``scheduler.step()``.
+
+Multi-process note: ``settings.global_batch_size`` is the PER-PROCESS mini-batch here (the runner divides
+the configured global batch by the data-parallel size). A non-finite local loss poisons the local
+gradients with NaN before ``grad_sync`` so that every process sees a non-finite norm and all of them
+skip the same step (replicas never diverge).
+
+Train/eval mode is the caller's business: the first evaluation must reproduce the rollout log-probs
+(ratio exactly 1), so dropout must be off in the policy.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor, nn
+
+from vlarl_cli.algorithms.losses import (
+    aggregate_logprobs,
+    aggregate_loss,
+    explained_variance,
+    kl_penalty,
+    loss_weights,
+    mask_to_unit,
+    ppo_actor_loss,
+    to_unit,
+    value_loss,
+)
+from vlarl_cli.errors import ConfigError
+from vlarl_cli.policies.base import Replay, index_replay
+
+__all__ = ["RolloutBatch", "UpdateSettings", "ppo_update"]
+
+
+@dataclass
+class UpdateSettings:
+    """Plain numbers, filled by the runner from the config (algorithms never see config objects)."""
+
+    update_epoch: int
+    global_batch_size: int  # samples per optimizer step in THIS process
+    micro_batch_size: int
+    clip_ratio_low: float
+    clip_ratio_high: float
+    clip_ratio_c: float | None
+    value_clip: float | None
+    huber_delta: float
+    entropy_bonus: float
+    kl_beta: float
+    kl_type: str  # k1/kl, abs, k2/mse, k3/low_var_kl
+    logprob_type: str  # token_level, action_level, chunk_level
+    loss_agg: str  # token-mean, seq-mean-token-mean, seq-mean-token-sum
+    clip_grad: float  # <= 0: no clipping (the norm is still measured)
+    critic_warmup_steps: int = 0  # optimizer steps (counted from step_offset) with the policy loss off
+    value_coef: float = 1.0
+    entropy_type: str | None = None  # granularity of the entropy term; None = logprob_type
+    clip_log_ratio_min: float = -20.0
+    clip_log_ratio_max: float = 20.0
+
+    def __post_init__(self) -> None:
+        for f in ("update_epoch", "global_batch_size", "micro_batch_size"):
+            if getattr(self, f) < 1:
+                raise ConfigError(f"{f} must be >= 1, got {getattr(self, f)}.", f"Set {f} to a positive integer.")
+        if self.global_batch_size % self.micro_batch_size:
+            raise ConfigError(f"global_batch_size ({self.global_batch_size}) must be a multiple of "
+                              f"micro_batch_size ({self.micro_batch_size}).",
+                              "Change one of them so that the micro-batches tile the mini-batch.")
+
+
+@dataclass
+class RolloutBatch:
+    """Flat per-sample training data (N samples = chunk steps of all envs), batch first everywhere.
+
+    Attributes:
+        replay: what ``policy.evaluate`` needs; every tensor ``[N, ...]``.
+        old_logprobs: ``[N, C, A]`` per-element log-probs at rollout time.
+        advantages: ``[N]``, ``[N, C]``, ``[N, C, 1]`` or ``[N, C, A]`` (explicitly expanded, never
+            silently broadcast).
+        loss_mask: ``[N, C]`` bool, valid env steps.
+        old_values: ``[N]`` critic values at rollout time (None without a critic).
+        returns: ``[N]`` value targets (None without a critic: no value loss).
+        valid_fraction: ``[N]`` valid fraction of each sample's trajectory (``seq-mean-token-mean``);
+            ``algorithms.advantages.trajectory_valid_fraction`` computes it from the ``[T, B]`` mask.
+        steps_per_trajectory: chunk steps T per env column (``seq-mean-token-sum``).
+    """
+
+    replay: Replay
+    old_logprobs: Tensor
+    advantages: Tensor
+    loss_mask: Tensor
+    old_values: Tensor | None = None
+    returns: Tensor | None = None
+    valid_fraction: Tensor | None = None
+    steps_per_trajectory: int = 1
+
+    def __post_init__(self) -> None:
+        if self.old_logprobs.dim() != 3:
+            raise ValueError(f"old_logprobs must be [N, C, A], got {tuple(self.old_logprobs.shape)}")
+        n, c, a = self.old_logprobs.shape
+        if self.loss_mask.shape != (n, c):
+            raise ValueError(f"loss_mask must be [N, C] = {(n, c)}, got {tuple(self.loss_mask.shape)}")
+        if self.advantages.shape not in ((n,), (n, c), (n, c, 1), (n, c, a)):
+            raise ValueError(f"advantages must be [N], [N, C], [N, C, 1] or [N, C, A] with (N, C, A) = {(n, c, a)}, "
+                             f"got {tuple(self.advantages.shape)}")
+        for name in ("old_values", "returns", "valid_fraction"):
+            t = getattr(self, name)
+            if t is not None and t.shape != (n,):
+                raise ValueError(f"{name} must be [N={n}], got {tuple(t.shape)}")
+        if (self.returns is None) != (self.old_values is None):
+            raise ValueError("old_values and returns come together (both None without a critic)")
+        for k, v in self.replay.items():
+            if v.shape[0] != n:
+                raise ValueError(f"replay[{k!r}] has {v.shape[0]} rows, expected N={n}")
+
+    def __len__(self) -> int:
+        return self.old_logprobs.shape[0]
+
+    def select(self, index: Tensor) -> RolloutBatch:
+        """Rows ``index`` of every tensor (a mini- or micro-batch)."""
+        kw = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "replay":
+                kw[f.name] = index_replay(v, index)
+            elif isinstance(v, Tensor):
+                kw[f.name] = v[index.to(v.device)]
+            else:
+                kw[f.name] = v
+        return RolloutBatch(**kw)
+
+
+class _Mean:
+    """Weighted running means of metrics."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+
+    def add(self, name: str, value: float | Tensor, weight: float | Tensor = 1.0) -> None:
+        w = float(weight)
+        if w <= 0:
+            return
+        self.sums[name] = self.sums.get(name, 0.0) + float(value) * w
+        self.weights[name] = self.weights.get(name, 0.0) + w
+
+    def result(self) -> dict[str, float]:
+        return {k: self.sums[k] / self.weights[k] for k in self.sums}
+
+
+def _denominators(mb: RolloutBatch, s: UpdateSettings, entropy_level: str) -> dict[str, Tensor]:
+    shape = mb.old_logprobs.shape
+    out = {}
+    _, out["policy"] = loss_weights(mask_to_unit(mb.loss_mask, s.logprob_type, shape), s.loss_agg,
+                                    valid_fraction=mb.valid_fraction, steps_per_trajectory=mb.steps_per_trajectory)
+    _, out["entropy"] = loss_weights(mask_to_unit(mb.loss_mask, entropy_level, shape), s.loss_agg,
+                                     valid_fraction=mb.valid_fraction, steps_per_trajectory=mb.steps_per_trajectory)
+    _, out["value"] = loss_weights(mb.loss_mask.any(-1), s.loss_agg, valid_fraction=mb.valid_fraction,
+                                   steps_per_trajectory=mb.steps_per_trajectory)
+    return out
+
+
+def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RolloutBatch, settings: UpdateSettings,
+               *, generator: torch.Generator, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+               ref_policy: nn.Module | None = None, grad_sync: Callable[[nn.Module], None] | None = None,
+               step_offset: int = 0) -> dict[str, float]:
+    """Run ``update_epoch`` passes of clipped-PPO mini-batch updates; return averaged metrics.
+
+    Args:
+        policy: implements ``evaluate(replay) -> EvaluateOutput`` (``policies/base.py``).
+        batch: the flat rollout (see :class:`RolloutBatch`).
+        generator: CPU generator for the shuffling (reproducible runs).
+        ref_policy: frozen reference for the KL penalty (required when ``kl_beta > 0``).
+        grad_sync: called on ``policy`` after backward, before clipping (data-parallel all-reduce).
+        step_offset: optimizer steps already taken (for ``critic_warmup_steps``).
+    Returns:
+        ``actor/policy_loss``, ``actor/value_loss``, ``actor/approx_kl``, ``actor/pg_clipfrac``,
+        ``actor/clipped_ratio``, ``actor/value_clip_ratio``, ``actor/grad_norm``, ``actor/entropy``,
+        ``actor/explained_variance``, ``actor/lr``, ``actor/loss``, ``actor/skipped_steps``, plus
+        ``actor/ratio``, ``actor/dual_clipfrac``, ``actor/kl_ref`` (when ``kl_beta > 0``),
+        ``actor/optimizer_steps``. Value metrics are absent without a critic (``returns is None``),
+        ``actor/entropy`` is absent when the policy defines no entropy, ``actor/explained_variance`` is
+        absent when it is undefined (constant returns).
+    """
+    s = settings
+    n = len(batch)
+    if n % s.global_batch_size:
+        raise ConfigError(f"The rollout has {n} samples, not a multiple of global_batch_size "
+                          f"({s.global_batch_size}); the remainder would be silently dropped.",
+                          "Choose global_batch_size to divide envs x chunk steps (per process).")
+    if s.kl_beta > 0 and ref_policy is None:
+        raise ConfigError(f"kl_beta = {s.kl_beta} > 0 needs a frozen reference policy, but none was given.",
+                          "Keep a reference copy of the initial weights, or set kl_beta to 0.")
+    entropy_level = s.entropy_type or s.logprob_type
+    has_critic = batch.returns is not None
+    params = [p for p in policy.parameters() if p.requires_grad]
+    m = _Mean()
+    skipped = 0
+    steps = 0
+
+    for _epoch in range(s.update_epoch):
+        perm = torch.randperm(n, generator=generator)
+        for start in range(0, n, s.global_batch_size):
+            mb = batch.select(perm[start:start + s.global_batch_size])
+            den = _denominators(mb, s, entropy_level)
+            actor_on = step_offset + steps + skipped >= s.critic_warmup_steps
+            optimizer.zero_grad(set_to_none=True)
+            total = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0}
+            for mstart in range(0, s.global_batch_size, s.micro_batch_size):
+                micro = mb.select(torch.arange(mstart, mstart + s.micro_batch_size))
+                loss = _micro_loss(policy, micro, s, den, entropy_level, actor_on, has_critic, ref_policy, m,
+                                   total)
+                if loss.requires_grad:  # critic warm-up without a critic has nothing to train
+                    loss.backward()
+                total["loss"] += float(loss.detach())
+            if not math.isfinite(total["loss"]):
+                # make every process see a non-finite norm after grad_sync, so all skip this step
+                for p in params:
+                    if p.grad is not None:
+                        p.grad.fill_(float("nan"))
+            if grad_sync is not None:
+                grad_sync(policy)
+            max_norm = s.clip_grad if s.clip_grad > 0 else float("inf")
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+            if not (math.isfinite(grad_norm) and math.isfinite(total["loss"])):
+                warnings.warn(f"ppo_update: skipping an optimizer step (loss {total['loss']}, grad norm "
+                              f"{grad_norm}); the gradients were discarded.", RuntimeWarning, stacklevel=2)
+                optimizer.zero_grad(set_to_none=True)
+                skipped += 1
+                continue
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            steps += 1
+            m.add("grad_norm", grad_norm)
+            m.add("loss", total["loss"])
+            m.add("policy_loss", total["policy_loss"])
+            if has_critic:
+                m.add("value_loss", total["value_loss"])
+
+    out = {f"actor/{k}": v for k, v in m.result().items()}
+    if "actor/clipfrac" in out:
+        out["actor/pg_clipfrac"] = out.pop("actor/clipfrac")
+    out["actor/skipped_steps"] = float(skipped)
+    out["actor/optimizer_steps"] = float(steps)
+    out["actor/lr"] = float(optimizer.param_groups[0]["lr"])
+    if has_critic:
+        assert batch.old_values is not None and batch.returns is not None
+        ev = explained_variance(batch.old_values, batch.returns, batch.loss_mask.any(-1))
+        if math.isfinite(ev):
+            out["actor/explained_variance"] = ev
+    return out
+
+
+def _micro_loss(policy: nn.Module, micro: RolloutBatch, s: UpdateSettings, den: dict[str, Tensor],
+                entropy_level: str, actor_on: bool, has_critic: bool, ref_policy: nn.Module | None, m: _Mean,
+                total: dict[str, float]) -> Tensor:
+    """Loss of one micro-batch, already divided by the mini-batch denominators."""
+    ev = policy.evaluate(micro.replay)
+    shape = micro.old_logprobs.shape
+    if ev.logprobs.shape != shape:
+        raise ValueError(f"policy.evaluate returned logprobs {tuple(ev.logprobs.shape)}, expected "
+                         f"{tuple(shape)} like the rollout's")
+    level = s.logprob_type
+    unit_mask = mask_to_unit(micro.loss_mask, level, shape)
+    w, _ = loss_weights(unit_mask, s.loss_agg, valid_fraction=micro.valid_fraction,
+                        steps_per_trajectory=micro.steps_per_trajectory)
+    logp = aggregate_logprobs(ev.logprobs.float(), level)
+    old = aggregate_logprobs(micro.old_logprobs.float(), level)
+    adv = to_unit(micro.advantages.float(), level, shape, micro.loss_mask)
+    pg_loss, pm = ppo_actor_loss(logp, old, adv, w, den["policy"], clip_ratio_low=s.clip_ratio_low,
+                                 clip_ratio_high=s.clip_ratio_high, clip_ratio_c=s.clip_ratio_c,
+                                 log_ratio_min=s.clip_log_ratio_min, log_ratio_max=s.clip_log_ratio_max)
+    count = pm.pop("count")
+    for k, v in pm.items():
+        m.add(k, v, count)
+    loss = torch.zeros((), device=logp.device)
+    if actor_on:
+        loss = loss + pg_loss
+        total["policy_loss"] += float(pg_loss.detach())
+
+    if ev.entropy is not None:
+        ent_mask = mask_to_unit(micro.loss_mask, entropy_level, shape)
+        ent = aggregate_logprobs(ev.entropy.float(), entropy_level)
+        ew, _ = loss_weights(ent_mask, s.loss_agg, valid_fraction=micro.valid_fraction,
+                             steps_per_trajectory=micro.steps_per_trajectory)
+        with torch.no_grad():
+            m.add("entropy", torch.where(ent_mask, ent, 0.0).sum() / ent_mask.sum().clamp(min=1), ent_mask.sum())
+        if s.entropy_bonus > 0 and actor_on:
+            loss = loss - s.entropy_bonus * aggregate_loss(ent, ew, den["entropy"])
+    elif s.entropy_bonus > 0:
+        raise ConfigError(f"entropy_bonus = {s.entropy_bonus} > 0, but this policy defines no entropy "
+                          "(e.g. flow_sde / flow_cps have a fixed noise schedule).",
+                          "Set entropy_bonus to 0, or use a policy with an entropy (flow_noise, token, Gaussian).")
+
+    if s.kl_beta > 0 and actor_on:
+        assert ref_policy is not None
+        with torch.no_grad():
+            ref = ref_policy.evaluate(micro.replay)
+        kl = kl_penalty(logp, aggregate_logprobs(ref.logprobs.float(), level), s.kl_type)
+        loss = loss + s.kl_beta * aggregate_loss(kl, w, den["policy"])
+        with torch.no_grad():
+            m.add("kl_ref", torch.where(unit_mask, kl, 0.0).sum() / unit_mask.sum().clamp(min=1), unit_mask.sum())
+
+    if has_critic:
+        assert micro.old_values is not None and micro.returns is not None
+        v_mask = micro.loss_mask.any(-1)
+        vw, _ = loss_weights(v_mask, s.loss_agg, valid_fraction=micro.valid_fraction,
+                             steps_per_trajectory=micro.steps_per_trajectory)
+        if ev.values.shape != micro.returns.shape:
+            raise ValueError(f"policy.evaluate returned values {tuple(ev.values.shape)}, expected "
+                             f"{tuple(micro.returns.shape)} ([B])")
+        vl, vm = value_loss(ev.values.float(), micro.old_values.float(), micro.returns.float(), vw, den["value"],
+                            value_clip=s.value_clip, huber_delta=s.huber_delta)
+        m.add("value_clip_ratio", vm["value_clip_ratio"], vm["count"])
+        loss = loss + s.value_coef * vl
+        total["value_loss"] += float(vl.detach())
+    return loss
