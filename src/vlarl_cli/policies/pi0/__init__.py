@@ -28,7 +28,7 @@ __all__ = ["ModelSettings", "Pi0Config", "build_policy", "preset"]
 _RL_FIELDS = ("precision", "num_action_chunks", "action_env_dim", "num_steps", "noise_method", "noise_level",
               "joint_logprob", "noise_logvar_min_std", "noise_logvar_max_std", "add_value_head",
               "value_after_vlm", "is_lora", "lora_rank", "train_expert_only", "extra_delta_transform",
-              "tokenizer")
+              "tokenizer", "detach_critic_input")
 
 
 def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi0Policy:
@@ -42,6 +42,7 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi
 
     from vlarl_cli.policies.pi0.policy import Pi0Policy
 
+    _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     cfg = model.to_pi0_config()
     if model.model_path:
         from vlarl_cli.policies.pi0.checkpoint import load_policy
@@ -53,11 +54,16 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi
             overrides.pop("extra_delta_transform")
         if model.action_horizon is not None:
             overrides["action_horizon"] = model.action_horizon
-        dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
-        return load_policy(model.model_path, format=model.checkpoint_format, device=device, dtype=dtype,
-                           overrides=overrides, norm_stats_path=model.norm_stats_path,
-                           asset_id=model.asset_id)
-    policy = Pi0Policy(cfg)
-    if cfg.precision == "bf16":
-        policy = policy.to(torch.bfloat16)
-    return policy.to(device)
+        if model.tokenizer_path is None:
+            overrides.pop("tokenizer")  # keep the checkpoint's own tokenizer.json if it has one
+        policy = load_policy(model.model_path, format=model.checkpoint_format, device=device,
+                             dtype=_DTYPES[cfg.precision], overrides=overrides,
+                             norm_stats_path=model.norm_stats_path, asset_id=model.asset_id)
+    else:
+        policy = Pi0Policy(cfg).to(device=device, dtype=_DTYPES[cfg.precision])
+        if model.norm_stats_path:
+            from vlarl_cli.policies.normalization import load_norm_stats
+
+            policy.set_norm_stats(load_norm_stats(model.norm_stats_path))
+    policy.gradient_checkpointing = model.gradient_checkpointing
+    return policy

@@ -31,7 +31,8 @@ __all__ = ["PRESETS", "VARIANTS", "ModelSettings", "Pi0Config", "preset"]
 
 VARIANTS = ("pi0", "pi05")
 NOISE_METHODS = ("ode", "flow_sde", "flow_cps", "flow_noise")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16")
+_PRECISION_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 GRIPPER_MODES = ("none", "binarize", "from_01")
 
 
@@ -79,6 +80,7 @@ class Pi0Config:
     noise_logvar_max_std: float = 0.16
     add_value_head: bool = True
     value_after_vlm: bool = False  # True: value from mean VLM prefix output (pi0.5 recipes)
+    detach_critic_input: bool = False  # stop value-loss gradients into the backbone
     value_hidden: tuple[int, ...] = (512, 128)
     noise_hidden: tuple[int, ...] = (128, 64)
     train_expert_only: bool = False
@@ -263,6 +265,9 @@ class ModelSettings:
     is_lora: bool = False
     lora_rank: int = 32
     train_expert_only: bool = False
+    detach_critic_input: bool = False
+    gradient_checkpointing: bool = False
+    disable_dropout: bool = True  # accepted for recipe compatibility: this model has no dropout
     tokenizer_path: str | None = None
     norm_stats_path: str | None = None
     asset_id: str | None = None  # e.g. "physical-intelligence/libero"
@@ -283,7 +288,8 @@ class ModelSettings:
 
     def to_pi0_config(self) -> Pi0Config:
         values: dict[str, Any] = {
-            "precision": self.precision, "num_action_chunks": self.num_action_chunks,
+            "precision": _PRECISION_ALIASES.get(self.precision, self.precision),
+            "detach_critic_input": self.detach_critic_input, "num_action_chunks": self.num_action_chunks,
             "action_env_dim": self.action_dim, "num_steps": self.num_steps, "noise_method": self.noise_method,
             "noise_level": self.noise_level, "joint_logprob": self.joint_logprob,
             "noise_logvar_min_std": float(self.noise_logvar_range[0]),

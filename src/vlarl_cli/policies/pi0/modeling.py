@@ -235,6 +235,8 @@ class Pi0Model(nn.Module):
                            if cfg.noise_method == "flow_noise" else None)
         inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
         self.register_buffer("rope_inv_freq", inv, persistent=False)
+        #: recompute each joint layer in backward (saves activation memory when training the VLM)
+        self.gradient_checkpointing = False
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -320,60 +322,80 @@ class Pi0Model(nn.Module):
         stream outputs and (if ``keep_kv``) per-layer keys/values of the active tokens.
         """
         stacks = [self.vlm.language_model, self.expert]
-        cfg = self.cfg
-        hd = cfg.head_dim
         first = next(s for s in streams if s is not None)
         cos, sin = self._rope(positions, first.dtype)
         cos, sin = cos[:, None], sin[:, None]
         hs = list(streams)
         keys_out: list[Tensor] = []
         values_out: list[Tensor] = []
-        for li in range(cfg.vlm_depth):
-            qs, ks, vs, gates, lens = [], [], [], [], []
-            for i, h in enumerate(hs):
-                if h is None:
-                    gates.append(None)
-                    continue
-                layer = stacks[i].layers[li]
-                x, g = _norm(layer.input_layernorm, h, conds[i])
-                gates.append(g)
-                b, s, _ = x.shape
-                attn = layer.self_attn
-                qs.append(attn.q_proj(x).view(b, s, -1, hd).transpose(1, 2))
-                ks.append(attn.k_proj(x).view(b, s, -1, hd).transpose(1, 2))
-                vs.append(attn.v_proj(x).view(b, s, -1, hd).transpose(1, 2))
-                lens.append(s)
-            q, k, v = torch.cat(qs, 2), torch.cat(ks, 2), torch.cat(vs, 2)
-            # RoPE (rotate-half form, as transformers' Gemma)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+        use_ckpt = self.gradient_checkpointing and torch.is_grad_enabled()
+        for li in range(self.cfg.vlm_depth):
+            past_kv = None if past is None else (past.keys[li], past.values[li])
+            if use_ckpt:
+                from torch.utils.checkpoint import checkpoint
+
+                hs, k, v = checkpoint(self._layer, li, hs, conds, cos, sin, mask, past_kv, use_reentrant=False)
+            else:
+                hs, k, v = self._layer(li, hs, conds, cos, sin, mask, past_kv)
             if keep_kv:
                 keys_out.append(k)
                 values_out.append(v)
-            if past is not None:
-                k = torch.cat([past.keys[li].to(k.dtype), k], 2)
-                v = torch.cat([past.values[li].to(v.dtype), v], 2)
-            att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=hd**-0.5,
-                                                 enable_gqa=cfg.num_heads != cfg.num_kv_heads)
-            b = att.shape[0]
-            att = att.transpose(1, 2).reshape(b, -1, cfg.num_heads * hd)
-            start = 0
-            j = 0
-            for i, h in enumerate(hs):
-                if h is None:
-                    continue
-                layer = stacks[i].layers[li]
-                end = start + lens[j]
-                out = layer.self_attn.o_proj(att[:, start:end].to(h.dtype))
-                out = _residual(h, out, gates[i])
-                y, g2 = _norm(layer.post_attention_layernorm, out, conds[i])
-                hs[i] = _residual(out, layer.mlp(y), g2)
-                start = end
-                j += 1
         outs: list[Tensor | None] = []
         for i, h in enumerate(hs):
             outs.append(None if h is None else _norm(stacks[i].norm, h, conds[i])[0])
         return outs, keys_out, values_out
+
+    def _layer(self, li: int, hs: list[Tensor | None], conds: list[Tensor | None], cos: Tensor, sin: Tensor,
+               mask: Tensor, past_kv: tuple[Tensor, Tensor] | None
+               ) -> tuple[list[Tensor | None], Tensor, Tensor]:
+        """One joint layer: per-stream norms and q/k/v, ONE attention over the concatenated streams (plus
+        cached prefix keys/values), per-stream o_proj, residuals and MLP. Returns (streams, k, v) with
+        k / v of the active tokens (RoPE applied)."""
+        stacks = [self.vlm.language_model, self.expert]
+        cfg = self.cfg
+        hd = cfg.head_dim
+        qs, ks, vs, lens = [], [], [], []
+        gates: list[Tensor | None] = []
+        for i, h in enumerate(hs):
+            if h is None:
+                gates.append(None)
+                continue
+            layer = stacks[i].layers[li]
+            x, g = _norm(layer.input_layernorm, h, conds[i])
+            gates.append(g)
+            b, s, _ = x.shape
+            attn = layer.self_attn
+            qs.append(attn.q_proj(x).view(b, s, -1, hd).transpose(1, 2))
+            ks.append(attn.k_proj(x).view(b, s, -1, hd).transpose(1, 2))
+            vs.append(attn.v_proj(x).view(b, s, -1, hd).transpose(1, 2))
+            lens.append(s)
+        q, k_new, v_new = torch.cat(qs, 2), torch.cat(ks, 2), torch.cat(vs, 2)
+        # RoPE (rotate-half form, as transformers' Gemma)
+        q = q * cos + _rotate_half(q) * sin
+        k_new = k_new * cos + _rotate_half(k_new) * sin
+        k, v = k_new, v_new
+        if past_kv is not None:
+            k = torch.cat([past_kv[0].to(k.dtype), k], 2)
+            v = torch.cat([past_kv[1].to(v.dtype), v], 2)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=hd**-0.5,
+                                             enable_gqa=cfg.num_heads != cfg.num_kv_heads)
+        b = att.shape[0]
+        att = att.transpose(1, 2).reshape(b, -1, cfg.num_heads * hd)
+        out_hs: list[Tensor | None] = list(hs)
+        start = 0
+        j = 0
+        for i, h in enumerate(hs):
+            if h is None:
+                continue
+            layer = stacks[i].layers[li]
+            end = start + lens[j]
+            out = layer.self_attn.o_proj(att[:, start:end].to(h.dtype))
+            out = _residual(h, out, gates[i])
+            y, g2 = _norm(layer.post_attention_layernorm, out, conds[i])
+            out_hs[i] = _residual(out, layer.mlp(y), g2)
+            start = end
+            j += 1
+        return out_hs, k_new, v_new
 
     # ------------------------------------------------------------------ public passes
     def encode_prefix(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mask: Tensor
@@ -433,6 +455,8 @@ class Pi0Model(nn.Module):
     def prefix_value(self, prefix_hidden: Tensor, pad: Tensor) -> Tensor:
         """Value from the mean of the VALID prefix tokens' VLM output (``value_after_vlm``) -> ``[B]``."""
         assert self.value_head is not None
+        if self.cfg.detach_critic_input:
+            prefix_hidden = prefix_hidden.detach()
         w = pad.to(prefix_hidden.dtype)[..., None]
         pooled = (prefix_hidden * w).sum(1) / w.sum(1).clamp(min=1.0)
         return self.value_head(pooled.float())
@@ -440,6 +464,8 @@ class Pi0Model(nn.Module):
     def expert_value(self, action_out: Tensor) -> Tensor:
         """Value from the mean action-token expert output (pi0 style) -> ``[B]``."""
         assert self.value_head is not None
+        if self.cfg.detach_critic_input:
+            action_out = action_out.detach()
         return self.value_head(action_out.float().mean(dim=1))
 
     # ------------------------------------------------------------------ plain inference
