@@ -1,0 +1,177 @@
+"""Building blocks: encodings by hand, per-embodiment layers loop vs vectorised, DiT masking invariances,
+pixel shuffle, timestep buckets, image / prompt processing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from vlarl_cli.errors import ConfigError
+from vlarl_cli.policies.gr00t.action_head import (
+    ActionHead,
+    CategorySpecificLinear,
+    DiT,
+    sinusoidal_encoding,
+    timestep_features,
+)
+from vlarl_cli.policies.gr00t.backbone import pixel_shuffle
+from vlarl_cli.policies.gr00t.config import preset
+from vlarl_cli.policies.gr00t.modeling import disable_dropout
+from vlarl_cli.policies.gr00t.processing import ByteTokenizer, build_prompt, load_tokenizer, preprocess_images
+
+
+def test_timestep_features_by_hand() -> None:
+    # diffusers Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=1): [cos, sin] of t * 10000^(-k/127)
+    t = torch.tensor([0.0, 500.0])
+    f = timestep_features(t)
+    assert f.shape == (2, 256)
+    assert torch.equal(f[0, :128], torch.ones(128)) and torch.equal(f[0, 128:], torch.zeros(128))
+    k = 5
+    w = math.exp(-math.log(10000.0) * k / 127)
+    assert f[1, k].item() == pytest.approx(math.cos(500 * w), abs=1e-4)
+    assert f[1, 128 + k].item() == pytest.approx(math.sin(500 * w), abs=1e-4)
+    assert f[1, 127].item() == pytest.approx(math.cos(500 * 1e-4), abs=1e-6)  # last frequency is 1/10000
+
+
+def test_action_encoder_sinusoid_by_hand() -> None:
+    enc = sinusoidal_encoding(torch.tensor([[3.0]]), 8)  # half = 4, w_k = 10000^(-k/4)
+    expected = [math.sin(3 * 10000 ** (-k / 4)) for k in range(4)] + [math.cos(3 * 10000 ** (-k / 4)) for k in range(4)]
+    assert enc[0, 0].tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_category_specific_linear_loop_vs_vectorised() -> None:
+    torch.manual_seed(0)
+    layer = CategorySpecificLinear(5, 3, 4)
+    with torch.no_grad():
+        layer.b.normal_()
+    x = torch.randn(6, 2, 3)
+    ids = torch.tensor([0, 4, 2, 2, 1, 3])
+    out = layer(x, ids)
+    loop = torch.stack([x[i] @ layer.W[ids[i]] + layer.b[ids[i]] for i in range(6)])
+    torch.testing.assert_close(out, loop, rtol=0, atol=1e-6)
+
+
+def test_timestep_buckets() -> None:
+    head = ActionHead(preset("tiny"))
+    # grid points as the sampler produces them (1 - tau in float32) land in int(t * 1000) buckets
+    for k in (1, 3, 4, 5, 10):
+        tau = torch.tensor([1.0 - i / k for i in range(k)], dtype=torch.float32)
+        buckets = head.bucket(1.0 - tau)
+        assert buckets.tolist() == [int(i / k * 1000 + 1e-9) for i in range(k)]
+
+
+def _dit_inputs(cfg, b: int = 2, s: int = 7):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(b, 5, cfg.input_embedding_dim, generator=g)
+    vl = torch.randn(b, s, cfg.backbone_embedding_dim, generator=g)
+    ts = torch.tensor([0, 250])
+    image = torch.zeros(b, s, dtype=torch.bool)
+    image[:, :4] = True
+    mask = torch.ones(b, s, dtype=torch.bool)
+    mask[:, -1] = False  # padding
+    return x, vl, ts, image, mask
+
+
+def test_alternate_vl_dit_masks_are_respected() -> None:
+    cfg = preset("tiny", "n1.6")
+    torch.manual_seed(0)
+    dit = DiT(cfg).eval()
+    disable_dropout(dit)
+    x, vl, ts, image, mask = _dit_inputs(cfg)
+    out = dit(x, vl, ts, mask, image)
+    # padding tokens (mask False) are never attended: changing them changes nothing
+    vl2 = vl.clone()
+    vl2[:, -1] += 100.0
+    torch.testing.assert_close(dit(x, vl2, ts, mask, image), out, rtol=0, atol=0)
+    # image tokens matter (block 2 attends them) and text tokens matter (block 0)
+    vl3 = vl.clone()
+    vl3[:, 0] += 1.0
+    assert not torch.allclose(dit(x, vl3, ts, mask, image), out)
+    vl4 = vl.clone()
+    vl4[:, 5] += 1.0
+    assert not torch.allclose(dit(x, vl4, ts, mask, image), out)
+
+
+def test_single_block_attends_only_its_token_group() -> None:
+    cfg = preset("tiny", "n1.6").replace(dit_num_layers=2)
+    torch.manual_seed(0)
+    dit = DiT(cfg).eval()
+    x, vl, ts, image, mask = _dit_inputs(cfg)
+    out = dit(x, vl, ts, mask, image)  # block 0 is the only cross block: text tokens only (0 % 4 == 0)
+    vl2 = vl.clone()
+    vl2[:, :4] = torch.randn_like(vl2[:, :4])  # image tokens
+    torch.testing.assert_close(dit(x, vl2, ts, mask, image), out, rtol=0, atol=0)
+
+
+def test_n15_dit_ignores_mask_like_upstream() -> None:
+    cfg = preset("tiny")
+    head = ActionHead(cfg).eval()
+    disable_dropout(head)
+    b = 2
+    vl = torch.randn(b, 6, cfg.backbone_embedding_dim)
+    state = torch.randn(b, 1, cfg.input_embedding_dim)
+    ids = torch.tensor([31, 31])
+    mask = torch.ones(b, 6, dtype=torch.bool)
+    mask[:, -1] = False
+    x = torch.randn(b, cfg.action_horizon, cfg.action_dim)
+    t = torch.tensor([0.0, 0.5])
+    v1, _ = head.velocity(x, t, vl, state, ids, mask)
+    vl2 = vl.clone()
+    vl2[:, -1] += 1.0
+    v2, _ = head.velocity(x, t, vl2, state, ids, mask)
+    assert not torch.allclose(v1, v2)  # N1.5 cross-attends every VL token, padded or not
+
+
+def test_pixel_shuffle_loop_vs_vectorised() -> None:
+    x = torch.randn(2, 4, 4, 3)
+    y = pixel_shuffle(x, 0.5)
+    assert y.shape == (2, 2, 2, 12)
+    # each output cell gathers a 2x2 neighbourhood: out[n, i, j] = cat over (di, dj), di outer, of x[n, 2i+di, 2j+dj]
+    for i in range(2):
+        for j in range(2):
+            expected = torch.cat([x[:, 2 * i + di, 2 * j + dj] for di in range(2) for dj in range(2)], dim=-1)
+            torch.testing.assert_close(y[:, i, j], expected, rtol=0, atol=0)
+
+
+def test_disable_dropout_counts_and_replaces() -> None:
+    head = ActionHead(preset("tiny"))
+    n = sum(isinstance(m, torch.nn.Dropout) for m in head.modules())
+    assert n > 0 and disable_dropout(head) == n
+    assert not any(isinstance(m, torch.nn.Dropout) for m in head.modules())
+
+
+def test_preprocess_images() -> None:
+    img = torch.full((2, 40, 40, 3), 255, dtype=torch.uint8)
+    out = preprocess_images(img, 16)
+    assert out.shape == (2, 3, 16, 16)
+    torch.testing.assert_close(out, torch.ones_like(out), rtol=0, atol=1e-6)  # white -> +1 after (x - 0.5) / 0.5
+    # the 95 % centre crop drops a 1-pixel border of a 40 px image: a black border disappears entirely
+    img = torch.zeros(1, 40, 40, 3, dtype=torch.uint8)
+    img[:, 1:39, 1:39] = 255
+    torch.testing.assert_close(preprocess_images(img, 19), torch.ones(1, 3, 19, 19), rtol=0, atol=1e-6)
+    img[:, 2] = 0  # a black row inside the crop does show up
+    assert preprocess_images(img, 19).min() < 0.5
+    with pytest.raises(ValueError, match="uint8"):
+        preprocess_images(torch.zeros(1, 3, 8, 8, dtype=torch.uint8), 8)
+
+
+def test_build_prompt_layout() -> None:
+    tok = ByteTokenizer()
+    ids, mask = build_prompt(tok, ["ab", "abcdefgh", ""], num_images=2, tokens_per_image=3, max_text_tokens=4,
+                             image_token_id=300, pad_token_id=0)
+    assert ids.shape == (3, 10)
+    assert ids[:, :6].eq(300).all() and mask[:, :6].eq(1).all()
+    assert ids[0, 6:].tolist() == [ord("a") + 3, ord("b") + 3, 0, 0] and mask[0, 6:].tolist() == [1, 1, 0, 0]
+    assert ids[1, 6:].tolist() == [ord(c) + 3 for c in "abcd"]  # truncated
+    assert mask[2, 6:].tolist() == [1, 0, 0, 0]  # empty text still has one attended position
+    assert tok.decode(tok.encode("pick up the bowl")) == "pick up the bowl"
+
+
+def test_load_tokenizer_errors() -> None:
+    assert isinstance(load_tokenizer(None, 320), ByteTokenizer)
+    with pytest.raises(ConfigError, match="tokenizer_path"):
+        load_tokenizer(None, 151680)
+    with pytest.raises(ConfigError, match=r"tokenizer\.json"):
+        load_tokenizer("/nonexistent/folder", 151680)

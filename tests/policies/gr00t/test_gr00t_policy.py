@@ -1,0 +1,165 @@
+"""The policy contract on tiny GR00T models: shapes, exact log-prob recomputation, determinism,
+dropout, head-only training and N1.6 exploration noise."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vlarl_cli import keys
+from vlarl_cli.policies.base import Policy, index_replay, stack_replays
+
+
+@pytest.mark.parametrize("version", ["n1.5", "n1.6"])
+def test_sample_shapes_and_replay(version, policy_factory, obs_factory) -> None:
+    policy = policy_factory(version, num_action_chunks=5)
+    assert isinstance(policy, Policy)
+    out = policy.sample(obs_factory(3), generator=torch.Generator().manual_seed(0))
+    assert out.actions.shape == (3, 5, 7) and out.logprobs.shape == (3, 5, 7) and out.values.shape == (3,)
+    assert out.actions.dtype == torch.float32 and out.logprobs.dtype == torch.float32
+    assert torch.equal(out.values, torch.zeros(3))  # zero-initialised last value layer
+    assert set(out.replay) == {keys.MAIN_IMAGES, keys.WRIST_IMAGES, "input_ids", "attention_mask", "state",
+                               "embodiment_id", "chain", "denoise_index"}
+    cfg = policy.config
+    assert out.replay["chain"].shape == (3, 5, cfg.action_horizon, cfg.action_dim)  # K=4 -> 5 grid points
+    assert out.replay[keys.MAIN_IMAGES].dtype == torch.uint8
+    assert all(v.shape[0] == 3 for v in out.replay.values())
+    assert ((out.replay["denoise_index"] >= 0) & (out.replay["denoise_index"] < 4)).all()
+    # gripper in the env convention, pose within the placeholder statistics' range
+    assert set(out.actions[..., 6].unique().tolist()) <= {-1.0, 1.0}
+    assert out.actions[..., :6].abs().max() <= 1.0 + (0.5 if version == "n1.6" else 0.0)
+
+
+CASES = [(v, m, j) for v in ("n1.5", "n1.6") for m, j in
+         (("flow_sde", False), ("flow_sde", True), ("flow_noise", False), ("flow_cps", False))]
+
+
+@pytest.mark.parametrize(("version", "method", "joint"), CASES)
+def test_logprob_recomputation_equals_sampled(version, method, joint, policy_factory, obs_factory) -> None:
+    policy = policy_factory(version, noise_method=method, joint_logprob=joint, denoising_steps=3)
+    policy.train()
+    out = policy.sample(obs_factory(4, seed=1), generator=torch.Generator().manual_seed(2))
+    assert out.logprobs.abs().sum() > 0
+    ev = policy.evaluate(out.replay)
+    torch.testing.assert_close(ev.logprobs, out.logprobs, rtol=0, atol=1e-5)
+    assert (ev.entropy is not None) == (method == "flow_noise")
+    if ev.entropy is not None:
+        # entropy of the learned std, which lies in [0.08, 0.16]: 0.5 log(2 pi e sigma^2)
+        lo, hi = (0.5 * torch.log(2 * torch.pi * torch.e * torch.tensor(s) ** 2) for s in (0.08, 0.16))
+        assert ((ev.entropy >= lo - 1e-5) & (ev.entropy <= hi + 1e-5)).all()
+    # recomputation on a shuffled sub-batch (as PPO minibatches do) gives the same rows
+    perm = torch.tensor([2, 0, 3])
+    ev2 = policy.evaluate(index_replay(out.replay, perm))
+    torch.testing.assert_close(ev2.logprobs, out.logprobs[perm], rtol=0, atol=1e-5)
+    # and the log-probs are differentiable w.r.t. the head
+    ev.logprobs.sum().backward()
+    grads = [p.grad for p in policy.action_head.model.parameters() if p.grad is not None]
+    assert grads and any(g.abs().sum() > 0 for g in grads)
+
+
+def test_replays_stack_across_calls(policy_factory, obs_factory) -> None:
+    policy = policy_factory("n1.6")
+    outs = [policy.sample(obs_factory(2, seed=s), generator=torch.Generator().manual_seed(s)) for s in (0, 1)]
+    ev = policy.evaluate(stack_replays([o.replay for o in outs]))
+    torch.testing.assert_close(ev.logprobs, torch.cat([o.logprobs for o in outs]), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("version", ["n1.5", "n1.6"])
+def test_deterministic_mode(version, policy_factory, obs_factory) -> None:
+    policy = policy_factory(version)
+    obs = obs_factory(2)
+    a = policy.sample(obs, deterministic=True, generator=torch.Generator().manual_seed(0))
+    b = policy.sample(obs, deterministic=True, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(a.actions, b.actions) and torch.equal(a.logprobs, torch.zeros_like(a.logprobs))
+    assert (a.replay["denoise_index"] == -1).all()
+    assert torch.equal(policy.evaluate(a.replay).logprobs, torch.zeros_like(a.logprobs))
+
+
+def test_disable_dropout_makes_evaluate_repeatable_in_train_mode(policy_factory, obs_factory) -> None:
+    obs = obs_factory(2)
+    for disable in (True, False):
+        policy = policy_factory("n1.5", disable_dropout=disable)
+        policy.train()
+        out = policy.sample(obs, generator=torch.Generator().manual_seed(0))
+        e1, e2 = policy.evaluate(out.replay), policy.evaluate(out.replay)
+        if disable:
+            assert torch.equal(e1.logprobs, e2.logprobs)
+            torch.testing.assert_close(e1.logprobs, out.logprobs, rtol=0, atol=1e-5)
+        else:  # the control: with GR00T's p=0.2 dropout active two passes disagree
+            assert not torch.equal(e1.logprobs, e2.logprobs)
+
+
+@pytest.mark.parametrize("version", ["n1.5", "n1.6"])
+def test_head_only_training_leaves_backbone_bit_identical(version, policy_factory, obs_factory) -> None:
+    policy = policy_factory(version)
+    assert not any(p.requires_grad for p in policy.backbone.parameters())
+    before_backbone = {k: v.clone() for k, v in policy.backbone.state_dict().items()}
+    before_head = {k: v.clone() for k, v in policy.action_head.state_dict().items()}
+    policy.train()
+    assert not policy.backbone.training  # frozen modules stay in eval mode
+    opt = torch.optim.AdamW([{"params": policy.policy_parameters(), "lr": 1e-3},
+                             {"params": policy.value_parameters(), "lr": 1e-3}], weight_decay=0.01)
+    assert {id(p) for p in opt.param_groups[0]["params"]} | {id(p) for p in opt.param_groups[1]["params"]} == \
+        {id(p) for p in policy.action_head.parameters()}
+    out = policy.sample(obs_factory(3), generator=torch.Generator().manual_seed(0))
+    for _ in range(3):
+        ev = policy.evaluate(out.replay)
+        loss = -ev.logprobs.mean() + (ev.values - 1.0).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for k, v in policy.backbone.state_dict().items():
+        assert torch.equal(v, before_backbone[k]), k
+    changed = [k for k, v in policy.action_head.state_dict().items() if not torch.equal(v, before_head[k])]
+    assert any(k.startswith("value_head.") for k in changed) and any(k.startswith("model.") for k in changed)
+
+
+def test_top_llm_layers_can_be_tuned(policy_factory) -> None:
+    policy = policy_factory("n1.6", train_expert_only=False, tune_top_llm_layers=1)
+    layers = policy.backbone.eagle.language_model.model.layers
+    assert all(p.requires_grad for p in layers[-1].parameters())
+    assert not any(p.requires_grad for p in layers[0].parameters())
+    assert not any(p.requires_grad for p in policy.backbone.eagle.vision_model.parameters())
+
+
+def test_n16_exploration_noise_is_outside_the_logprob(policy_factory, obs_factory) -> None:
+    obs = obs_factory(2)
+    outs = {}
+    for scale in (0.0, 0.1):
+        policy = policy_factory("n1.6", action_noise_scale=scale)
+        outs[scale] = policy.sample(obs, generator=torch.Generator().manual_seed(5))
+    a, b = outs[0.0], outs[0.1]
+    assert torch.equal(a.logprobs, b.logprobs) and torch.equal(a.replay["chain"], b.replay["chain"])
+    diff = (a.actions[..., :6] - b.actions[..., :6]).abs()
+    assert diff.max() > 0 and diff.max() < 0.6  # N(0, 0.1^2) noise (then clamped)
+    assert b.actions[..., :6].abs().max() <= 1.0
+
+
+def test_value_variants(policy_factory, obs_factory) -> None:
+    policy = policy_factory("n1.5", value_after_vlm=True)
+    assert policy.action_head.value_head.in_dim == policy.config.backbone_embedding_dim
+    with torch.no_grad():
+        policy.action_head.value_head.out.bias.fill_(0.25)
+    out = policy.sample(obs_factory(2))
+    assert torch.equal(out.values, torch.full((2,), 0.25))
+    assert torch.equal(policy_factory("n1.5", add_value_head=False).sample(obs_factory(2)).values, torch.zeros(2))
+
+
+def test_use_proprio_false_zeroes_state(policy_factory, obs_factory) -> None:
+    policy = policy_factory("n1.5", use_proprio=False)
+    replay = policy.prepare_inputs(obs_factory(2))
+    assert torch.equal(replay["state"], torch.zeros_like(replay["state"]))
+    on = policy_factory("n1.5").prepare_inputs(obs_factory(2))["state"]
+    assert on[:, :8].abs().sum() > 0 and torch.equal(on[:, 8:], torch.zeros_like(on[:, 8:]))
+
+
+def test_bad_observation_is_reported(policy_factory, obs_factory) -> None:
+    policy = policy_factory("n1.5")
+    obs = obs_factory(2)
+    obs[keys.MAIN_IMAGES] = obs[keys.MAIN_IMAGES].float()
+    with pytest.raises(ValueError, match="uint8"):
+        policy.sample(obs)
+    obs = obs_factory(2)
+    obs[keys.TASK_DESCRIPTIONS] = ["only one"]
+    with pytest.raises(ValueError, match="batch sizes differ"):
+        policy.sample(obs)
