@@ -46,7 +46,7 @@ class ToyRun:
     num_envs: int = 64
     group_size: int = 8  # GRPO only
     eval_envs: int = 256
-    lr: float = 3e-3
+    lr: float = 5e-3
     seed: int = 0
     update_epoch: int = 4
     global_batch_size: int = 128
@@ -54,7 +54,7 @@ class ToyRun:
     logprob_type: str = "chunk_level"
     joint_logprob: bool = False
     denoising_steps: int = 4
-    noise_level: float = 0.5
+    noise_level: float = 1.0
     entropy_bonus: float = 0.0
     eval_every: int = 5
     extra: dict[str, float] = field(default_factory=dict)
