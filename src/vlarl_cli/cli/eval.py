@@ -1,0 +1,74 @@
+"""Evaluate a policy on LIBERO with the standard protocol; success rates with 95% Wilson intervals.
+
+Standard protocol by default (openpi/OpenVLA: 50 trials per task from the fixed init states, per-suite
+step limits + 10 settle steps, env seed 7); every number is stored with its protocol card. An
+interrupted evaluation resumes: run the same command again and finished episodes are skipped.
+
+Examples:
+  vlarl eval --suite libero_10 --checkpoint runs/x/checkpoints/global_step_100
+  vlarl eval --suite all --checkpoint runs/x --num-envs 4 --out eval/x
+  vlarl eval --suite libero_spatial --config quickstart --tasks 0,1 --trials 5 actor.model.preset=tiny
+  vlarl eval --suite libero_10 --checkpoint PATH --temperature 1.0       # sampled actions
+  vlarl eval --compare eval/a eval/b                                     # B - A per task, significance
+  torchrun --nproc-per-node 2 -m vlarl_cli.cli.main eval --suite libero_90 --checkpoint PATH
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def command(
+    suite: str = typer.Option("libero_10", "--suite", "-s", help="libero_spatial, libero_object, libero_goal, "
+                              "libero_10, libero_90, libero_130, or all (the four standard suites)."),
+    checkpoint: Path | None = typer.Option(None, "--checkpoint", help="A vlarl training checkpoint folder "
+                                           "(model.safetensors + config.yaml) or a run folder (its latest)."),
+    config: str | None = typer.Option(None, "--config", "-c", help="Build the policy from this config (preset "
+                                      "name or YAML); with --checkpoint it replaces the checkpoint's config."),
+    overrides: list[str] | None = typer.Argument(None, help="KEY=VALUE config overrides, e.g. "
+                                                 "actor.model.preset=tiny.", show_default=False),
+    tasks: str | None = typer.Option(None, "--tasks", help="Comma-separated task ids of the suite (default all)."),
+    trials: int = typer.Option(50, "--trials", min=1, max=50, help="Trials per task; trial i = init state i."),
+    protocol: str = typer.Option("standard", "--protocol", help="standard (openpi/OpenVLA) or rlinf."),
+    temperature: float | None = typer.Option(None, "--temperature", help="Sample actions at this temperature "
+                                             "(flow policies: 1 = their configured noise). Default: deterministic."),
+    deterministic: bool = typer.Option(False, "--deterministic", help="Deterministic actions (the default)."),
+    num_envs: int = typer.Option(2, "--num-envs", min=1, help="Simulators of this process."),
+    num_workers: int | None = typer.Option(None, "--num-workers", min=1, help="Simulator processes "
+                                           "(default: one per CPU core, a divisor of --num-envs)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Results folder (default eval/<name>/<suite>_<protocol>)."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip episodes already in --out "
+                                "(--no-resume discards them)."),
+    max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Override the protocol's step limit "
+                                         "(recorded as a deviation)."),
+    settle_steps: int | None = typer.Option(None, "--settle-steps", min=0, help="Override the settle steps."),
+    resolution: int = typer.Option(256, "--resolution", help="Camera render size: 128, 224 or 256."),
+    live_video: int = typer.Option(0, "--live-video", min=0, help="Also record the first K episodes' frames "
+                                   "live (renders every step; `vlarl video` can re-simulate any episode instead)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the policy's sampling noise."),
+    compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Compare two results folders A B "
+                                                     "(B - A per task, Newcombe 95% interval) and exit."),
+) -> None:
+    """Evaluate a policy on LIBERO with the standard protocol."""
+    from vlarl_cli.errors import ConfigError
+
+    if compare is not None:
+        from vlarl_cli.training.evaluation import compare as compare_results
+
+        compare_results(compare[0], compare[1])
+        return
+    if deterministic and temperature is not None:
+        raise ConfigError("--deterministic and --temperature exclude each other.", "Pass only one of them.")
+    try:
+        task_ids = tuple(int(t) for t in tasks.split(",") if t.strip()) if tasks else None
+    except ValueError:
+        raise ConfigError(f'--tasks "{tasks}" is not a comma-separated list of integers.', "Use e.g. --tasks 0,1,5.") from None
+    from vlarl_cli.training.evaluation import EvalSettings, evaluate
+
+    settings = EvalSettings(suite=suite, tasks=task_ids, trials=trials, protocol=protocol,
+                            deterministic=temperature is None, temperature=temperature, num_envs=num_envs,
+                            num_workers=num_workers, resolution=resolution, max_steps=max_steps,
+                            settle_steps=settle_steps, policy_seed=seed, live_video=live_video)
+    evaluate(checkpoint, config, list(overrides or []), settings=settings, out_dir=out, resume=resume)

@@ -1,0 +1,121 @@
+"""``vlarl video``: re-simulate recorded episodes (or roll out a checkpoint live) and write MP4s.
+
+Recorded:  ``render_videos(episodes=Path("eval/x/episodes.jsonl"), failures=True, task=3)`` writes one MP4
+per episode plus a montage of all of them; ``against=OTHER`` puts the same (suite, task, trial) of another
+results folder next to each (two checkpoints on the same init state).
+Live:      ``render_videos(checkpoint=..., suite=..., task=..., trial=...)``; ``compare_checkpoint`` adds a
+second policy side by side on the same init state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlarl_cli.errors import ConfigError
+from vlarl_cli.video.episodes import EpisodeRecord, ResultsError, read_episodes, unique_episodes
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which recorded episodes: ``episode`` (index of the line), ``failures`` and/or ``task`` (+ ``suite``)."""
+
+    episode: int | None = None
+    failures: bool = False
+    task: int | None = None
+    suite: str | None = None
+
+    def apply(self, records: list[EpisodeRecord]) -> list[EpisodeRecord]:
+        if self.episode is None and not self.failures and self.task is None:
+            raise ConfigError("Which episodes? None of --episode, --failures, --task was given.",
+                              f"Pass --episode K (0..{len(records) - 1}), --failures, or --task T.")
+        if self.episode is not None:
+            if not 0 <= self.episode < len(records):
+                raise ConfigError(f"--episode {self.episode} is out of range: the log has {len(records)} episodes.",
+                                  f"Use 0..{len(records) - 1}.")
+            return [records[self.episode]]
+        out = [r for r in records if (self.task is None or r.task == self.task)
+               and (self.suite is None or r.suite == self.suite) and (not self.failures or not r.success)]
+        if not out:
+            raise ConfigError("No recorded episode matches the selection "
+                              f"(task={self.task}, suite={self.suite}, failures={self.failures}).",
+                              "Check the episode log (episodes.jsonl) for the task ids and outcomes.")
+        return out
+
+
+def _write(path: Path, frames: np.ndarray, fps: int) -> Path:
+    from vlarl_cli.video.writer import write_mp4
+
+    path = write_mp4(path, frames, fps=fps)
+    print(f"wrote {path} ({len(frames)} frames, {frames.shape[2]}x{frames.shape[1]})", flush=True)
+    return path
+
+
+def render_videos(episodes: Path | None = None, *, selection: Selection = Selection(), against: Path | None = None,
+                  checkpoint: Path | None = None, config: str | None = None, overrides: list[str] | None = None,
+                  compare_checkpoint: Path | None = None, suite: str | None = None, task: int | None = None,
+                  trial: int = 0, protocol: str = "standard", max_steps: int | None = None,
+                  settle_steps: int | None = None, resolution: int | None = None, out: Path | None = None,
+                  fps: int = 20, montage_max: int = 16) -> list[Path]:
+    """Write MP4s (see module docstring); returns the written paths."""
+    from vlarl_cli.video import render
+    from vlarl_cli.video.resim import Simulators, live_episode, resimulate
+
+    written: list[Path] = []
+    if episodes is not None:
+        records = read_episodes(episodes)
+        chosen = selection.apply(records)
+        root = chosen[0].root
+        out = Path(out) if out is not None else (root or Path(".")) / "videos"
+        others = unique_episodes(read_episodes(against)) if against is not None else None
+        clips = []
+        with Simulators() as sims:
+            for rec in chosen:
+                ep = resimulate(rec, sims=sims, resolution=resolution)
+                if ep.max_state_drift:
+                    print(f"warning: {rec.label} re-simulation drifted from the recording by "
+                          f"{ep.max_state_drift:.2e} (robot state at chunk boundaries)", flush=True)
+                clip = render.annotate(ep, title=f"A {rec.label}" if others is not None else rec.label)
+                if others is not None:
+                    other = others.get(rec.key)
+                    if other is None:
+                        raise ResultsError(f"{against} has no episode {rec.label}.",
+                                           "Evaluate both checkpoints on the same suite, tasks and trials.")
+                    clip = render.side_by_side(clip, render.annotate(resimulate(other, sims=sims, resolution=resolution),
+                                                                     title=f"B {other.label}"))
+                written.append(_write(out / f"{rec.label}{'_vs' if others is not None else ''}.mp4", clip, fps))
+                if len(chosen) > 1 and len(clips) < montage_max:
+                    clips.append(clip[:, :: 2, :: 2] if clip.shape[1] > 300 else clip)
+        if len(clips) > 1:
+            what = ("failures" if selection.failures else "episodes") + \
+                (f"_task{selection.task:02d}" if selection.task is not None else "")
+            written.append(_write(out / f"montage_{what}.mp4", render.montage(clips), fps))
+        return written
+    if checkpoint is None and config is None:
+        raise ConfigError("Nothing to render: give an episodes.jsonl, or --checkpoint/--config with --suite, "
+                          "--task and --trial for a live rollout.",
+                          "e.g. vlarl video eval/x/episodes.jsonl --failures, or "
+                          "vlarl video --checkpoint PATH --suite libero_10 --task 0 --trial 0")
+    if suite is None or task is None:
+        raise ConfigError("A live rollout needs --suite and --task (and --trial, default 0).",
+                          "e.g. --suite libero_10 --task 3 --trial 0")
+    from vlarl_cli.training.evaluation import load_policy
+
+    out = Path(out) if out is not None else Path("videos")
+    kwargs: dict[str, Any] = dict(protocol=protocol, resolution=resolution or 256, max_steps=max_steps,
+                                  settle_steps=settle_steps)
+    label = f"{suite}_task{task:02d}_trial{trial:02d}"
+    with Simulators() as sims:
+        policy, info, _ = load_policy(checkpoint, config, overrides or [])
+        ep = live_episode(policy, suite, task, trial, sims=sims, label=label, **kwargs)
+        clip = render.annotate(ep, title=f"{Path(info.path).name} {label}")
+        if compare_checkpoint is not None:
+            policy_b, info_b, _ = load_policy(compare_checkpoint, None, [])
+            ep_b = live_episode(policy_b, suite, task, trial, sims=sims, label=label, **kwargs)
+            clip = render.side_by_side(clip, render.annotate(ep_b, title=f"{Path(info_b.path).name} {label}"))
+            label += "_vs"
+        written.append(_write(out / f"live_{label}.mp4", clip, fps))
+    return written
