@@ -67,7 +67,10 @@ _EAGLE_FIELDS = ("vision_kind", "vision_hidden_size", "vision_intermediate_size"
                  "vision_num_heads", "image_size", "patch_size", "vision_use_head", "use_pixel_shuffle",
                  "mlp_connector_layers", "llm_hidden_size", "llm_intermediate_size", "llm_num_heads",
                  "llm_num_kv_heads", "llm_head_dim", "vocab_size", "rope_theta", "rms_norm_eps",
-                 "max_position_embeddings", "image_token_id", "pad_token_id", "max_text_tokens")
+                 "max_position_embeddings", "image_token_id", "pad_token_id", "max_text_tokens",
+                 # not Eagle, but absent from N1.6's config.json (no VL self-attention there); kept so that
+                 # a round trip reproduces the config exactly
+                 "vl_num_heads", "vl_head_dim")
 
 
 # ---------------------------------------------------------------------------------------------- keys
@@ -410,6 +413,12 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
     settings_dict.update(overrides or {})
     settings_dict["model_path"] = str(path)
     settings = ModelSettings.from_dict(settings_dict)
+    if settings.version != cfg.version:
+        from vlarl_cli.errors import ConfigError
+
+        raise ConfigError(f"{path} holds a GR00T {cfg.version} model but model_type is {settings.model_type} "
+                          f"(GR00T {settings.version}).",
+                          f"Set actor.model.model_type: {version_type}.")
     modality = _read_modality(path, fmt, settings.effective_embodiment_tag)
 
     files = _weight_files(path)
@@ -438,9 +447,15 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
         shape = headers.setdefault(file, _header(file))[file_key]["shape"]
         if list(own[key].shape) != list(shape):
             report.mismatched.append(f"{file_key} (checkpoint {tuple(shape)} vs model {tuple(own[key].shape)})")
+    # RL heads absent from the file start fresh: always for upstream layouts, and for ours when the saved
+    # settings did not have that head (e.g. resuming a flow_sde run with flow_noise)
+    saved_heads = set() if saved is None else (
+        {"action_head.value_head."} if saved.get("add_value_head") else set()) | (
+        {"action_head.noise_head."} if saved.get("noise_method") == "flow_noise" else set())
     for key in own:
         if key not in source:
-            (report.fresh_optional if key.startswith(OPTIONAL_PREFIXES) and fmt != "vlarl" else report.missing).append(key)
+            optional = key.startswith(OPTIONAL_PREFIXES) and not key.startswith(tuple(saved_heads))
+            (report.fresh_optional if optional else report.missing).append(key)
     if strict and not report.ok:
         raise CheckpointError(report.problem(path), "Load with the matching model_type / preset, or repair the "
                               "checkpoint; strict=False loads the matching tensors only.")

@@ -1,0 +1,186 @@
+"""Checkpoint layouts: exact round trips through vlarl / gr00t_n15 / gr00t_n16, key maps, strict reporting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from vlarl_cli.errors import CheckpointError
+from vlarl_cli.policies.gr00t import checkpoint as ck
+
+LAYOUTS = [("n1.5", "vlarl"), ("n1.5", "gr00t_n15"), ("n1.6", "vlarl"), ("n1.6", "gr00t_n16")]
+
+
+@pytest.mark.parametrize(("version", "fmt"), LAYOUTS)
+def test_round_trip_is_exact(version, fmt, tmp_path, policy_factory, obs_factory) -> None:
+    policy = policy_factory(version, seed=3)
+    with torch.no_grad():  # make the zero-initialised value layer non-trivial so it round-trips visibly
+        policy.action_head.value_head.out.weight.normal_()
+    path = tmp_path / fmt
+    ck.save_policy(policy, path, format=fmt, max_shard_bytes=1_500_000)  # forces several shards
+    assert ck.detect_format(path) == fmt
+    shards = sorted(p.name for p in path.glob("model-*.safetensors"))
+    assert len(shards) > 1 and (path / "model.safetensors.index.json").is_file()
+    loaded = ck.load_policy(path)
+    assert loaded.load_report.ok and loaded.load_report.fresh_optional == []
+    a, b = policy.state_dict(), loaded.state_dict()
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+    assert loaded.modality.to_dict() == policy.modality.to_dict()
+    assert loaded.config == policy.config
+    obs = obs_factory(2)
+    o1 = policy.sample(obs, generator=torch.Generator().manual_seed(0))
+    o2 = loaded.sample(obs, generator=torch.Generator().manual_seed(0))
+    for x, y in ((o1.actions, o2.actions), (o1.logprobs, o2.logprobs), (o1.values, o2.values)):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+def test_upstream_files_look_like_upstream(tmp_path, policy_factory) -> None:
+    p15, p16 = policy_factory("n1.5"), policy_factory("n1.6")
+    ck.save_policy(p15, tmp_path / "a", format="gr00t_n15")
+    ck.save_policy(p16, tmp_path / "b", format="gr00t_n16")
+    cfg15 = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert cfg15["model_type"] == "gr00t_n1_5" and cfg15["backbone_cfg"]["select_layer"] == 2
+    assert cfg15["action_head_cfg"]["diffusion_model_cfg"]["num_layers"] == 4
+    meta = json.loads((tmp_path / "a" / "experiment_cfg" / "metadata.json").read_text())
+    assert meta["libero_franka"]["statistics"]["state"]["gripper"]["min"] == [-1.0, -1.0]
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["model_type"] == "Gr00tN1d6"
+    for name in ("processor_config.json", "statistics.json", "embodiment_id.json"):
+        assert (tmp_path / "b" / name).is_file()
+    index = json.loads((tmp_path / "a" / "model.safetensors.index.json").read_text())
+    keys15 = set(index["weight_map"])
+    assert "backbone.eagle_model.vision_model.vision_model.embeddings.patch_embedding.weight" in keys15
+    assert "backbone.eagle_model.language_model.model.layers.1.mlp.down_proj.weight" in keys15
+    assert "action_head.model.transformer_blocks.0.attn1.to_k.weight" in keys15
+    assert "action_head.vl_self_attention.transformer_blocks.1.ff.net.2.weight" in keys15
+    assert "action_head.action_encoder.W2.W" in keys15 and "action_head.future_tokens.weight" in keys15
+    keys16 = set(json.loads((tmp_path / "b" / "model.safetensors.index.json").read_text())["weight_map"])
+    assert "backbone.model.vision_model.vision_model.encoder.layers.0.self_attn.q_proj.weight" in keys16
+    assert "backbone.model.mlp1.3.weight" in keys16 and not any("future_tokens" in k for k in keys16)
+    # cross-attention blocks read the VL width, self-attention blocks the DiT width
+    shapes = {}
+    for f in (tmp_path / "b").glob("model-*.safetensors"):
+        shapes.update({k: v.shape for k, v in load_file(f).items()})
+    assert shapes["action_head.model.transformer_blocks.0.attn1.to_k.weight"][1] == p16.config.backbone_embedding_dim
+    assert shapes["action_head.model.transformer_blocks.1.attn1.to_k.weight"][1] == p16.config.input_embedding_dim
+
+
+@pytest.mark.parametrize("version", ["n1.5", "n1.6"])
+def test_key_maps_are_inverse(version, policy_factory) -> None:
+    policy = policy_factory(version)
+    for key in policy.state_dict():
+        assert ck.from_upstream_key(ck.to_upstream_key(key, version), version) == key
+    assert ck.from_upstream_key("backbone.eagle_model.language_model.lm_head.weight", "n1.5") is None
+
+
+def _edit_shard(path: Path, fn) -> None:
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    for shard in sorted(set(index["weight_map"].values())):
+        tensors = load_file(path / shard)
+        new = fn(dict(tensors))
+        save_file(new, path / shard)
+        index["weight_map"] = {k: v for k, v in index["weight_map"].items() if v != shard}
+        index["weight_map"].update(dict.fromkeys(new, shard))
+    (path / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+def test_upstream_checkpoint_without_value_head_and_with_lm_head(tmp_path, policy_factory, obs_factory) -> None:
+    policy = policy_factory("n1.5")
+    path = tmp_path / "up"
+    ck.save_policy(policy, path, format="gr00t_n15")
+    emb = "backbone.eagle_model.language_model.model.embed_tokens.weight"
+
+    def edit(t: dict) -> dict:
+        out = {k: v for k, v in t.items() if not k.startswith("action_head.value_head.")}
+        if emb in out:  # upstream files carry the LM head; tied storage may keep only it
+            out["backbone.eagle_model.language_model.lm_head.weight"] = out.pop(emb).clone()
+        return out
+
+    _edit_shard(path, edit)
+    loaded = ck.load_policy(path)
+    r = loaded.load_report
+    assert r.ok and r.skipped == ["backbone.eagle_model.language_model.lm_head.weight"]
+    assert sorted(r.fresh_optional) == sorted(k for k in policy.state_dict() if k.startswith("action_head.value_head."))
+    assert torch.equal(loaded.state_dict()["backbone.eagle_model.language_model.model.embed_tokens.weight"],
+                       policy.state_dict()["backbone.eagle_model.language_model.model.embed_tokens.weight"])
+    out = loaded.sample(obs_factory(2))
+    assert torch.equal(out.values, torch.zeros(2))  # fresh value head, zero last layer
+    assert all(p.requires_grad for p in loaded.action_head.value_head.parameters())
+
+
+def test_strict_loading_reports_keys_by_name(tmp_path, policy_factory) -> None:
+    policy = policy_factory("n1.6")
+    path = tmp_path / "ck"
+    ck.save_policy(policy, path, format="gr00t_n16")
+    gone = "action_head.model.proj_out_2.weight"
+    _edit_shard(path, lambda t: {**{k: v for k, v in t.items() if k != gone},
+                                 **({"action_head.extra.weight": torch.zeros(2)} if gone in t else {})})
+    with pytest.raises(CheckpointError) as info:
+        ck.load_policy(path)
+    msg = str(info.value)
+    assert gone in msg and "action_head.extra.weight" in msg and "missing" in msg and "unexpected" in msg
+    # non-strict: everything else is loaded, the hole keeps its initialisation
+    loaded = ck.load_policy(path, strict=False)
+    assert loaded.load_report.missing == [gone]
+    a, b = policy.state_dict(), loaded.state_dict()
+    assert torch.equal(a["action_head.model.proj_out_1.weight"], b["action_head.model.proj_out_1.weight"])
+
+
+def test_shape_mismatch_is_reported(tmp_path, policy_factory) -> None:
+    ck.save_policy(policy_factory("n1.5"), tmp_path / "a", format="vlarl")
+    cfg = json.loads((tmp_path / "a" / "vlarl_config.json").read_text())
+    cfg["model"]["hidden_size"] = 16  # architecture no longer matches the weights
+    (tmp_path / "a" / "vlarl_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="shape-mismatched"):
+        ck.load_policy(tmp_path / "a")
+
+
+def test_overrides_settings_and_version_check(tmp_path, policy_factory) -> None:
+    from vlarl_cli.errors import ConfigError
+
+    ck.save_policy(policy_factory("n1.5"), tmp_path / "a", format="vlarl", dtype=torch.bfloat16)
+    assert ck.describe(tmp_path / "a")["dtypes"] == ["BF16"]
+    loaded = ck.load_policy(tmp_path / "a", overrides={"num_action_chunks": 2, "noise_method": "flow_noise"})
+    assert loaded.num_action_chunks == 2 and "noise_head" in loaded.load_report.fresh_optional[0]
+    assert loaded.action_head.model.proj_out_2.weight.dtype == torch.float32
+    with pytest.raises(ConfigError, match="gr00t_n1d6"):
+        ck.load_policy(tmp_path / "a", overrides={"model_type": "gr00t_n1d6"})
+    with pytest.raises(CheckpointError, match='"libero_franka"'):
+        ck.load_policy(tmp_path / "a", overrides={"embodiment_tag": "libero_panda"})
+
+
+def test_detect_describe_and_errors(tmp_path, policy_factory) -> None:
+    assert ck.detect_format(tmp_path) is None
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert ck.detect_format(tmp_path) is None
+    with pytest.raises(CheckpointError, match="layout"):
+        ck.load_policy(tmp_path)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        ck.load_policy(tmp_path / "nope")
+    policy = policy_factory("n1.6")
+    ck.save_policy(policy, tmp_path / "v", format="vlarl")
+    d = ck.describe(tmp_path / "v")
+    assert d["family"] == "gr00t" and d["format"] == "vlarl" and d["version"] == "n1.6"
+    assert d["num_parameters"] == sum(v.numel() for v in policy.state_dict().values())
+    assert d["norm_stats"] and d["embodiment_tags"] == ["libero_panda"] and not d["sharded"]
+    assert (tmp_path / "v" / "model.safetensors").is_file()
+    with pytest.raises(CheckpointError, match="Cannot save"):
+        ck.save_policy(policy, tmp_path / "x", format="gr00t_n15")
+    (tmp_path / "v" / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="No weights"):
+        ck.load_policy(tmp_path / "v")
+
+
+def test_resave_with_fewer_shards_removes_stale_files(tmp_path, policy_factory) -> None:
+    policy = policy_factory("n1.5")
+    ck.save_policy(policy, tmp_path / "a", format="vlarl", max_shard_bytes=1_000_000)
+    assert len(list((tmp_path / "a").glob("model-*.safetensors"))) > 1
+    ck.save_policy(policy, tmp_path / "a", format="vlarl")
+    assert sorted(p.name for p in (tmp_path / "a").glob("model*.safetensors")) == ["model.safetensors"]
+    assert not (tmp_path / "a" / "model.safetensors.index.json").exists()
+    assert ck.load_policy(tmp_path / "a").load_report.ok
