@@ -261,14 +261,15 @@ class EvalSettings:
                 self.settle_steps if self.settle_steps is not None else p.settle_steps,
                 self.env_seed if self.env_seed is not None else p.seed)
 
-    def deviations(self) -> list[str]:
-        """How these settings depart from the named protocol (printed on the card)."""
+    def deviations(self, suites: list[str] | tuple[str, ...] = ()) -> list[str]:
+        """How these settings depart from the named protocol for ``suites`` (printed on the card)."""
         from vlarl_cli.envs.libero.protocol import get_protocol
 
         p = get_protocol(self.protocol)
         out = []
         if self.max_steps is not None:
-            out.append(f"max_steps={self.max_steps} for every suite (protocol: {p.max_steps})")
+            limits = ", ".join(f"{s} {p.max_steps[s]}" for s in suites or p.max_steps)
+            out.append(f"max_steps={self.max_steps} (protocol: {limits})")
         if self.settle_steps is not None and self.settle_steps != p.settle_steps:
             out.append(f"settle_steps={self.settle_steps} (protocol: {p.settle_steps})")
         if self.env_seed is not None and self.env_seed != p.seed:
@@ -416,7 +417,7 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
         "cameras": list(getattr(policy, "cameras", ("main", "wrist"))),
         "policy_seed": settings.policy_seed,
         "checkpoint": asdict(info) if info is not None else None,
-        "deviations": settings.deviations(),
+        "deviations": settings.deviations(suites),
         "vlarl_version": __version__,
         "plan": {
             "suite": settings.suite,
@@ -526,7 +527,12 @@ def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *
     vec = LiberoVectorEnv(spec)
     try:
         retried: set[EpisodeKey] = set()
-        while queue:
+        retry: list[EpisodeKey] = []
+        while queue or retry:
+            if not queue:  # episodes lost to a worker crash get one more run, packed into fresh waves
+                more = split_blocks(retry, n)
+                queue = [[b[k] if k < len(b) else None for b in more] for k in range(len(more[0]))]
+                retry = []
             wave = queue.pop(0)
             # envs without an episode this wave restart their previous one and are ended at once
             filler = [wave[e] is None for e in range(n)]
@@ -588,7 +594,7 @@ def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *
                 success, steps, error = ended[e]
                 if error and lost and key not in retried:  # a worker died: not the policy's fault, run again
                     retried.add(key)
-                    queue.append([key] + [None] * (n - 1))
+                    retry.append(key)
                     continue
                 task = get_task(key.suite, key.task)
                 max_steps, settle, seed = settings.effective(key.suite)
@@ -733,12 +739,19 @@ def write_summary(out_dir: Path, summary: EvalSummary) -> None:
     atomic_write_text(out_dir / SUMMARY_CSV, buf.getvalue())
 
 
+def _console() -> Any:
+    """A rich console at least 120 columns wide (logs and pipes default to 80, which folds the table)."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal and console.width >= 120 else Console(width=max(console.width, 120))
+
+
 def print_summary(summary: EvalSummary, console: Any = None) -> None:
     """The rich table: one row per task, per suite and overall, with the card underneath."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or _console()
     card = summary.card
     table = Table(title=f"LIBERO evaluation ({card['protocol']} protocol)", show_lines=False)
     for col, just in (("suite", "left"), ("task", "right"), ("name", "left"), ("n", "right"),
@@ -980,10 +993,9 @@ def compare(a_dir: Path, b_dir: Path, *, show: bool = True) -> Comparison:
 
 
 def print_comparison(cmp: Comparison, console: Any = None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or _console()
     table = Table(title=f"B - A   (A = {cmp.a}, B = {cmp.b})")
     for col in ("suite", "task", "n", "A", "B", "B - A", "95% CI (Newcombe)", "significant"):
         table.add_column(col, justify="left" if col == "suite" else "right")
