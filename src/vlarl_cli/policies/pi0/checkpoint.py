@@ -98,6 +98,9 @@ _HF_RULES = [
     ("action_time_mlp_out.", "embed_action_time.action_time_mlp_out."),
 ]
 _HF_ALIASES = [("vlm.vision_tower.", "model.vlm.vision_tower.vision_model.")]
+# transformers 5.x save_pretrained of a LOADED PI0 writes "model." + the openpi projection names
+_HF_ALIASES += [(name, "model." + name) for name in ("action_in_proj.", "action_out_proj.", "state_proj.",
+                                                    "action_time_mlp_in.", "action_time_mlp_out.")]
 _HF_UNUSED = ("model.dit.embed_tokens.weight", "model.vlm.lm_head.weight", "lm_head.weight")
 _TOP_LEVEL = ("action_in_proj.", "action_out_proj.", "state_proj.", "action_time_mlp_in.", "action_time_mlp_out.",
               "time_mlp_in.", "time_mlp_out.", "value_head.", "noise_head.")
@@ -356,7 +359,8 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         format: one of :data:`FORMATS`, or None to detect.
         device, dtype: where and in which precision to materialise the weights (fp32 / bf16).
         strict: raise :class:`CheckpointError` on missing (other than RL heads / LoRA), unexpected or
-            mis-shaped keys. With ``strict=False`` they are reported in ``policy.load_report``.
+            mis-shaped keys. With ``strict=False`` they are reported in ``policy.load_report`` and the
+            parameters that could not be loaded are zero-filled.
         overrides: Pi0Config fields to change (the RL settings: num_steps, noise_method, ...).
         norm_stats_path: explicit ``norm_stats.json``; default: searched in the folder.
         asset_id: e.g. ``physical-intelligence/libero`` (openpi ``assets/<asset_id>/``).
@@ -446,6 +450,9 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     fresh = [k for k in missing if k.startswith(_RL_ONLY_PREFIXES) or k.endswith((".lora_A", ".lora_B"))]
     missing = [k for k in missing if k not in fresh]
     _fresh_init(policy, fresh)
+    with torch.no_grad():  # strict=False: never leave uninitialised memory behind
+        for k in missing:
+            params[k].zero_()
     report = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
               "mismatched": mismatched, "ignored_unused": ignored, "initialized": fresh,
               "norm_stats": os.fspath(ns_file) if ns_file is not None else None}

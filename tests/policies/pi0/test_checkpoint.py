@@ -1,0 +1,232 @@
+"""pi0 checkpoints: exact round trips through every layout, key maps, tied embedding, strict reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from vlarl_cli.errors import CheckpointError
+from vlarl_cli.policies.normalization import NormStats
+from vlarl_cli.policies.pi0 import ModelSettings, build_policy
+from vlarl_cli.policies.pi0.checkpoint import (
+    FORMATS,
+    describe,
+    detect_format,
+    from_external,
+    load_policy,
+    save_policy,
+    to_external,
+)
+
+LAYOUTS = [("pi0", f) for f in FORMATS] + [("pi05", f) for f in FORMATS if f != "hf_pi0"]
+
+
+def _stats(seed: int = 0) -> dict[str, NormStats]:
+    g = torch.Generator().manual_seed(seed)
+
+    def one(d: int) -> NormStats:
+        mean = torch.randn(d, generator=g, dtype=torch.float64)
+        std = torch.rand(d, generator=g, dtype=torch.float64) + 0.5
+        return NormStats(mean, std, mean - 2 * std, mean + 2 * std)
+
+    return {"state": one(8), "actions": one(7)}
+
+
+def _sample(policy, obs, seed: int = 11):
+    return policy.sample(obs, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize(("variant", "fmt"), LAYOUTS)
+def test_round_trip_is_exact(make_policy, make_obs, tmp_path, variant, fmt):
+    policy = make_policy(variant, num_steps=3)
+    policy.set_norm_stats(_stats())
+    obs = make_obs(batch=2)
+    ref = _sample(policy, obs)
+    save_policy(policy, tmp_path / "ck", format=fmt)
+    assert detect_format(tmp_path / "ck") == fmt
+    loaded = load_policy(tmp_path / "ck")
+    assert loaded.cfg == policy.cfg
+    assert loaded.load_report["missing"] == [] and loaded.load_report["initialized"] == []
+    sd, sd2 = policy.state_dict(), loaded.state_dict()
+    assert sd.keys() == sd2.keys()
+    assert all(torch.equal(sd[k], sd2[k]) for k in sd)
+    out = _sample(loaded, obs)
+    assert torch.equal(out.actions, ref.actions)  # atol = 0 in fp32
+    assert torch.equal(out.logprobs, ref.logprobs)
+    assert torch.equal(out.values, ref.values)
+    info = describe(tmp_path / "ck")
+    assert info["family"] == "pi0" and info["format"] == fmt and info["variant"] == variant
+    assert info["norm_stats"] is True
+
+
+def test_openpi_layout_key_names_and_files(make_policy, tmp_path):
+    policy = make_policy("pi0", add_value_head=False)
+    policy.set_norm_stats(_stats())
+    save_policy(policy, tmp_path / "op", format="openpi", asset_id="physical-intelligence/libero")
+    files = sorted(p.relative_to(tmp_path / "op").as_posix() for p in (tmp_path / "op").rglob("*") if p.is_file())
+    assert files == ["assets/physical-intelligence/libero/norm_stats.json", "config.json", "model.safetensors"]
+    keys = set(load_file(tmp_path / "op" / "model.safetensors"))
+    assert "paligemma_with_expert.paligemma.model.vision_tower.vision_model.embeddings.patch_embedding.weight" in keys
+    assert "paligemma_with_expert.paligemma.model.language_model.layers.0.self_attn.q_proj.weight" in keys
+    assert "paligemma_with_expert.gemma_expert.model.layers.1.mlp.down_proj.weight" in keys
+    assert "paligemma_with_expert.paligemma.model.multi_modal_projector.linear.bias" in keys
+    assert {"action_in_proj.weight", "state_proj.bias", "action_time_mlp_out.weight"} <= keys
+    # the tied embedding is stored once, under lm_head (as safetensors.save_model writes it)
+    assert "paligemma_with_expert.paligemma.lm_head.weight" in keys
+    assert "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight" not in keys
+    assert "paligemma_with_expert.gemma_expert.lm_head.weight" in keys  # unused upstream, zeros
+    cfg = json.loads((tmp_path / "op" / "config.json").read_text())
+    assert cfg["paligemma_variant"] == "gemma_2b" and cfg["action_horizon"] == policy.cfg.action_horizon
+    n_model = sum(p.numel() for p in policy.parameters())
+    assert describe(tmp_path / "op")["num_parameters"] == n_model
+
+
+def test_key_maps_both_ways():
+    cases = {
+        "vlm.vision_tower.encoder.layers.3.mlp.fc1.weight": {
+            "openpi": "paligemma_with_expert.paligemma.model.vision_tower.vision_model.encoder.layers.3.mlp.fc1.weight",
+            "lerobot": "model.paligemma_with_expert.paligemma.model.vision_tower.vision_model.encoder.layers.3.mlp.fc1.weight",
+            "hf_pi0": "model.vlm.vision_tower.encoder.layers.3.mlp.fc1.weight"},
+        "expert.layers.0.input_layernorm.dense.weight": {
+            "openpi": "paligemma_with_expert.gemma_expert.model.layers.0.input_layernorm.dense.weight",
+            "lerobot": "model.paligemma_with_expert.gemma_expert.model.layers.0.input_layernorm.dense.weight",
+            "hf_pi0": "model.dit.layers.0.input_layernorm.dense.weight"},
+        "action_time_mlp_in.bias": {"openpi": "action_time_mlp_in.bias", "lerobot": "model.action_time_mlp_in.bias",
+                                    "hf_pi0": "embed_action_time.action_time_mlp_in.bias"},
+        "vlm.language_model.embed_tokens.weight": {
+            "openpi": "paligemma_with_expert.paligemma.lm_head.weight",
+            "lerobot": "model.paligemma_with_expert.paligemma.lm_head.weight",
+            "hf_pi0": "model.vlm.language_model.embed_tokens.weight"},
+    }
+    for internal, ext in cases.items():
+        for fmt, name in ext.items():
+            assert to_external(internal, fmt) == name
+            assert from_external(name, fmt) == internal
+    # aliases read on load: transformers 5.x re-saved names
+    assert from_external("paligemma_with_expert.paligemma.model.language_model.model.layers.0.mlp.up_proj.weight",
+                         "hf_pi0") == "vlm.language_model.layers.0.mlp.up_proj.weight"
+    assert from_external("paligemma_with_expert.paligemma.model.vision_tower.post_layernorm.bias",
+                         "openpi") == "vlm.vision_tower.post_layernorm.bias"
+    assert from_external("something.else", "openpi") is None
+
+
+def test_embedding_key_preferred_over_lm_head(make_policy, tmp_path):
+    policy = make_policy("pi0", add_value_head=False)
+    save_policy(policy, tmp_path / "op", format="openpi")
+    f = tmp_path / "op" / "model.safetensors"
+    tensors = load_file(f)
+    emb = tensors["paligemma_with_expert.paligemma.lm_head.weight"]
+    tensors["paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"] = emb.clone()
+    tensors["paligemma_with_expert.paligemma.lm_head.weight"] = torch.zeros_like(emb)  # a stale copy
+    save_file(tensors, f)
+    loaded = load_policy(tmp_path / "op")
+    assert torch.equal(loaded.vlm.language_model.embed_tokens.weight, policy.vlm.language_model.embed_tokens.weight)
+
+
+def test_strict_loading_names_missing_unexpected_and_mismatched(make_policy, tmp_path):
+    policy = make_policy("pi0", add_value_head=False)
+    save_policy(policy, tmp_path / "op", format="openpi")
+    f = tmp_path / "op" / "model.safetensors"
+    tensors = load_file(f)
+    del tensors["paligemma_with_expert.gemma_expert.model.layers.1.mlp.up_proj.weight"]
+    tensors["paligemma_with_expert.paligemma.model.extra_thing.weight"] = torch.zeros(2)
+    tensors["action_out_proj.bias"] = torch.zeros(5)
+    save_file(tensors, f)
+    with pytest.raises(CheckpointError) as err:
+        load_policy(tmp_path / "op")
+    msg = str(err.value)
+    assert "expert.layers.1.mlp.up_proj.weight" in msg
+    assert "paligemma_with_expert.paligemma.model.extra_thing.weight" in msg
+    assert "action_out_proj.bias [5]" in msg
+    loose = load_policy(tmp_path / "op", strict=False)
+    assert sorted(loose.load_report["missing"]) == ["action_out_proj.bias", "expert.layers.1.mlp.up_proj.weight"]
+    assert torch.equal(loose.action_out_proj.bias, torch.zeros_like(loose.action_out_proj.bias))  # zero-filled
+
+
+def test_supervised_checkpoint_gets_fresh_rl_heads(make_policy, make_obs, tmp_path):
+    sft = make_policy("pi0", add_value_head=False)
+    save_policy(sft, tmp_path / "sft", format="openpi")
+    rl = load_policy(tmp_path / "sft", overrides={"add_value_head": True, "noise_method": "flow_noise"})
+    assert rl.value_head is not None and rl.noise_head is not None
+    assert any(k.startswith("value_head.") for k in rl.load_report["initialized"])
+    assert any(k.startswith("noise_head.") for k in rl.load_report["initialized"])
+    out = rl.sample(make_obs(batch=2))
+    assert torch.equal(out.values, torch.zeros(2))  # zero-initialised last layer
+    assert torch.isfinite(out.logprobs).all()
+
+
+def test_transformers_resaved_checkpoint_loads(make_policy, make_obs, tmp_path):
+    """transformers 5.x save_pretrained writes its own variant of the names; we read it back exactly."""
+    from transformers import PI0ForConditionalGeneration
+
+    policy = make_policy("pi0", add_value_head=False)
+    save_policy(policy, tmp_path / "hf", format="hf_pi0")
+    PI0ForConditionalGeneration.from_pretrained(tmp_path / "hf").save_pretrained(tmp_path / "hf2")
+    loaded = load_policy(tmp_path / "hf2")
+    assert loaded.load_report["format"] == "hf_pi0"
+    obs = make_obs(batch=2)
+    assert torch.equal(_sample(loaded, obs).actions, _sample(policy, obs).actions)
+
+
+def test_bf16_and_sharded_saves(make_policy, make_obs, tmp_path):
+    policy = make_policy("pi05", num_steps=2)
+    save_policy(policy, tmp_path / "bf", dtype=torch.bfloat16)
+    loaded = load_policy(tmp_path / "bf", dtype=torch.bfloat16)
+    assert loaded.action_in_proj.weight.dtype == torch.bfloat16
+    assert torch.equal(loaded.action_in_proj.weight, policy.action_in_proj.weight.to(torch.bfloat16))
+    out = loaded.sample(make_obs(batch=2))
+    assert torch.allclose(loaded.evaluate(out.replay).logprobs, out.logprobs, atol=1e-5, rtol=0)
+    save_policy(policy, tmp_path / "sh", max_shard_bytes=64 * 1024)
+    shards = sorted(p.name for p in (tmp_path / "sh").glob("model-*.safetensors"))
+    assert len(shards) > 1 and (tmp_path / "sh" / "model.safetensors.index.json").is_file()
+    again = load_policy(tmp_path / "sh")
+    assert all(torch.equal(a, b) for a, b in zip(policy.state_dict().values(), again.state_dict().values(),
+                                                 strict=True))
+
+
+def test_lora_checkpoints(make_policy, make_obs, tmp_path):
+    policy = make_policy("pi0", is_lora=True, lora_rank=4, add_value_head=False)
+    obs = make_obs(batch=2)
+    ref = _sample(policy, obs)
+    save_policy(policy, tmp_path / "own")  # adapters kept unmerged: exact
+    assert torch.equal(_sample(load_policy(tmp_path / "own"), obs).actions, ref.actions)
+    save_policy(policy, tmp_path / "op", format="openpi")  # merged into the base weights
+    assert not any("lora" in k for k in load_file(tmp_path / "op" / "model.safetensors"))
+    merged = load_policy(tmp_path / "op", overrides={"is_lora": False})
+    assert torch.allclose(_sample(merged, obs).actions, ref.actions, atol=1e-5, rtol=0)
+
+
+def test_norm_stats_found_in_rlinf_layout(make_policy, tmp_path):
+    policy = make_policy("pi0")
+    save_policy(policy, tmp_path / "ck", format="openpi")
+    rl_dir = tmp_path / "ck" / "physical-intelligence" / "libero"
+    rl_dir.mkdir(parents=True)
+    stats = _stats(3)
+    (rl_dir / "norm_stats.json").write_text(json.dumps({"norm_stats": {k: v.to_dict() for k, v in stats.items()}}))
+    loaded = load_policy(tmp_path / "ck")
+    assert torch.equal(loaded.processor.normalizer.stats["state"].mean, stats["state"].mean)
+    assert loaded.load_report["norm_stats"].endswith("physical-intelligence/libero/norm_stats.json")
+
+
+def test_errors_name_the_problem(make_policy, tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_policy(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="not a recognised pi0"):
+        load_policy(tmp_path / "empty")
+    with pytest.raises(CheckpointError, match=r"no pi0\.5"):
+        save_policy(make_policy("pi05"), tmp_path / "x", format="hf_pi0")
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(CheckpointError, match='Did you mean "openpi"'):
+        save_policy(make_policy("pi0"), tmp_path / "y", format="openpy")
+
+
+def test_build_policy_applies_recipe_settings_to_a_checkpoint(make_policy, tmp_path):
+    save_policy(make_policy("pi0", num_steps=3), tmp_path / "ck", format="openpi")
+    policy = build_policy(ModelSettings(model_type="pi0", model_path=str(tmp_path / "ck"), num_steps=5,
+                                        noise_method="flow_cps", num_action_chunks=4), "cpu")
+    assert policy.cfg.num_steps == 5 and policy.cfg.noise_method == "flow_cps"
+    assert policy.num_action_chunks == 4 and policy.cfg.action_horizon == 8
