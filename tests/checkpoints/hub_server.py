@@ -89,6 +89,7 @@ class HubServer:
         self.release_stall = threading.Event()
         self.stalled = threading.Event()
         self.ignore_range = False
+        self.gated_status = 403  # the real hub answers 401 or 403, always with X-Error-Code: GatedRepo
         self.log: list[LogEntry] = []
         self._lock = threading.Lock()
         self._servers: list[ThreadingHTTPServer] = []
@@ -317,7 +318,7 @@ def _make_handler(state: HubServer, server_name: str) -> type[BaseHTTPRequestHan
                 return
             repo, commit = found
             if repo.gated and "authorization" not in {k.lower() for k in self.headers}:
-                self._error(entry, 403, "GatedRepo",
+                self._error(entry, state.gated_status, "GatedRepo",
                             "Access to model is restricted. You must have access to it and be authenticated.")
                 return
             data = repo.commits[commit].get(fpath)

@@ -49,6 +49,10 @@ def test_safe_join_refuses_escape_through_symlink(tmp_path):
     (root / "link").symlink_to(outside)
     with pytest.raises(HubError, match="outside"):
         safe_join(root, "link/file.txt")
+    with pytest.raises(HubError, match="outside"):
+        safe_join(root, "link/deeper/file.txt")
+    # A symlink as the last component is returned as is (callers replace it, never write through it).
+    assert safe_join(root, "link") == root / "link"
 
 
 def test_pickle_refused_without_flag_and_weights_only_with_it(tmp_path):

@@ -54,6 +54,8 @@ def test_download_local_dir_verifies_and_summarises(hub, run_download, tmp_path)
     assert len(hub.served("cdn", "GET", f"/cdn/{sha256(FILES[MODEL])}")) == 1
     assert len(hub.served("hub", "GET", f"/resolve/{commit}/config.json")) == 1
     assert not hub.served("hub", "GET", "big.bin") and not hub.served("hub", "HEAD", "big.bin")
+    # Telemetry is off: every request went to the API, /resolve or the CDN, nothing else.
+    assert all(e.path.startswith(("/api/models/", "/cdn/")) or "/resolve/" in e.path for e in hub.log)
 
 
 def test_second_run_transfers_nothing(hub, run_download, tmp_path):
@@ -94,7 +96,9 @@ def test_cache_layout(hub, run_download, tmp_path):
     assert str(snap) in res.stdout
 
 
-def test_missing_repo_revision_and_gated(hub, run_download, tmp_path):
+@pytest.mark.parametrize("gated_status", [401, 403])
+def test_missing_repo_revision_and_gated(hub, run_download, tmp_path, gated_status):
+    hub.gated_status = gated_status
     res = run_download("acme/nope", "--local-dir", str(tmp_path / "a"))
     _no_traceback(res)
     assert "acme/nope was not found" in res.stderr and "HF_TOKEN" in res.stderr
@@ -129,6 +133,55 @@ def test_unreachable_and_offline(run_download, tmp_path):
                        extra_env={"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": f"http://127.0.0.1:{port}"})
     assert res.returncode == 0, res.stderr
     assert "offline" in res.stdout and "family:      pi0" in res.stdout
+
+
+def test_connection_dropped_by_server_is_a_clear_error(run_download, tmp_path):
+    """A server that accepts and hangs up surfaces in httpx as RemoteProtocolError (not an
+    HfHubHTTPError nor OSError, REFERENCE.md s6); the user must still get one paragraph."""
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def hang_up() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            conn.recv(65536)
+            conn.close()
+
+    t = threading.Thread(target=hang_up, daemon=True)
+    t.start()
+    try:
+        port = srv.getsockname()[1]
+        res = run_download(REPO_ID, "--local-dir", str(tmp_path / "x"),
+                           extra_env={"HF_ENDPOINT": f"http://127.0.0.1:{port}"})
+    finally:
+        stop.set()
+        t.join(timeout=5)
+        srv.close()
+    _no_traceback(res)
+    assert "RemoteProtocolError" in res.stderr and "HF_ENDPOINT" in res.stderr
+
+
+def test_cache_mode_resume(hub, run_download, tmp_path):
+    size = len(FILES[MODEL])
+    hub.cut_at[MODEL] = size // 2
+    assert run_download(REPO_ID, "--retries", "0").returncode == 2
+    blobs = tmp_path / "hf_home" / "hub" / "models--acme--tiny-pi05" / "blobs"
+    partial = blobs / f"{sha256(FILES[MODEL])}.vlarl-partial"
+    assert partial.read_bytes() == FILES[MODEL][: size // 2]
+    del hub.cut_at[MODEL]
+    hub.log.clear()
+    res = run_download(REPO_ID)
+    assert res.returncode == 0, res.stderr
+    assert [g.range for g in hub.served("cdn", "GET", "")] == [f"bytes={size // 2}-"]
+    assert (blobs / sha256(FILES[MODEL])).read_bytes() == FILES[MODEL] and not partial.exists()
 
 
 def test_interrupted_transfer_resumes_next_run(hub, run_download, tmp_path):

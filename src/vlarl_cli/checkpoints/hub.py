@@ -426,7 +426,8 @@ class _Transfer:
         url = hf_hub_url(self.repo_id, entry.path, revision=self.commit, endpoint=self.endpoint)
         # HEAD /resolve: follows redirects that stay on the hub, stops at a CDN redirect (Location).
         meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint,
-                                    timeout=constants.HF_HUB_ETAG_TIMEOUT, retry_on_errors=True)
+                                    timeout=constants.HF_HUB_ETAG_TIMEOUT,
+                                    retry_on_errors=self.retries > 0)
         headers = build_hf_headers(token=self.token, library_name="vlarl")
         headers["Accept-Encoding"] = "identity"  # byte ranges and hashes refer to the raw content
         location = meta.location or url
@@ -456,14 +457,17 @@ class _Transfer:
         if self.progress is not None and task is not None:
             self.progress.update(task, completed=offset)
         transferred = 0
-        url, headers = self._url_and_headers(entry)
+        url: str | None = None
+        headers: dict[str, str] = {}
         failures = 0
         while offset < entry.size:
-            req = dict(headers)
-            if offset:
-                req["Range"] = f"bytes={offset}-"
             before = offset
             try:
+                if url is None:  # (re-)resolve after a failure: CDN URLs are signed and expire
+                    url, headers = self._url_and_headers(entry)
+                req = dict(headers)
+                if offset:
+                    req["Range"] = f"bytes={offset}-"
                 with get_session().stream("GET", url, headers=req, follow_redirects=True,
                                           timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as resp:
                     if resp.status_code == 416 and offset:  # our partial no longer matches: start over
@@ -496,6 +500,7 @@ class _Transfer:
                 if offset < entry.size:
                     raise httpx2.RemoteProtocolError("connection closed before the end of the file")
             except httpx2.TransportError as err:
+                url = None
                 failures = 0 if offset > before else failures + 1  # progress resets the budget
                 if failures > self.retries:
                     raise HubError(

@@ -76,14 +76,16 @@ def check_relative_name(name: str) -> PurePosixPath:
 def safe_join(root: str | os.PathLike[str], name: str) -> Path:
     """``root / name`` for an untrusted repository-relative ``name``, guaranteed to stay under ``root``.
 
-    Besides the lexical checks of :func:`check_relative_name`, the joined path is resolved (following
-    any symlinks that already exist on disk) and must still be inside the resolved ``root``.
+    Besides the lexical checks of :func:`check_relative_name`, the folder the file goes into is
+    resolved (following any symlinks already on disk) and must still be inside the resolved ``root``.
+    The last component itself may be an existing symlink (the hub cache's snapshot links): callers
+    replace it with ``os.replace`` and never write through it.
     """
     rel = check_relative_name(name)
     root_path = Path(root)
     joined = root_path.joinpath(*rel.parts)
     resolved_root = root_path.resolve()
-    if not joined.resolve().is_relative_to(resolved_root):
+    if not joined.parent.resolve().is_relative_to(resolved_root):
         raise HubError(
             f"The file name {name!r} would be written outside {root_path} (through a symlink in the "
             "target folder); vlarl refuses to write it.",
