@@ -1,0 +1,52 @@
+"""Tokenisers: the built-in byte tokeniser (hand-checked ids) and a local tokenizers file."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vlarl_cli.errors import CheckpointError
+from vlarl_cli.policies.tokenization import (
+    BOS_ID,
+    PAD_ID,
+    ByteTokenizer,
+    FileTokenizer,
+    Tokenizer,
+    clean_prompt,
+)
+
+
+def test_clean_prompt_like_openpi():
+    assert clean_prompt("  put_the bowl\non the plate ") == "put the bowl on the plate"
+
+
+def test_byte_tokenizer_hand_ids_padding_and_truncation():
+    tok = ByteTokenizer()
+    assert isinstance(tok, Tokenizer) and tok.vocab_size == 260
+    ids, mask = tok.encode(["ab", "a_b c"], max_len=6)
+    # [bos] + bytes shifted by 4 + "\n" (10 + 4)
+    assert ids[0].tolist() == [BOS_ID, ord("a") + 4, ord("b") + 4, 14, PAD_ID, PAD_ID]
+    assert mask[0].tolist() == [True, True, True, True, False, False]
+    assert ids[1].tolist() == [BOS_ID, ord("a") + 4, ord(" ") + 4, ord("b") + 4, ord(" ") + 4, ord("c") + 4]
+    assert mask[1].all()  # truncated to max_len
+    assert tok.decode(ids[0].tolist()) == "ab\n"
+    assert ids.dtype == torch.long and mask.dtype == torch.bool
+    with pytest.raises(TypeError):
+        tok.encode("one string", 4)
+
+
+def test_file_tokenizer_from_local_tokenizer_json(tmp_path):
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "pick": 4, "up": 5, "bowl": 6, "the": 7}
+    hf = HFTokenizer(WordLevel(vocab, unk_token="<unk>"))
+    hf.pre_tokenizer = Whitespace()
+    hf.save(str(tmp_path / "tokenizer.json"))
+    tok = FileTokenizer(tmp_path)  # a folder holding tokenizer.json
+    assert tok.vocab_size == 8
+    ids, mask = tok.encode(["pick up the bowl"], max_len=8)
+    assert ids[0, :5].tolist() == [2, 4, 5, 7, 6] and mask[0].sum() == 5  # "\n" encodes to nothing here
+    with pytest.raises(CheckpointError, match="does not exist"):
+        FileTokenizer(tmp_path / "nope.json")
