@@ -165,6 +165,8 @@ def test_trajectory_weighted_aggregation_equals_mean_of_trajectory_means():
     torch.testing.assert_close(aggregate_loss(per_step.reshape(-1), w, den), per_step[mask].mean())
     with pytest.raises(ConfigError, match='Did you mean "token-mean"'):
         loss_weights(mask, "token_mean")
+    with pytest.raises(ValueError, match="needs valid_fraction"):
+        loss_weights(mask, "seq-mean-token-mean")
 
 
 def test_value_loss_hand_computed_and_clip_ratio_before_clamp():

@@ -150,7 +150,8 @@ def loss_weights(unit_mask: Tensor, agg: str, *, valid_fraction: Tensor | None =
     numel = torch.tensor(float(m.numel()), device=m.device)
     if agg == "seq-mean-token-mean":
         if valid_fraction is None:
-            return m, numel
+            raise ValueError("loss_agg seq-mean-token-mean needs valid_fraction (the valid fraction of each "
+                             "sample's trajectory, see advantages.trajectory_valid_fraction)")
         if valid_fraction.shape != unit_mask.shape[:1]:
             raise ValueError(f"valid_fraction must be [N={unit_mask.shape[0]}], got {tuple(valid_fraction.shape)}")
         vf = valid_fraction.float().view(-1, *([1] * (m.dim() - 1)))

@@ -28,6 +28,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -44,7 +45,7 @@ from vlarl_cli.algorithms.losses import (
     value_loss,
 )
 from vlarl_cli.errors import ConfigError
-from vlarl_cli.policies.base import Replay, index_replay
+from vlarl_cli.policies.base import Policy, Replay, index_replay
 
 __all__ = ["RolloutBatch", "UpdateSettings", "ppo_update"]
 
@@ -133,7 +134,7 @@ class RolloutBatch:
 
     def select(self, index: Tensor) -> RolloutBatch:
         """Rows ``index`` of every tensor (a mini- or micro-batch)."""
-        kw = {}
+        kw: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name == "replay":
@@ -271,7 +272,7 @@ def _micro_loss(policy: nn.Module, micro: RolloutBatch, s: UpdateSettings, den: 
                 entropy_level: str, actor_on: bool, has_critic: bool, ref_policy: nn.Module | None, m: _Mean,
                 total: dict[str, float]) -> Tensor:
     """Loss of one micro-batch, already divided by the mini-batch denominators."""
-    ev = policy.evaluate(micro.replay)
+    ev = cast(Policy, policy).evaluate(micro.replay)
     shape = micro.old_logprobs.shape
     if ev.logprobs.shape != shape:
         raise ValueError(f"policy.evaluate returned logprobs {tuple(ev.logprobs.shape)}, expected "
@@ -311,7 +312,7 @@ def _micro_loss(policy: nn.Module, micro: RolloutBatch, s: UpdateSettings, den: 
     if s.kl_beta > 0 and actor_on:
         assert ref_policy is not None
         with torch.no_grad():
-            ref = ref_policy.evaluate(micro.replay)
+            ref = cast(Policy, ref_policy).evaluate(micro.replay)
         kl = kl_penalty(logp, aggregate_logprobs(ref.logprobs.float(), level), s.kl_type)
         loss = loss + s.kl_beta * aggregate_loss(kl, w, den["policy"])
         with torch.no_grad():
