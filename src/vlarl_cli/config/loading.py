@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 import types
-import warnings
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -139,7 +139,7 @@ def _ranges(ranks: list[int]) -> str:
     if not ranks:
         return "-"
     parts, start, prev = [], ranks[0], ranks[0]
-    for r in ranks[1:] + [None]:  # type: ignore[list-item]
+    for r in [*ranks[1:], None]:  # type: ignore[list-item]
         if r is not None and r == prev + 1:
             prev = r
             continue

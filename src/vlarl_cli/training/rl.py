@@ -1,0 +1,483 @@
+"""The PPO / GRPO training loop as short named steps: collect, advantages, update, evaluate, checkpoint.
+
+    vlarl rl-train --config quickstart                       # one process
+    vlarl rl-train --config quickstart --nproc-per-node 2    # data parallel over 2 processes (gloo on CPU)
+
+One iteration (RLinf's embodied runner, on torch.distributed instead of Ray):
+1. ``collect``: ``rollout_epoch`` x (reset, ``T`` chunk steps) in this rank's vector env, pipelined over
+   ``pipeline_stage_num`` stages;
+2. ``advantages``: the registered estimator (gae / grpo / reinpp / raw) over [T, N];
+3. ``update``: ``update_epoch`` passes of shuffled mini-batches (``global_batch_size`` over all ranks)
+   split into micro-batches, gradients averaged over ranks before clipping;
+4. metrics (``actor/*``, ``rollout/*``, ``env/*``, ``time/*``) to every sink; ``eval/*`` every
+   ``val_check_interval`` iterations; an atomic checkpoint every ``save_interval`` iterations and at the end.
+Rollout and actor are the same module in this process ("env,rollout,actor: all"), so the weight sync
+after an update is free; placements that separate them broadcast the weights (``distributed.sync``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vlarl_cli import __version__, keys
+from vlarl_cli.config.loading import LoadedConfig, to_yaml
+from vlarl_cli.config.schema import EnvSplitConfig, VlarlConfig
+from vlarl_cli.distributed import dist
+from vlarl_cli.errors import CheckpointError, ConfigError
+from vlarl_cli.training import checkpoint as ckpt
+from vlarl_cli.training.rollout import Rollout, collect
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    iterations: int
+    last_metrics: dict[str, float]
+    checkpoint: Path | None
+
+
+# --------------------------------------------------------------------------------------------------
+# setup steps
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def derived_seed(*parts: int) -> int:
+    """A well-mixed 63-bit seed from integers (numpy's SeedSequence hashing)."""
+    return int(np.random.SeedSequence([int(p) % (2**32) for p in parts]).generate_state(1, np.uint64)[0]) >> 1
+
+
+def draw_reset_ids(pool: np.ndarray, num_envs: int, group_size: int, *, ordered: bool, seed: int,
+                   rank: int, world_size: int, epoch_index: int) -> np.ndarray:
+    """Flat reset-state ids ``[num_envs]`` for rollout epoch ``epoch_index`` on ``rank``.
+
+    A pure function of its arguments (no hidden generator state), so a resumed run draws exactly the
+    init states the uninterrupted run would have. Consecutive ``group_size`` envs share one state (GRPO).
+    Ordered: the pool is walked group by group, ranks taking consecutive slices; random: uniform draws.
+    """
+    groups = num_envs // group_size
+    if ordered:
+        start = (epoch_index * world_size + rank) * groups
+        picks = pool[(start + np.arange(groups)) % len(pool)]
+    else:
+        rng = np.random.default_rng(derived_seed(seed, rank, epoch_index, 7))
+        picks = rng.choice(pool, size=groups, replace=True)
+    return np.repeat(picks, group_size)
+
+
+def resolve_model_path(path: str | None) -> str | None:
+    """A local folder as is; a hub id (``org/name``) from the local hub cache, else a clear error."""
+    if path is None or Path(path).expanduser().exists():
+        return None if path is None else str(Path(path).expanduser())
+    if path.count("/") == 1 and not path.startswith(("/", ".", "~")):
+        try:
+            from huggingface_hub import snapshot_download
+
+            return snapshot_download(path, local_files_only=True)
+        except Exception:  # not in the cache (or the client is unusable offline)
+            raise CheckpointError(f'Checkpoint "{path}" is not a local folder and not in the hub cache.',
+                                  f"Run `vlarl download {path}` first, or set actor.model.model_path to a "
+                                  "local checkpoint folder (or actor.model.preset=tiny to try the pipeline).") from None
+    raise CheckpointError(f'Checkpoint folder "{path}" does not exist.',
+                          "Set actor.model.model_path to an existing folder, or download one with `vlarl download`.")
+
+
+def num_workers_for(num_envs: int, requested: int | None) -> int:
+    """Env worker processes: as requested, else one per core, always a divisor of ``num_envs``."""
+    import os
+
+    target = requested or min(num_envs, os.cpu_count() or 1)
+    target = max(1, min(target, num_envs))
+    while num_envs % target:
+        target -= 1
+    return target
+
+
+def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank: int, group_size: int,
+             cameras: tuple[str, ...], record_video: bool, stages: int) -> Any:
+    """This rank's vector env for ``split`` (LIBERO subprocess workers)."""
+    if split.env_type != "libero":
+        raise ConfigError(f'env_type "{split.env_type}" cannot run under rl-train yet.', "Use env_type: libero.")
+    from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec
+
+    spec = VectorEnvSpec(
+        suite=split.task_suite_name,
+        task_ids=tuple(split.task_ids or ()),
+        num_envs=num_envs,
+        num_workers=num_workers_for(num_envs // stages, split.num_workers) * stages
+        if num_envs % stages == 0 and stages > 1 else num_workers_for(num_envs, split.num_workers),
+        resolution=split.resolution,
+        cameras=cameras,
+        max_episode_steps=split.max_episode_steps,
+        settle_steps=split.settle_steps,
+        protocol=split.protocol,
+        seed=split.seed + 1000 * rank,
+        auto_reset=split.auto_reset,
+        group_size=group_size,
+        init_state_order="ordered" if split.use_ordered_reset_state_ids else "random",
+        reward_coef=split.reward_coef,
+        use_rel_reward=split.use_rel_reward,
+        step_penalty=split.step_penalty if split.use_step_penalty else 0.0,
+        ignore_terminations=split.ignore_terminations,
+        record_video=record_video,
+        stages=stages,
+        hard_reset=split.hard_reset,
+    )
+    spec.validate()
+    return LiberoVectorEnv(spec)
+
+
+def build_optimizer(policy: torch.nn.Module, config: VlarlConfig) -> torch.optim.Optimizer:
+    """AdamW with the value head at ``value_lr`` and everything else trainable at ``lr``."""
+    optim = config.actor.optim
+    value, rest = [], []
+    for name, p in policy.named_parameters():
+        if p.requires_grad:
+            (value if "value_head" in name else rest).append(p)
+    groups = [g for g in ({"params": rest, "lr": optim.lr, "name": "policy"},
+                          {"params": value, "lr": optim.value_lr, "name": "value_head"}) if g["params"]]
+    if not groups:
+        raise ConfigError("The policy has no trainable parameters.",
+                          "Check actor.model.train_expert_only / is_lora / the family's freezing flags.")
+    return torch.optim.AdamW(groups, betas=optim.betas, eps=optim.adam_eps, weight_decay=optim.weight_decay)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, config: VlarlConfig, total_steps: int
+                    ) -> torch.optim.lr_scheduler.LambdaLR:
+    optim = config.actor.optim
+    horizon = optim.total_training_steps or max(1, total_steps)
+    warmup, floor = optim.lr_warmup_steps, optim.min_lr_rate
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if optim.lr_scheduler == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, horizon - warmup))
+        if optim.lr_scheduler == "cosine":
+            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+        return floor + (1 - floor) * (1 - progress)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+# --------------------------------------------------------------------------------------------------
+# iteration steps
+
+
+def rollout_metrics(rollouts: list[Rollout]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    episodes: dict[str, list[float]] = {}
+    for r in rollouts:
+        for k, v in r.episodes.items():
+            episodes.setdefault(k, []).extend(v)
+    for name in (keys.SUCCESS_ONCE, keys.SUCCESS_AT_END, keys.RETURN, keys.EPISODE_LEN):
+        values = episodes.get(name, [])
+        if values:
+            out[f"env/{name}"] = float(np.mean(values))
+    out["env/num_episodes"] = float(len(episodes.get(keys.SUCCESS_ONCE, [])))
+    rewards = torch.cat([r.rewards.flatten() for r in rollouts])
+    out["env/reward"] = float(rewards.mean())
+    # Also per chunk step: did any env succeed at some point of this rollout (incl. unfinished episodes)
+    out["env/success_any_step"] = float(torch.stack([r.success.any(dim=(0, 2)).float().mean() for r in rollouts]).mean())
+    return out
+
+
+def build_batch(config: VlarlConfig, rollouts: list[Rollout], *, critic: bool) -> tuple[Any, dict[str, float]]:
+    """Advantages and returns per rollout epoch, flattened into one ``RolloutBatch`` of E*T*N samples."""
+    from vlarl_cli.algorithms.advantages import (
+        advantage_metrics,
+        aggregate_dones,
+        aggregate_rewards,
+        compute_advantages,
+        loss_mask_from_dones,
+        trajectory_valid_fraction,
+    )
+    from vlarl_cli.training.update import RolloutBatch
+
+    algo = config.algorithm
+    if algo.adv_type == "gae" and algo.reward_type != "chunk_level":
+        raise ConfigError("adv_type gae needs one value per chunk: reward_type action_level is not supported "
+                          "with gae yet.", "Use reward_type: chunk_level with gae (or adv_type grpo).")
+    bounds = (algo.rewards_lower_bound, algo.rewards_upper_bound) if algo.filter_rewards else None
+    t, n, c = rollouts[0].rewards.shape
+
+    def flat(x: torch.Tensor) -> torch.Tensor:  # [T, N, ...] -> [T*N, ...] (t-major, like the replay)
+        return x.reshape(t * n, *x.shape[2:])
+
+    adv, ret, masks, fractions, old_values, metrics_adv = [], [], [], [], [], []
+    for r in rollouts:
+        rewards = aggregate_rewards(r.rewards, algo.reward_type)  # [T, N] or [T, N, C]
+        dones = aggregate_dones(r.dones, algo.reward_type)  # [T+1, N] or [T+1, N, C]
+        chunk_dones = r.dones.any(dim=-1)  # [T+1, N]
+        if config.env.train.auto_reset:
+            loss_mask = torch.ones(t, n, dtype=torch.bool)
+        else:
+            loss_mask = loss_mask_from_dones(chunk_dones)
+        step_mask = loss_mask if algo.reward_type == "chunk_level" else loss_mask.unsqueeze(-1).expand(t, n, c)
+        result = compute_advantages(
+            algo.adv_type, rewards, dones, step_mask, values=r.values if critic else None, gamma=algo.gamma,
+            gae_lambda=algo.gae_lambda, group_size=config.train_group_size,
+            normalize=algo.normalize_advantages, filter_bounds=bounds)
+        valid = result.loss_mask if result.loss_mask.dim() == 2 else result.loss_mask.any(-1)  # [T, N]
+        adv.append(flat(result.advantages))
+        masks.append(flat(valid.unsqueeze(-1).expand(t, n, c)))
+        fractions.append(flat(trajectory_valid_fraction(valid)))
+        if critic and result.returns is not None:
+            ret.append(flat(result.returns))
+            old_values.append(flat(r.values[:-1]))
+        metrics_adv.append((result.advantages, valid if result.advantages.dim() == 2 else result.loss_mask))
+    batch = RolloutBatch(
+        replay={k: torch.cat([r.replay[k] for r in rollouts]) for k in rollouts[0].replay},
+        old_logprobs=torch.cat([flat(r.logprobs) for r in rollouts]).float(),
+        advantages=torch.cat(adv).float(),
+        loss_mask=torch.cat(masks),
+        old_values=torch.cat(old_values).float() if ret else None,
+        returns=torch.cat(ret).float() if ret else None,
+        valid_fraction=torch.cat(fractions).float(),
+        steps_per_trajectory=t,
+    )
+    all_adv = torch.cat([a.flatten() for a, _ in metrics_adv])
+    all_mask = torch.cat([m.flatten() for _, m in metrics_adv])
+    metrics = {f"rollout/{k}": v for k, v in advantage_metrics(all_adv, all_mask).items()}
+    if ret:
+        returns = torch.cat(ret)[torch.cat([m.flatten() for _, m in metrics_adv])]
+        metrics["rollout/returns_mean"] = float(returns.mean()) if returns.numel() else 0.0
+        metrics["rollout/values_mean"] = float(torch.cat(old_values).mean())
+    metrics["rollout/rewards"] = float(torch.cat([r.rewards.sum(-1).flatten() for r in rollouts]).mean())
+    metrics["rollout/valid_fraction"] = float(batch.loss_mask.float().mean())
+    return batch, metrics
+
+
+def update_settings(config: VlarlConfig, world_size: int) -> Any:
+    from vlarl_cli.training.update import UpdateSettings
+
+    algo, actor = config.algorithm, config.actor
+    return UpdateSettings(
+        update_epoch=algo.update_epoch,
+        global_batch_size=actor.global_batch_size // world_size,
+        micro_batch_size=actor.micro_batch_size,
+        clip_ratio_low=algo.clip_ratio_low,
+        clip_ratio_high=algo.clip_ratio_high,
+        clip_ratio_c=algo.clip_ratio_c,
+        value_clip=algo.value_clip if algo.loss_type == "actor_critic" else None,
+        huber_delta=algo.huber_delta,
+        entropy_bonus=algo.entropy_bonus,
+        kl_beta=algo.kl_beta,
+        kl_type=algo.kl_penalty,
+        logprob_type=algo.logprob_type,
+        loss_agg=algo.loss_agg_func,
+        clip_grad=actor.optim.clip_grad,
+        critic_warmup_steps=actor.optim.critic_warmup_steps,
+        value_coef=1.0 if algo.loss_type == "actor_critic" else 0.0,
+        entropy_type=algo.entropy_type,
+        clip_log_ratio_min=algo.clip_log_ratio_min,
+        clip_log_ratio_max=algo.clip_log_ratio_max,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# the loop
+
+
+def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
+    """Run ``runner.max_epochs`` iterations (continuing a checkpoint with ``resume``)."""
+    from vlarl_cli.logging.progress import Progress
+    from vlarl_cli.logging.sinks import MetricLogger
+    from vlarl_cli.policies.registry import build_policy
+    from vlarl_cli.training.update import ppo_update
+
+    config = loaded.config
+    ctx = dist.init_distributed()
+    run_dir = Path(config.runner.logger.log_path).expanduser()
+    seed_everything(config.actor.seed + ctx.rank)
+    generators = {"shuffle": torch.Generator().manual_seed(config.actor.seed)}
+
+    model = config.actor.model.model_copy(update={"model_path": resolve_model_path(config.actor.model.model_path)})
+    policy = build_policy(model, ctx.device)
+    dist.broadcast_module_(policy)
+    ref_policy = None
+    if config.algorithm.kl_beta > 0:  # frozen copy of the starting weights for the KL penalty
+        import copy
+
+        ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
+    settings = update_settings(config, ctx.world_size)
+    critic = config.algorithm.loss_type == "actor_critic" and config.actor.model.effective_add_value_head
+    samples = config.samples_per_iteration() // ctx.world_size
+    steps_per_iter = settings.update_epoch * max(1, samples // settings.global_batch_size)
+    optimizer = build_optimizer(policy, config)
+    scheduler = build_scheduler(optimizer, config, steps_per_iter * config.runner.max_epochs)
+    state = ckpt.TrainerState(version=__version__)
+
+    resume = resume or config.runner.resume_dir
+    if resume:
+        path = ckpt.resolve_checkpoint(run_dir, resume)
+        loaded_ckpt = ckpt.load_checkpoint(path)
+        missing, unexpected = policy.load_state_dict(loaded_ckpt.model_state, strict=False)
+        if missing or unexpected:
+            raise CheckpointError(f"Checkpoint {path} does not match the model: missing {missing[:5]}, "
+                                  f"unexpected {unexpected[:5]}.", "Resume with the config the run was started with.")
+        optimizer.load_state_dict(loaded_ckpt.optimizer_state)
+        if loaded_ckpt.scheduler_state is not None:
+            scheduler.load_state_dict(loaded_ckpt.scheduler_state)
+        ckpt.restore_rng(loaded_ckpt, generators)
+        state = loaded_ckpt.trainer_state
+        dist.print0(f"resumed from {path} at iteration {state.iteration}")
+
+    logger = MetricLogger.create(run_dir, list(config.runner.logger.logger_backends),
+                                 project=config.runner.logger.project_name,
+                                 name=config.runner.logger.experiment_name,
+                                 config=config.model_dump(mode="json"), run_ids=state.run_ids,
+                                 resume_step=state.iteration + 1 if resume else None, main_process=ctx.is_main)
+    if ctx.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        from vlarl_cli.checkpoints.atomic import atomic_write_text
+
+        atomic_write_text(run_dir / "config.yaml", to_yaml(config))
+        _print_plan(config, ctx.world_size, policy, run_dir)
+
+    split = config.env.train
+    stages = config.rollout.pipeline_stage_num
+    n_envs = config.train_num_envs // len(config.cluster.placement(ctx.world_size)["env"])
+    cameras = tuple(getattr(policy, "cameras", ("main", "wrist")))
+    video = split.video_cfg
+    env = make_env(config, split, num_envs=n_envs, rank=ctx.rank, group_size=config.train_group_size,
+                   cameras=cameras, record_video=video.save_video and ctx.is_main, stages=stages)
+    num_chunk_steps = config.chunk_steps_per_epoch
+    last_metrics: dict[str, float] = {}
+    last_ckpt: Path | None = None
+    progress = Progress(total=config.runner.max_epochs, start=state.iteration, enabled=ctx.is_main)
+    try:
+        while state.iteration < config.runner.max_epochs:
+            if 0 <= config.runner.max_steps <= state.optimizer_steps:
+                break
+            it_start = time.perf_counter()
+            # Every random stream of an iteration is derived from (seed, rank, iteration): a run resumed
+            # from a checkpoint replays exactly what the uninterrupted run would have done.
+            seed_everything(derived_seed(config.actor.seed, ctx.rank, state.iteration))
+            generators["shuffle"].manual_seed(derived_seed(config.actor.seed, state.iteration, 1))
+            policy.eval()
+            rollouts = []
+            for epoch in range(config.rollout_epoch):
+                ids = draw_reset_ids(env.pool, n_envs, config.train_group_size,
+                                     ordered=split.use_ordered_reset_state_ids, seed=split.seed, rank=ctx.rank,
+                                     world_size=ctx.world_size,
+                                     epoch_index=state.iteration * config.rollout_epoch + epoch)
+                rollouts.append(collect(policy, env, num_chunk_steps, stages=stages, reset_state_ids=ids))
+            t_adv = time.perf_counter()
+            batch, adv_metrics = build_batch(config, rollouts, critic=critic)
+            t_update = time.perf_counter()
+            policy.train()
+            update_metrics = ppo_update(policy, optimizer, batch, settings, generator=generators["shuffle"],
+                                        scheduler=scheduler, ref_policy=ref_policy,
+                                        grad_sync=dist.gradient_all_reduce if ctx.distributed else None,
+                                        step_offset=state.optimizer_steps)
+            t_done = time.perf_counter()
+            state.iteration += 1
+            state.optimizer_steps += steps_per_iter
+            state.skipped_steps += int(update_metrics.get("actor/skipped_steps", 0))
+            env_metrics = rollout_metrics(rollouts)
+            metrics = {**update_metrics, **adv_metrics, **env_metrics}
+            metrics = _mean_over_ranks(metrics)
+            env_time = sum(r.env_time for r in rollouts)
+            infer_time = sum(r.inference_time for r in rollouts)
+            metrics.update({
+                "time/collect": t_adv - it_start, "time/env": env_time, "time/rollout": infer_time,
+                "time/advantages": t_update - t_adv, "time/actor": t_done - t_update,
+                "time/iteration": time.perf_counter() - it_start,
+                "time/env_steps_per_s": n_envs * num_chunk_steps * config.actor.model.num_action_chunks
+                * config.rollout_epoch / max(1e-9, t_adv - it_start),
+            })
+            if ctx.is_main and video.save_video:
+                _write_videos(env, run_dir, video, state.iteration, config)
+            if config.runner.val_check_interval > 0 and state.iteration % config.runner.val_check_interval == 0:
+                metrics.update(evaluate_in_training(policy, config, ctx.rank, cameras))
+            logger.log(metrics, step=state.iteration)
+            last_metrics = metrics
+            progress.update(state.iteration, metrics)
+            save_now = (config.runner.save_interval > 0 and state.iteration % config.runner.save_interval == 0) \
+                or state.iteration == config.runner.max_epochs
+            if save_now:
+                last_ckpt = _save(run_dir, policy, optimizer, scheduler, generators, state, logger, config, ctx)
+    finally:
+        progress.close()
+        env.close()
+        logger.close()
+    if ctx.is_main and last_ckpt is not None:
+        dist.print0(f"checkpoint: {last_ckpt}")
+    return TrainResult(run_dir=run_dir, iterations=state.iteration, last_metrics=last_metrics, checkpoint=last_ckpt)
+
+
+def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
+    if not torch.distributed.is_initialized():
+        return metrics
+    names = sorted(metrics)
+    values = torch.tensor([metrics[k] for k in names], dtype=torch.float64)
+    dist.all_reduce_mean_(values)
+    return dict(zip(names, values.tolist(), strict=True))
+
+
+def _save(run_dir: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+          generators: dict[str, torch.Generator], state: ckpt.TrainerState, logger: Any, config: VlarlConfig,
+          ctx: dist.DistContext) -> Path | None:
+    state.run_ids = logger.run_ids() or state.run_ids
+    path = None
+    if ctx.is_main:
+        path = ckpt.save_checkpoint(run_dir, model_state=policy.state_dict(), optimizer=optimizer,
+                                    scheduler=scheduler, generators=generators, trainer_state=state,
+                                    config_yaml=to_yaml(config))
+    dist.barrier()
+    return path
+
+
+def _write_videos(env: Any, run_dir: Path, video: Any, iteration: int, config: VlarlConfig) -> None:
+    from vlarl_cli.video.writer import write_episode_video
+
+    base = Path(video.video_base_dir)
+    written = 0
+    for env_id in range(env.num_envs):
+        for episode in env.episode_frames(env_id):
+            if written < video.max_videos:
+                write_episode_video(base / f"iter_{iteration:05d}_env{env_id}.mp4", episode, fps=video.fps,
+                                    caption=f"iter {iteration} env {env_id}" if video.info_on_video else None)
+                written += 1
+
+
+def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, rank: int,
+                         cameras: tuple[str, ...]) -> dict[str, float]:
+    """``eval/*`` metrics with deterministic actions on ``env.eval`` (same code as ``vlarl eval``)."""
+    split = config.env.eval
+    n = max(1, (split.total_num_envs or 1))
+    env = make_env(config, split, num_envs=n, rank=rank, group_size=1, cameras=cameras, record_video=False,
+                   stages=1)
+    try:
+        policy.eval()
+        steps = split.max_steps_per_rollout_epoch // config.actor.model.num_action_chunks
+        rollout = collect(policy, env, steps, deterministic=True)
+    finally:
+        env.close()
+    metrics = rollout_metrics([rollout])
+    return {k.replace("env/", "eval/"): v for k, v in metrics.items()}
+
+
+def _print_plan(config: VlarlConfig, world_size: int, policy: torch.nn.Module, run_dir: Path) -> None:
+    from vlarl_cli.training.dry_run import count_parameters
+
+    params = count_parameters(policy)
+    placement = config.cluster.placement(world_size)
+    dist.print0(f"vlarl rl-train: {config.actor.model.model_type} ({params.total / 1e6:.2f}M params, "
+                f"{params.trainable / 1e6:.2f}M trainable) | {config.env.train.task_suite_name} "
+                f"{config.train_num_envs} envs | {config.algorithm.adv_type} | world {world_size}: "
+                + ", ".join(f"{k}={v}" for k, v in placement.items()) + f" | run dir {run_dir}")
