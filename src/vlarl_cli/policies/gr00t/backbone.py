@@ -17,6 +17,8 @@ flattened ``SiglipVisionModel`` (no inner ``vision_model.``); the checkpoint key
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -63,13 +65,13 @@ class EagleBackbone(nn.Module):
         if cfg.vision_kind == "siglip2":
             from transformers import Siglip2VisionConfig, Siglip2VisionModel
 
-            vcfg = Siglip2VisionConfig(
+            v2cfg = Siglip2VisionConfig(
                 hidden_size=cfg.vision_hidden_size, intermediate_size=cfg.vision_intermediate_size,
                 num_hidden_layers=cfg.vision_num_layers, num_attention_heads=cfg.vision_num_heads,
                 patch_size=cfg.patch_size, num_patches=(cfg.image_size // cfg.patch_size) ** 2,
                 vision_use_head=cfg.vision_use_head, attention_dropout=0.0)
-            vcfg._attn_implementation = "sdpa"
-            vision: nn.Module = Siglip2VisionModel(vcfg)
+            v2cfg._attn_implementation = "sdpa"
+            vision: nn.Module = Siglip2VisionModel(v2cfg)
         else:
             from transformers import SiglipVisionConfig, SiglipVisionModel
 
@@ -90,7 +92,7 @@ class EagleBackbone(nn.Module):
             hidden_size=cfg.llm_hidden_size, intermediate_size=cfg.llm_intermediate_size,
             num_hidden_layers=cfg.select_layer, num_attention_heads=cfg.llm_num_heads,
             num_key_value_heads=cfg.llm_num_kv_heads, head_dim=cfg.llm_head_dim, vocab_size=cfg.vocab_size,
-            rope_theta=cfg.rope_theta, rms_norm_eps=cfg.rms_norm_eps,
+            rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta}, rms_norm_eps=cfg.rms_norm_eps,
             max_position_embeddings=cfg.max_position_embeddings, attention_dropout=0.0, use_cache=False,
             pad_token_id=cfg.pad_token_id, tie_word_embeddings=False)
         lcfg._attn_implementation = "sdpa"
@@ -128,7 +130,7 @@ class EagleBackbone(nn.Module):
     def forward(self, pixel_values: Tensor, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         b, n_img = pixel_values.shape[:2]
         vit = self.image_features(pixel_values.flatten(0, 1))  # [B*N_img, P, d_llm]
-        lm = self.eagle.language_model.model
+        lm: Any = self.eagle.language_model.model
         embeds = lm.get_input_embeddings()(input_ids)  # [B, L, d_llm]
         is_image = input_ids == self.cfg.image_token_id
         expected = n_img * vit.shape[1]

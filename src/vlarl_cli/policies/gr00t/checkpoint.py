@@ -382,8 +382,8 @@ def _fix_nonpersistent_buffers(policy: torch.nn.Module, device: torch.device) ->
             for name in module._non_persistent_buffers_set:
                 setattr(module, name, getattr(fresh, name).to(device=device, dtype=torch.float32))
         if "position_ids" in module._non_persistent_buffers_set:
-            n = module.position_ids.shape[-1]
-            module.position_ids = torch.arange(n, device=device).expand(1, -1)
+            n = int(module.get_buffer("position_ids").shape[-1])
+            module.register_buffer("position_ids", torch.arange(n, device=device).expand(1, -1), persistent=False)
 
 
 def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", dtype: torch.dtype = torch.float32,
@@ -484,7 +484,7 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
                 for key, file_key in pairs:
                     params[key].copy_(fh.get_tensor(file_key).to(params[key].dtype))
                     report.loaded += 1
-    policy.load_report = report
+    setattr(policy, "load_report", report)  # noqa: B010 (declared on Gr00tPolicy)
     return policy
 
 

@@ -180,7 +180,7 @@ def _full_n16() -> Gr00tConfig:
         alternate_vl_dit=True, use_attention_mask=True)
 
 
-_TINY_COMMON = dict(
+_TINY_COMMON: dict[str, Any] = dict(
     vision_hidden_size=32, vision_intermediate_size=64, vision_num_layers=2, vision_num_heads=2,
     image_size=32, patch_size=8,
     llm_hidden_size=64, llm_intermediate_size=128, llm_num_heads=4, llm_num_kv_heads=2, llm_head_dim=16,
@@ -319,9 +319,11 @@ def build_policy(model: ModelSettings, device: Any = "cpu") -> Any:
 
     device = torch.device(device)
     if model.model_path is not None:
+        from pathlib import Path
+
         from vlarl_cli.policies.gr00t.checkpoint import load_policy
 
-        return load_policy(model.model_path, device=device, overrides=model.to_dict())
+        return load_policy(Path(model.model_path), device=device, overrides=model.to_dict())
     from vlarl_cli.policies.gr00t.modality import default_modality
     from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
 

@@ -75,6 +75,9 @@ class Gr00tPolicy(nn.Module):
     """GR00T flow-matching policy. Submodules ``backbone`` and ``action_head`` (value and noise heads
     live under ``action_head`` as in RLinf)."""
 
+    #: set by :func:`~.checkpoint.load_policy`: what was loaded, skipped and freshly initialised
+    load_report: Any = None
+
     def __init__(self, config: Gr00tConfig, settings: ModelSettings, modality: ModalitySpec, *,
                  device: Any = "cpu", dtype: torch.dtype | None = None,
                  tokenizer: PromptTokenizer | None = None) -> None:
@@ -152,7 +155,8 @@ class Gr00tPolicy(nn.Module):
         if s.tune_llm:
             eagle.language_model.requires_grad_(True)
         if s.tune_top_llm_layers > 0:
-            for layer in eagle.language_model.model.layers[-s.tune_top_llm_layers:]:
+            lm: Any = eagle.language_model.model
+            for layer in lm.layers[-s.tune_top_llm_layers:]:
                 layer.requires_grad_(True)
         if hasattr(self.backbone, "eagle_linear"):
             self.backbone.eagle_linear.requires_grad_(True)
@@ -238,7 +242,7 @@ class Gr00tPolicy(nn.Module):
                 "image_mask": inputs["input_ids"] == self.config.image_token_id, "state_feat": state_feat}
 
     def _velocity_fn(self, enc: dict[str, Tensor], embodiment_id: Tensor) -> Any:
-        head = self.action_head
+        head: Any = self.action_head
         use_noise = self.flow_cfg.method == "flow_noise"
 
         def fn(x_t: Tensor, t: Tensor) -> VelocityOutput:
