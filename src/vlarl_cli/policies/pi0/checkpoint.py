@@ -311,10 +311,7 @@ def _norm_stats_from_lerobot_buffers(shapes: dict[str, tuple[tuple[int, ...], st
 
 def _reset_buffers(policy: nn.Module) -> None:
     """Recompute non-persistent buffers (left uninitialised by ``to_empty``)."""
-    cfg: Pi0Config = policy.cfg  # type: ignore[assignment]
     dev = policy.action_in_proj.weight.device  # type: ignore[union-attr]
-    hd = cfg.head_dim
-    policy.rope_inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64, device=dev).float() / hd))
     emb = policy.vlm.vision_tower.embeddings  # type: ignore[union-attr]
     emb.position_ids = torch.arange(emb.num_positions, device=dev).expand((1, -1))
 
@@ -405,7 +402,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
 
     with torch.device("meta"):
         policy = Pi0Policy(cfg, norm_stats=norm_stats)
-    policy = policy.to_empty(device=device).to(dtype)
+    policy = policy.to(dtype).to_empty(device=device)  # cast while still on meta: no fp32 copy of a 3B model
     _reset_buffers(policy)
     params = dict(policy.state_dict(keep_vars=True))
 

@@ -58,7 +58,8 @@ def make_att_2d_masks(pad: Tensor, ar: Tensor) -> Tensor:
 
 def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
     """bool ``[B, Sq, Sk]`` -> additive float ``[B, 1, Sq, Sk]``."""
-    return torch.where(mask[:, None], 0.0, _MASK_VALUE).to(dtype)
+    fill = max(_MASK_VALUE, torch.finfo(dtype).min)  # fp16 cannot hold -2.4e38
+    return torch.where(mask[:, None], 0.0, fill).to(dtype)
 
 
 def sinusoidal_time_embedding(t: Tensor, dim: int, min_period: float, max_period: float) -> Tensor:
@@ -233,8 +234,6 @@ class Pi0Model(nn.Module):
             self.value_head = ValueHead(cfg.vlm_width if cfg.value_after_vlm else we, cfg.value_hidden)
         self.noise_head = (NoiseHead(we, cfg.max_action_dim, cfg.noise_hidden)
                            if cfg.noise_method == "flow_noise" else None)
-        inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
-        self.register_buffer("rope_inv_freq", inv, persistent=False)
         #: recompute each joint layer in backward (saves activation memory when training the VLM)
         self.gradient_checkpointing = False
 
@@ -248,7 +247,11 @@ class Pi0Model(nn.Module):
 
     def _rope(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """positions ``[B, S]`` -> cos, sin ``[B, S, head_dim]`` (Gemma default RoPE, float32 math)."""
-        freqs = positions.float()[..., None] * self.rope_inv_freq.float().to(positions.device)
+        # inverse frequencies rebuilt in float32 on every call (a buffer would be cast by .to(bf16))
+        hd = self.cfg.head_dim
+        exponent = torch.arange(0, hd, 2, dtype=torch.int64, device=positions.device).float() / hd
+        inv_freq = 1.0 / (self.cfg.rope_theta ** exponent)
+        freqs = positions.float()[..., None] * inv_freq
         emb = torch.cat([freqs, freqs], dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
