@@ -145,6 +145,14 @@ class RolloutBatch:
                 kw[f.name] = v
         return RolloutBatch(**kw)
 
+    def to(self, device: torch.device) -> RolloutBatch:
+        """The training tensors on ``device``; the replay stays where it is (the policy moves its inputs)."""
+        kw: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            kw[f.name] = v.to(device) if isinstance(v, Tensor) else v
+        return RolloutBatch(**kw)
+
 
 class _Mean:
     """Weighted running means of metrics."""
@@ -162,6 +170,15 @@ class _Mean:
 
     def result(self) -> dict[str, float]:
         return {k: self.sums[k] / self.weights[k] for k in self.sums}
+
+
+def _clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> float:
+    """Clip in place, return the pre-clip global norm as a float (FSDP2 returns a DTensor norm)."""
+    if not params:
+        return 0.0
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    full = getattr(norm, "full_tensor", None)
+    return float(full() if callable(full) else norm)
 
 
 def _denominators(mb: RolloutBatch, s: UpdateSettings, entropy_level: str) -> dict[str, Tensor]:
@@ -237,7 +254,7 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: Rollo
             if grad_sync is not None:
                 grad_sync(policy)
             max_norm = s.clip_grad if s.clip_grad > 0 else float("inf")
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+            grad_norm = _clip_grad_norm(params, max_norm)
             if not (math.isfinite(grad_norm) and math.isfinite(total["loss"])):
                 warnings.warn(f"ppo_update: skipping an optimizer step (loss {total['loss']}, grad norm "
                               f"{grad_norm}); the gradients were discarded.", RuntimeWarning, stacklevel=2)
@@ -273,6 +290,10 @@ def _micro_loss(policy: nn.Module, micro: RolloutBatch, s: UpdateSettings, den: 
                 total: dict[str, float]) -> Tensor:
     """Loss of one micro-batch, already divided by the mini-batch denominators."""
     ev = cast(Policy, policy).evaluate(micro.replay)
+    # the rollout usually lives on the CPU, the policy's outputs on its device
+    device = ev.logprobs.device
+    micro = micro.to(device)
+    den = {k: v.to(device) for k, v in den.items()}
     shape = micro.old_logprobs.shape
     if ev.logprobs.shape != shape:
         raise ValueError(f"policy.evaluate returned logprobs {tuple(ev.logprobs.shape)}, expected "
