@@ -225,3 +225,50 @@ def test_trajectory_valid_fraction_and_bootstrap_and_metrics():
     assert r.tolist() == [[1.0, 2.0], [1.0, 1.0]]
     m = advantage_metrics(torch.tensor([[1.0, -3.0], [2.0, 9.0]]), torch.tensor([[T_, T_], [T_, F]]))
     assert m == {"advantages_mean": 0.0, "advantages_min": -3.0, "advantages_max": 2.0}
+
+
+def _loop_mask(dones):
+    """Step-by-step reference: walk each env column, valid until the first done (carry-in included)."""
+    t1, b = dones.shape[:2]
+    flat = dones if dones.dim() == 2 else None
+    out = []
+    for j in range(b):
+        if flat is not None:
+            seq = [bool(dones[0, j])] + [bool(dones[s + 1, j]) for s in range(t1 - 1)]
+        else:
+            c = dones.shape[2]
+            seq = [bool(dones[0, j, -1])] + [bool(dones[s // c + 1, j, s % c]) for s in range((t1 - 1) * c)]
+        ended, col = False, []
+        for s in range(len(seq) - 1):
+            ended = ended or seq[s]
+            col.append(not ended)
+        out.append(col)
+    res = torch.tensor(out).T  # [steps, B]
+    return res if flat is not None else res.reshape(t1 - 1, dones.shape[2], b).permute(0, 2, 1)
+
+
+@pytest.mark.parametrize(("t", "b", "c", "p"), list(itertools.product([1, 4], [1, 6], [0, 3], [0.1, 0.4])))
+def test_loss_mask_loop_equals_vectorised(t, b, c, p):
+    g = torch.Generator().manual_seed(t * 100 + b * 10 + c)
+    shape = (t + 1, b) if c == 0 else (t + 1, b, c)
+    dones = torch.rand(shape, generator=g) < p
+    assert torch.equal(loss_mask_from_dones(dones), _loop_mask(dones))
+
+
+@pytest.mark.parametrize(("group_size", "normalize"), list(itertools.product([2, 3, 4], [True, False])))
+def test_grpo_loop_equals_vectorised(group_size, normalize):
+    g = torch.Generator().manual_seed(group_size)
+    t, b = 5, group_size * 4
+    r = (torch.rand(t, b, generator=g) > 0.8).float() * torch.rand(t, b, generator=g)
+    d = torch.rand(t + 1, b, generator=g) < 0.2
+    d[0] = False
+    mask = loss_mask_from_dones(d)
+    adv, _ = grpo(r, mask, group_size=group_size, normalize=normalize)
+    for j in range(b):
+        lo = (j // group_size) * group_size
+        scores = [float((r[:, k] * mask[:, k]).sum()) for k in range(lo, lo + group_size)]
+        mean = sum(scores) / group_size
+        std = (sum((x - mean) ** 2 for x in scores) / (group_size - 1)) ** 0.5
+        a = (scores[j - lo] - mean) / (std + 1e-6) if normalize else scores[j - lo] - mean
+        for s in range(t):
+            assert adv[s, j].item() == pytest.approx(a if mask[s, j] else 0.0, abs=1e-5)

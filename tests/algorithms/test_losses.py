@@ -231,3 +231,31 @@ def test_explained_variance():
     mask = torch.tensor([True, True, True, False])
     assert explained_variance(torch.tensor([1.0, 2.0, 3.0, 99.0]), r, mask) == 1.0
     assert math.isnan(explained_variance(r, torch.ones(4)))
+
+
+@pytest.mark.parametrize(("clip", "delta"), list(itertools.product([None, 0.1, 0.5], [0.5, 10.0])))
+def test_value_loss_loop_equals_vectorised(clip, delta):
+    g = torch.Generator().manual_seed(0)
+    n = 12
+    v, v_old, ret = (torch.randn(n, generator=g, dtype=torch.float64) for _ in range(3))
+    mask = torch.rand(n, generator=g) > 0.3
+    w, den = loss_weights(mask, "token-mean")
+    loss, m = value_loss(v, v_old, ret, w.double(), den.double(), value_clip=clip, huber_delta=delta)
+
+    def hub(x):
+        return 0.5 * x * x if abs(x) <= delta else delta * (abs(x) - 0.5 * delta)
+
+    total, clipped, k = 0.0, 0, 0
+    for i in range(n):
+        if not mask[i]:
+            continue
+        k += 1
+        vi, oi, ri = float(v[i]), float(v_old[i]), float(ret[i])
+        li = hub(ri - vi)
+        if clip is not None:
+            vc = oi + min(max(vi - oi, -clip), clip)
+            li = max(li, hub(ri - vc))
+            clipped += abs(vi - oi) > clip
+        total += li
+    assert loss.item() == pytest.approx(total / k, abs=1e-9)
+    assert m["value_clip_ratio"].item() == pytest.approx(clipped / k if clip is not None else 0.0, abs=1e-9)

@@ -278,7 +278,7 @@ def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, weight: Tens
     if not values.shape == old_values.shape == returns.shape == weight.shape:
         raise ValueError(f"shapes differ: values {tuple(values.shape)}, old_values {tuple(old_values.shape)}, "
                          f"returns {tuple(returns.shape)}, weight {tuple(weight.shape)}")
-    values = values.float()
+    values = values.to(torch.promote_types(values.dtype, torch.float32))  # never a bf16 value loss
     loss_unclipped = huber(returns - values, huber_delta)
     valid = weight != 0
     if value_clip is None:
