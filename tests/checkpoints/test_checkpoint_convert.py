@@ -204,3 +204,23 @@ def test_gr00t_round_trip_through_upstream_layout(tmp_path, version, model_type,
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(CheckpointError, match="not a gr00t checkpoint format"):
         convert(src, tmp_path / "x", "openpi")
+
+
+@pytest.mark.parametrize(("model_type", "fmt"), [("pi05", "openpi"), ("pi0", "hf_pi0"), ("pi05", "lerobot")])
+def test_pi0_round_trip_and_detection_agree(tmp_path, model_type, fmt):
+    """Real pi0 family: vlarl -> upstream -> vlarl exact; our cheap detection table agrees with the
+    family module's own detect_format on the folder it wrote."""
+    ck = pytest.importorskip("vlarl_cli.policies.pi0.checkpoint")
+    from vlarl_cli.policies.pi0 import ModelSettings, build_policy
+
+    torch.manual_seed(0)
+    src = tmp_path / "src"
+    ck.save_policy(build_policy(ModelSettings(model_type=model_type, preset="tiny"), "cpu"), src, format="vlarl")
+    up = convert(src, tmp_path / "up", fmt)
+    assert (up.family, up.dst_format, up.max_abs_diff, up.max_abs_diff_values) == ("pi0", fmt, 0.0, 0.0)
+    table = detect.detect_checkpoint(tmp_path / "up")  # heuristics only
+    assert (table.family, table.format, table.variant) == ("pi0", ck.detect_format(tmp_path / "up"), model_type)
+    back = convert(tmp_path / "up", tmp_path / "back", "vlarl")
+    assert back.max_abs_diff == 0.0
+    a, b = load_file(src / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -43,7 +43,7 @@ def test_download_local_dir_verifies_and_summarises(hub, run_download, tmp_path)
     assert _tree(out) == expected  # exact bytes, pickle file skipped
     # Summary: family/variant/format from tensor names, parameter count from the safetensors header.
     assert "family:      pi0 (pi05), format openpi" in res.stdout
-    assert f"({TINY_PARAMS:,})" in res.stdout
+    assert f"parameters:  {TINY_PARAMS}\n" in res.stdout
     assert "physical-intelligence/libero/norm_stats.json" in res.stdout
     assert "big.bin" in res.stdout and "--allow-pickle" in res.stdout
     # The client protocol: revision info, tree listing, HEAD + GET per file; LFS bytes come from the CDN.

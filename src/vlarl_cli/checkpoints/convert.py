@@ -232,7 +232,7 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format:
                               fix="Write the converted checkpoint to a separate folder.")
     cast = parse_dtype(dtype)
 
-    info = detect_checkpoint(src_path)
+    info = detect_checkpoint(src_path, refine=True)
     if info.family is None:
         raise CheckpointError(
             f"Cannot tell which model family {src_path} holds ({'; '.join(info.notes) or 'unknown layout'}).",

@@ -17,8 +17,8 @@ any            ``vlarl``      ``vlarl_config.json`` ({"family", "format_version"
 ``openvla_oft``  ``openvla_hf``  ``dataset_statistics.json`` / config.json ``model_type == "openvla"``
 =============  =============  ==========================================================================
 
-When the family package ``vlarl_cli.policies.<family>.checkpoint`` exists, its ``detect_format`` is
-asked as well and wins (it knows its own layouts best); the table above is the fallback.
+With ``refine=True`` (used by ``convert``) the family package's ``vlarl_cli.policies.<family>.checkpoint``
+``detect_format`` is asked as well and wins (it knows its own layouts best).
 """
 
 from __future__ import annotations
@@ -261,8 +261,14 @@ def _module_format(family: str, root: Path, info: CheckpointInfo) -> str | None:
         return None
 
 
-def detect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
+def detect_checkpoint(path: str | os.PathLike[str], *, refine: bool = False) -> CheckpointInfo:
     """Detect family, format, parameter count and norm stats of a checkpoint folder (cheap).
+
+    Args:
+        path: checkpoint folder.
+        refine: also ask the family's checkpoint module (its answer wins). Off by default because
+            importing a family module imports torch (seconds); the module table above is enough for a
+            summary. Family modules are always asked when the table recognises nothing.
 
     Raises nothing for unknown layouts: ``family``/``format`` stay None and ``notes`` says why.
     """
@@ -297,7 +303,7 @@ def detect_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
             if fmt is not None:
                 info.family, info.format = family, fmt
                 break
-    else:
+    elif refine:
         fmt = _module_format(info.family, root, info)
         if fmt is not None:
             info.format = fmt

@@ -773,7 +773,8 @@ def _print_summary(console: Console, result: DownloadResult) -> None:
         lines.append(f"  family:      {fam}" + (f" ({info.variant})" if info.variant else "")
                      + f", format {info.format or 'unknown'}")
         lines.append(f"  parameters:  {_human(info.num_parameters)}"
-                     + (f" ({info.num_parameters:,})" if info.num_parameters else ""))
+                     + (f" ({info.num_parameters:,})" if info.num_parameters and info.num_parameters >= 1000
+                        else ""))
         lines.append("  norm stats:  " + (", ".join(info.norm_stats) if info.norm_stats else "none found"))
         if info.has_remote_code:
             lines.append("  remote code: present in the repository; vlarl never executes it")

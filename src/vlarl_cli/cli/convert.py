@@ -1,10 +1,10 @@
 """Convert a checkpoint between vlarl's layout and the upstream layouts of its family.
 
-The family and source format are detected from the files. The result is checked: both models run
-the same deterministic probe batch and the maximum absolute difference of their actions is printed.
+The family and source format are detected from the files.
 
-Formats: pi0/pi0.5: vlarl, openpi (openpi PyTorch / RLinf), lerobot, hf_pi0 (transformers-native);
-GR00T: vlarl, gr00t_n15, gr00t_n16. Others report "not supported yet".
+The result is checked: both models run the same deterministic probe batch; the maximum absolute difference of their actions is printed.
+
+Formats: pi0/pi0.5: vlarl, openpi (openpi PyTorch / RLinf), lerobot, hf_pi0 (transformers-native); GR00T: vlarl, gr00t_n15, gr00t_n16. Others report "not supported yet".
 
 Examples:
   vlarl convert models/pi05-libero runs/pi05-vlarl --to vlarl

@@ -1,8 +1,12 @@
 """Download a model repository from the Hugging Face Hub, verify it and tell what it is.
 
-Every file is checked against the sha256 (LFS) or git sha1 the hub lists; an interrupted download
-resumes where it stopped when you run the same command again. Pickle files (.bin/.pt) are skipped
-unless --allow-pickle. Honours HF_ENDPOINT (mirror), HF_TOKEN (gated/private repos) and HF_HUB_OFFLINE.
+Every file is checked against the sha256 (LFS) or git sha1 the hub lists.
+
+An interrupted download resumes where it stopped when you run the same command again.
+
+Pickle files (.bin/.pt) are skipped unless --allow-pickle.
+
+Honours HF_ENDPOINT (mirror), HF_TOKEN (gated/private repos) and HF_HUB_OFFLINE.
 
 Examples:
   vlarl download RLinf/RLinf-Pi05-LIBERO-SFT --local-dir models/pi05-libero
