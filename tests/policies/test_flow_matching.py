@@ -22,6 +22,15 @@ from vlarl_cli.policies.value_head import ValueHead
 B, H, D = 5, 3, 2
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one thread avoids oversubscribing the shared CPU (restored afterwards)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 class LinearVelocity(torch.nn.Module):
     """v(x, t) = x @ W + t * c (+ a learned noise log-variance), in a chosen time convention."""
 
@@ -256,7 +265,7 @@ def test_value_head_starts_at_zero_and_learns():
     assert v.shape == (6,) and torch.equal(v, torch.zeros(6))
     target = torch.arange(6.0)
     opt = torch.optim.Adam(head.parameters(), lr=1e-2)
-    for _ in range(300):
+    for _ in range(200):
         opt.zero_grad()
         ((head(feats) - target) ** 2).mean().backward()
         opt.step()

@@ -31,6 +31,15 @@ POLICIES = {
 }
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one thread avoids oversubscribing the shared CPU (restored afterwards)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_contract_and_exact_recomputation(name):
     policy = POLICIES[name]()
