@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 
-import numpy as np
 import pytest
 
 
@@ -50,17 +49,3 @@ def spatial_env(libero_ready):
     env = LiberoEnv("libero_spatial", 0, EnvOptions(resolution=128))
     yield env
     env.close()
-
-
-def noop_chunk(chunk: int) -> np.ndarray:
-    """``[chunk, 7]`` no-op actions (no motion, gripper open)."""
-    a = np.zeros((chunk, 7))
-    a[:, -1] = -1.0
-    return a
-
-
-def random_chunks(seed: int, steps: int) -> np.ndarray:
-    """``[steps, 7]`` reproducible random actions in [-1, 1] with the gripper open."""
-    a = np.random.default_rng(seed).uniform(-1.0, 1.0, size=(steps, 7))
-    a[:, -1] = -1.0
-    return a

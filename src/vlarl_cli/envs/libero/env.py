@@ -299,6 +299,14 @@ class LiberoEnv:
         self._gate.open = False
         env.seed(self.seed)
         env.reset()
+        if not self.options.hard_reset:
+            # A soft reset keeps the gripper model object, whose speed-limited command
+            # (robosuite models/grippers/panda_gripper.py format_action: current_action) would carry over
+            # from the previous episode; a hard reset rebuilds it as zeros(dof). Measured: without this,
+            # settle steps after a previous episode differ from a fresh env (~100 pixels per image).
+            for robot in env.env.robots:
+                if getattr(robot, "gripper", None) is not None:
+                    robot.gripper.current_action = np.zeros(robot.gripper.dof)
         _install_gates(env.env, self._camera_observables(), self._gate)  # observables may be new (trap 2)
         self._gate.open = settle == 0 or self.options.record_video
         raw = env.set_init_state(np.asarray(state, dtype=np.float64))
