@@ -3,7 +3,8 @@
 Layout of ``<log_path>/checkpoints/global_step_<k>/``::
 
     model.safetensors      the policy's full state dict (gathered from FSDP shards: loads at any world size)
-    optimizer.pt           optimizer + LR-scheduler state (torch.save; read back with weights_only=True)
+    optimizer.pt           optimizer state keyed by parameter name (full, unsharded) + LR-scheduler state
+                           (torch.save; read back with weights_only=True)
     rng.pt                 torch / numpy / python RNG states and the trainer's generators
     trainer_state.json     iteration, optimizer steps, skipped steps, logger run ids, vlarl version
     config.yaml            the resolved config of the run
@@ -65,7 +66,7 @@ def _set_rng_state(state: dict[str, Any], generators: dict[str, torch.Generator]
             g.set_state(state["generators"][name])
 
 
-def save_checkpoint(run_dir: Path, *, model_state: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer,
+def save_checkpoint(run_dir: Path, *, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any],
                     scheduler: Any, generators: dict[str, torch.Generator], trainer_state: TrainerState,
                     config_yaml: str) -> Path:
     """Write a complete checkpoint atomically and point ``latest`` at it. Main process only."""
@@ -77,7 +78,7 @@ def save_checkpoint(run_dir: Path, *, model_state: dict[str, torch.Tensor], opti
     with atomic_directory(final) as tmp:
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in model_state.items()}
         save_file(_untie(tensors), str(tmp / "model.safetensors"))
-        torch.save({"optimizer": optimizer.state_dict(),
+        torch.save({"optimizer": optimizer_state,
                     "scheduler": scheduler.state_dict() if scheduler is not None else None},
                    tmp / "optimizer.pt")
         torch.save(_rng_state(generators), tmp / "rng.pt")

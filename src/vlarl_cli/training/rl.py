@@ -308,11 +308,24 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
     model = config.actor.model.model_copy(update={"model_path": resolve_model_path(config.actor.model.model_path)})
     policy = build_policy(model, ctx.device)
     dist.broadcast_module_(policy)
+    fsdp_cfg = config.actor.fsdp_config
+    use_fsdp = ctx.distributed and fsdp_cfg.sharding_strategy != "no_shard"
     ref_policy = None
     if config.algorithm.kl_beta > 0:  # frozen copy of the starting weights for the KL penalty
         import copy
 
         ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
+    if use_fsdp:
+        from vlarl_cli.distributed import fsdp
+
+        precision = fsdp_cfg.mixed_precision
+        for module in (policy, ref_policy):
+            if module is not None:
+                fsdp.shard_model(module, device=ctx.device,
+                                 class_names=list(fsdp_cfg.wrap_policy.transformer_layer_cls_to_wrap),
+                                 reshard_after_forward=fsdp_cfg.reshard_after_forward,
+                                 param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype,
+                                 cpu_offload=fsdp_cfg.cpu_offload)
     settings = update_settings(config, ctx.world_size)
     critic = config.algorithm.loss_type == "actor_critic" and config.actor.model.effective_add_value_head
     samples = config.samples_per_iteration() // ctx.world_size
@@ -325,11 +338,14 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
     if resume:
         path = ckpt.resolve_checkpoint(run_dir, resume)
         loaded_ckpt = ckpt.load_checkpoint(path)
-        missing, unexpected = policy.load_state_dict(loaded_ckpt.model_state, strict=False)
-        if missing or unexpected:
-            raise CheckpointError(f"Checkpoint {path} does not match the model: missing {missing[:5]}, "
-                                  f"unexpected {unexpected[:5]}.", "Resume with the config the run was started with.")
-        optimizer.load_state_dict(loaded_ckpt.optimizer_state)
+        from vlarl_cli.distributed import fsdp
+
+        try:
+            fsdp.load_full_model_state(policy, loaded_ckpt.model_state)
+        except RuntimeError as err:
+            raise CheckpointError(f"Checkpoint {path} does not match the model: {str(err).splitlines()[0]}",
+                                  "Resume with the config the run was started with.") from None
+        fsdp.load_full_optimizer_state(policy, optimizer, loaded_ckpt.optimizer_state)
         if loaded_ckpt.scheduler_state is not None:
             scheduler.load_state_dict(loaded_ckpt.scheduler_state)
         ckpt.restore_rng(loaded_ckpt, generators)
@@ -382,7 +398,8 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
             policy.train()
             update_metrics = ppo_update(policy, optimizer, batch, settings, generator=generators["shuffle"],
                                         scheduler=scheduler, ref_policy=ref_policy,
-                                        grad_sync=dist.gradient_all_reduce if ctx.distributed else None,
+                                        grad_sync=dist.gradient_all_reduce if ctx.distributed and not use_fsdp
+                                        else None,
                                         step_offset=state.optimizer_steps)
             t_done = time.perf_counter()
             state.iteration += 1
@@ -420,22 +437,31 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
     return TrainResult(run_dir=run_dir, iterations=state.iteration, last_metrics=last_metrics, checkpoint=last_ckpt)
 
 
+_SUMMED = ("env/num_episodes",)
+
+
 def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
+    """Average every metric over ranks (counts in ``_SUMMED`` are added up instead)."""
     if not torch.distributed.is_initialized():
         return metrics
     names = sorted(metrics)
     values = torch.tensor([metrics[k] for k in names], dtype=torch.float64)
     dist.all_reduce_mean_(values)
-    return dict(zip(names, values.tolist(), strict=True))
+    world = torch.distributed.get_world_size()
+    return {k: v * world if k in _SUMMED else v for k, v in zip(names, values.tolist(), strict=True)}
 
 
 def _save(run_dir: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
           generators: dict[str, torch.Generator], state: ckpt.TrainerState, logger: Any, config: VlarlConfig,
           ctx: dist.DistContext) -> Path | None:
+    from vlarl_cli.distributed import fsdp
+
     state.run_ids = logger.run_ids() or state.run_ids
+    model_state = fsdp.full_model_state(policy)  # collective under FSDP: every rank calls it
+    optimizer_state = fsdp.full_optimizer_state(policy, optimizer)
     path = None
     if ctx.is_main:
-        path = ckpt.save_checkpoint(run_dir, model_state=policy.state_dict(), optimizer=optimizer,
+        path = ckpt.save_checkpoint(run_dir, model_state=model_state, optimizer_state=optimizer_state,
                                     scheduler=scheduler, generators=generators, trainer_state=state,
                                     config_yaml=to_yaml(config))
     dist.barrier()

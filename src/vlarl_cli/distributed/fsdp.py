@@ -1,0 +1,138 @@
+"""FSDP2 sharding of the actor (``torch.distributed.fsdp.fully_shard``) and full-state checkpoints.
+
+Wrap policy: every submodule whose class name is listed in ``fsdp_config.wrap_policy.
+transformer_layer_cls_to_wrap`` (e.g. ``Qwen3DecoderLayer``, ``Siglip2EncoderLayer``) becomes one sharding
+unit, falling back to the family's own ``fsdp_wrap_classes`` attribute, then the root. ``sample`` and
+``evaluate`` are registered as forward methods so that calling them gathers the parameters exactly like
+``forward`` does. Mixed precision (bf16 params / reductions) applies on GPUs only; CPU runs in fp32 with
+gloo through the same code.
+
+Checkpoints are FULL state dicts gathered to rank 0 (``get_model_state_dict(full_state_dict=True)``),
+so a checkpoint saved with any world size loads with any other (or without FSDP at all).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from vlarl_cli.errors import ConfigError
+
+
+def _dtype(name: str | None) -> torch.dtype | None:
+    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+             "fp32": torch.float32, "float32": torch.float32}
+    return table.get(name) if name else None
+
+
+def wrap_classes(model: nn.Module, configured: list[str]) -> list[str]:
+    names = list(configured) or list(getattr(model, "fsdp_wrap_classes", ()))
+    present = {type(m).__name__ for m in model.modules()}
+    unknown = [n for n in names if n not in present and n in configured]
+    if configured and len(unknown) == len(configured):
+        raise ConfigError(f"fsdp_config.wrap_policy.transformer_layer_cls_to_wrap names {unknown}, but the model "
+                          "has no module of those classes.",
+                          f"Use class names of this model, e.g. {sorted(present)[:8]}, or leave the list empty.")
+    return [n for n in names if n in present]
+
+
+def shard_model(model: nn.Module, *, device: torch.device, class_names: list[str], reshard_after_forward: bool = True,
+                param_dtype: str | None = None, reduce_dtype: str | None = None, cpu_offload: bool = False
+                ) -> nn.Module:
+    """Apply ``fully_shard`` to each unit and the root, in place; returns the model."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        MixedPrecisionPolicy,
+        fully_shard,
+        register_fsdp_forward_method,
+    )
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
+    if device.type == "cuda" and (param_dtype or reduce_dtype):
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=_dtype(param_dtype), reduce_dtype=_dtype(reduce_dtype))
+    if cpu_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    units = wrap_classes(model, class_names)
+    for module in list(model.modules()):
+        if module is not model and type(module).__name__ in units:
+            fully_shard(module, **kwargs)
+    fully_shard(model, **kwargs)
+    for method in ("sample", "evaluate"):
+        if hasattr(model, method):
+            register_fsdp_forward_method(model, method)
+    return model
+
+
+def is_sharded(model: nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The full (unsharded) state dict on CPU: complete on rank 0, empty elsewhere; plain for unsharded models."""
+    if not is_sharded(model):
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_full_model_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load a full state dict (read on rank 0 only is enough for sharded models; it is broadcast)."""
+    if not is_sharded(model):
+        model.load_state_dict(state, strict=True)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
+
+def _by_name(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """``optimizer.state_dict()`` with parameter names instead of integer ids (the FQN layout that
+    ``get_optimizer_state_dict(full_state_dict=True)`` produces for sharded models)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    ordered = [p for g in optimizer.param_groups for p in g["params"]]
+    raw = optimizer.state_dict()
+    index_to_name = {i: names[id(p)] for i, p in enumerate(ordered)}
+    return {"state": {index_to_name[i]: v for i, v in raw["state"].items()},
+            "param_groups": [{**g, "params": [index_to_name[i] for i in g["params"]]} for g in raw["param_groups"]]}
+
+
+def _from_names(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    names = {id(p): n for n, p in model.named_parameters()}
+    ordered = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+    index = {n: i for i, n in enumerate(ordered)}
+    missing = [n for g in state["param_groups"] for n in g["params"] if n not in index]
+    if missing:
+        raise ConfigError(f"Optimizer state names parameters the model does not train: {missing[:5]}.",
+                          "Resume with the same trainable-parameter settings the run was started with.")
+    optimizer.load_state_dict({
+        "state": {index[n]: v for n, v in state["state"].items()},
+        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in state["param_groups"]],
+    })
+
+
+def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Optimizer state keyed by parameter name, full (unsharded); loads at any world size."""
+    if not is_sharded(model):
+        return _by_name(model, optimizer)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optimizer,
+                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    if not is_sharded(model):
+        _from_names(model, optimizer, state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, state,
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
