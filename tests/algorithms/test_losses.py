@@ -221,7 +221,10 @@ def test_granularity_helpers_and_broadcast_guard():
     assert mask_to_unit(m, "chunk_level", (2, 3, 2)).tolist() == [True, False]
     assert mask_to_unit(m, "action_level", (2, 3, 2)).tolist() == m.tolist()
     adv = torch.tensor([[1.0, 5.0, 5.0], [2.0, 2.0, 2.0]])
-    torch.testing.assert_close(to_unit(adv, "chunk_level", (2, 3, 2), m), torch.tensor([1.0, 2.0]))
+    # unit 1 is fully masked: 0, whatever its (possibly NaN) advantage
+    torch.testing.assert_close(to_unit(adv, "chunk_level", (2, 3, 2), m), torch.tensor([1.0, 0.0]))
+    adv[1] = float("nan")
+    torch.testing.assert_close(to_unit(adv, "chunk_level", (2, 3, 2), m), torch.tensor([1.0, 0.0]))
 
 
 def test_explained_variance():

@@ -238,3 +238,32 @@ def test_update_is_deterministic_for_a_fixed_generator():
                            generator=torch.Generator().manual_seed(0))
         outs.append((m, torch.cat([p.detach().flatten() for p in policy.parameters()])))
     assert outs[0][0] == outs[1][0] and torch.equal(outs[0][1], outs[1][1])
+
+
+@pytest.mark.parametrize("level", ["token_level", "action_level", "chunk_level"])
+def test_values_at_masked_entries_change_nothing_not_even_nan(level):
+    """Garbage (finite or NaN) in masked advantages / old log-probs / returns gives identical weights."""
+    base = _policy("gaussian")
+    batch = _batch(base)
+    batch.loss_mask[5:9] = False  # four fully masked samples
+    batch.loss_mask[10, 1:] = False  # a partly masked sample (its advantage is per sample: stays valid)
+    results = []
+    for garbage in (None, 1e3, float("nan")):
+        policy = copy.deepcopy(base)
+        b = RolloutBatch(**{**batch.__dict__, "replay": dict(batch.replay)})
+        if garbage is not None:
+            b.advantages = b.advantages.clone()
+            b.advantages[5:9] = garbage
+            b.old_logprobs = b.old_logprobs.clone()
+            b.old_logprobs[5:9] = garbage
+            b.returns = b.returns.clone()
+            b.returns[5:9] = garbage
+            b.old_values = b.old_values.clone()
+            b.old_values[5:9] = garbage
+        m = ppo_update(policy, torch.optim.SGD(policy.parameters(), lr=0.1), b,
+                       _settings(logprob_type=level, update_epoch=2, global_batch_size=32, micro_batch_size=16),
+                       generator=torch.Generator().manual_seed(0))
+        results.append((torch.cat([p.detach().flatten() for p in policy.parameters()]), m))
+    for params, m in results[1:]:
+        assert torch.equal(params, results[0][0])
+        assert m["actor/skipped_steps"] == 0 and m["actor/policy_loss"] == results[0][1]["actor/policy_loss"]

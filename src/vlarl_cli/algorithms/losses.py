@@ -126,10 +126,10 @@ def to_unit(x: Tensor, level: str, shape: torch.Size | tuple[int, ...], loss_mas
          else expand_to_elements(loss_mask.bool(), shape)).to(e.dtype)
     dims = (-1,) if level == "action_level" else (-2, -1)
     _check(level, LOGPROB_LEVELS, "logprob_type")
-    num = (e * m).sum(dim=dims)
+    num = torch.where(m > 0, e, torch.zeros_like(e)).sum(dim=dims)  # a NaN at a masked element stays out
     den = m.sum(dim=dims)
-    # fully-masked units: plain mean (they carry weight 0 anyway)
-    return torch.where(den > 0, num / den.clamp(min=1.0), e.mean(dim=dims))
+    # fully-masked units: 0 (they carry weight 0 anyway)
+    return torch.where(den > 0, num / den.clamp(min=1.0), torch.zeros_like(num))
 
 
 def loss_weights(unit_mask: Tensor, agg: str, *, valid_fraction: Tensor | None = None,

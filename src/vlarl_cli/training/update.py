@@ -305,6 +305,9 @@ def _micro_loss(policy: nn.Module, micro: RolloutBatch, s: UpdateSettings, den: 
     logp = aggregate_logprobs(ev.logprobs.float(), level)
     old = aggregate_logprobs(micro.old_logprobs.float(), level)
     adv = to_unit(micro.advantages.float(), level, shape, micro.loss_mask)
+    # masked units must not reach the gradient even through 0 * NaN: neutral values there
+    adv = torch.where(unit_mask, adv, 0.0)
+    old = torch.where(unit_mask, old, logp.detach())
     pg_loss, pm = ppo_actor_loss(logp, old, adv, w, den["policy"], clip_ratio_low=s.clip_ratio_low,
                                  clip_ratio_high=s.clip_ratio_high, clip_ratio_c=s.clip_ratio_c,
                                  log_ratio_min=s.clip_log_ratio_min, log_ratio_max=s.clip_log_ratio_max)
@@ -347,8 +350,11 @@ def _micro_loss(policy: nn.Module, micro: RolloutBatch, s: UpdateSettings, den: 
         if ev.values.shape != micro.returns.shape:
             raise ValueError(f"policy.evaluate returned values {tuple(ev.values.shape)}, expected "
                              f"{tuple(micro.returns.shape)} ([B])")
-        vl, vm = value_loss(ev.values.float(), micro.old_values.float(), micro.returns.float(), vw, den["value"],
-                            value_clip=s.value_clip, huber_delta=s.huber_delta)
+        values = ev.values.float()
+        old_values = torch.where(v_mask, micro.old_values.float(), values.detach())
+        returns = torch.where(v_mask, micro.returns.float(), values.detach())
+        vl, vm = value_loss(values, old_values, returns, vw, den["value"], value_clip=s.value_clip,
+                            huber_delta=s.huber_delta)
         m.add("value_clip_ratio", vm["value_clip_ratio"], vm["count"])
         loss = loss + s.value_coef * vl
         total["value_loss"] += float(vl.detach())
