@@ -48,7 +48,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -62,6 +62,9 @@ from vlarl_cli.policies.normalization import (
     norm_stats_to_json,
 )
 from vlarl_cli.policies.pi0.config import Pi0Config, preset
+
+if TYPE_CHECKING:
+    from vlarl_cli.policies.pi0.policy import Pi0Policy
 
 __all__ = ["FORMATS", "describe", "detect_format", "export_state_dict", "from_external", "load_policy",
            "save_policy", "to_external"]
@@ -309,27 +312,27 @@ def _norm_stats_from_lerobot_buffers(shapes: dict[str, tuple[tuple[int, ...], st
             for k, v in found.items() if "mean" in v and "std" in v}
 
 
-def _reset_buffers(policy: nn.Module) -> None:
+def _reset_buffers(policy: Any) -> None:
     """Recompute non-persistent buffers (left uninitialised by ``to_empty``)."""
-    dev = policy.action_in_proj.weight.device  # type: ignore[union-attr]
-    emb = policy.vlm.vision_tower.embeddings  # type: ignore[union-attr]
+    dev = policy.action_in_proj.weight.device
+    emb = policy.vlm.vision_tower.embeddings
     emb.position_ids = torch.arange(emb.num_positions, device=dev).expand((1, -1))
 
 
-def _fresh_init(policy: nn.Module, missing: list[str]) -> None:
+def _fresh_init(policy: Any, missing: list[str]) -> None:
     """Initialise RL-only parameters that the checkpoint did not contain (as a fresh build would)."""
     from vlarl_cli.policies.lora import LoRALinear
 
-    cfg: Pi0Config = policy.cfg  # type: ignore[assignment]
+    cfg: Pi0Config = policy.cfg
     miss = set(missing)
-    dev = policy.action_in_proj.weight.device  # type: ignore[union-attr]
-    dtype = policy.action_in_proj.weight.dtype  # type: ignore[union-attr]
-    if any(k.startswith("value_head.") for k in miss) and policy.value_head is not None:  # type: ignore[union-attr]
+    dev = policy.action_in_proj.weight.device
+    dtype = policy.action_in_proj.weight.dtype
+    if any(k.startswith("value_head.") for k in miss) and policy.value_head is not None:
         from vlarl_cli.policies.value_head import ValueHead
 
         width = cfg.vlm_width if cfg.value_after_vlm else cfg.expert_width
         policy.value_head = ValueHead(width, cfg.value_hidden).to(device=dev, dtype=dtype)
-    if any(k.startswith("noise_head.") for k in miss) and policy.noise_head is not None:  # type: ignore[union-attr]
+    if any(k.startswith("noise_head.") for k in miss) and policy.noise_head is not None:
         from vlarl_cli.policies.pi0.modeling import NoiseHead
 
         policy.noise_head = NoiseHead(cfg.expert_width, cfg.max_action_dim, cfg.noise_hidden).to(device=dev, dtype=dtype)
@@ -348,7 +351,7 @@ def _format_keys(keys: list[str], limit: int = 12) -> str:
 def load_policy(path: str | os.PathLike[str], *, format: str | None = None, device: torch.device | str = "cpu",
                 dtype: torch.dtype = torch.float32, strict: bool = True, overrides: dict[str, Any] | None = None,
                 norm_stats_path: str | os.PathLike[str] | None = None, asset_id: str | None = None,
-                ) -> nn.Module:
+                ) -> Pi0Policy:
     """Load a pi0-family checkpoint in any supported layout as a :class:`Pi0Policy`.
 
     Args:
@@ -450,7 +453,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     with torch.no_grad():  # strict=False: never leave uninitialised memory behind
         for k in missing:
             params[k].zero_()
-    report = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
+    report: dict[str, Any] = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
               "mismatched": mismatched, "ignored_unused": ignored, "initialized": fresh,
               "norm_stats": os.fspath(ns_file) if ns_file is not None else None}
     if strict and (missing or unexpected or mismatched):
@@ -463,7 +466,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
             parts.append(f"wrong shape {len(mismatched)}: {_format_keys(mismatched)}")
         raise CheckpointError(f"{root} ({fmt}) does not match the pi0 model ({cfg.variant}): " + "; ".join(parts) + ".",
                               "Check the format / variant, or pass strict=False to load what matches.")
-    policy.load_report = report  # type: ignore[assignment]
+    policy.load_report = report
     policy.apply_trainability()
     return policy
 
@@ -482,9 +485,9 @@ def _merged_state_dict(policy: nn.Module) -> dict[str, Tensor]:
     return sd
 
 
-def export_state_dict(policy: nn.Module, fmt: str, *, include_unused: bool = True) -> dict[str, Tensor]:
+def export_state_dict(policy: Any, fmt: str, *, include_unused: bool = True) -> dict[str, Tensor]:
     """The tensors that :func:`save_policy` writes for ``fmt`` (external names; LoRA merged if external)."""
-    cfg: Pi0Config = policy.cfg  # type: ignore[assignment]
+    cfg: Pi0Config = policy.cfg
     if fmt == "vlarl":
         return {k: v.detach() for k, v in policy.state_dict().items()}
     if fmt == "hf_pi0" and cfg.is_pi05:
@@ -555,7 +558,7 @@ def _external_config(cfg: Pi0Config, fmt: str, precision: str) -> dict[str, Any]
     }
 
 
-def save_policy(policy: nn.Module, path: str | os.PathLike[str], *, format: str = "vlarl",
+def save_policy(policy: Any, path: str | os.PathLike[str], *, format: str = "vlarl",
                 dtype: torch.dtype | None = None, asset_id: str = DEFAULT_ASSET_ID,
                 max_shard_bytes: int = _MAX_SHARD_BYTES) -> None:
     """Write ``policy`` to folder ``path`` in ``format`` (atomically: the folder appears complete or not at all).
@@ -568,7 +571,7 @@ def save_policy(policy: nn.Module, path: str | os.PathLike[str], *, format: str 
     if format not in FORMATS:
         raise CheckpointError(f'Unknown pi0 checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
                               f"Use one of {', '.join(FORMATS)}.")
-    cfg: Pi0Config = policy.cfg  # type: ignore[assignment]
+    cfg: Pi0Config = policy.cfg
     tensors = export_state_dict(policy, format)
     tensors = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous().cpu()
                for k, v in tensors.items()}

@@ -226,7 +226,7 @@ def preset(name: str, variant: str = "pi0", **overrides: Any) -> Pi0Config:
     ``overrides`` replace any :class:`Pi0Config` field.
     """
     if name not in PRESETS:
-        raise ConfigError(f'Unknown pi0 preset "{name}".{did_you_mean(name, PRESETS)}',
+        raise ConfigError(f'Unknown pi0 preset "{name}".{did_you_mean(name, tuple(PRESETS))}',
                           f"Use one of {', '.join(PRESETS)}.")
     if variant not in VARIANTS:
         raise ConfigError(f'Unknown pi0 variant "{variant}".{did_you_mean(variant, VARIANTS)}',

@@ -124,10 +124,12 @@ class GemmaStack(nn.Module):
         from transformers import GemmaConfig
         from transformers.models.gemma.modeling_gemma import GemmaDecoderLayer, GemmaRMSNorm
 
-        gcfg = GemmaConfig(hidden_size=width, intermediate_size=mlp, num_hidden_layers=depth,
-                           num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-                           head_dim=cfg.head_dim, vocab_size=cfg.vocab_size, rms_norm_eps=cfg.rms_norm_eps,
-                           hidden_activation="gelu_pytorch_tanh", attention_bias=False)
+        kwargs: dict[str, Any] = {
+            "hidden_size": width, "intermediate_size": mlp, "num_hidden_layers": depth,
+            "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+            "vocab_size": cfg.vocab_size, "rms_norm_eps": cfg.rms_norm_eps,
+            "hidden_activation": "gelu_pytorch_tanh", "attention_bias": False}
+        gcfg = GemmaConfig(**kwargs)
         self.width = width
         self.embed_tokens = nn.Embedding(vocab_size, width) if vocab_size else None
         self.layers = nn.ModuleList([GemmaDecoderLayer(gcfg, i) for i in range(depth)])
@@ -138,6 +140,14 @@ class GemmaStack(nn.Module):
             self.norm: nn.Module = AdaptiveRMSNorm(width, adaptive_cond_dim, cfg.rms_norm_eps)
         else:
             self.norm = GemmaRMSNorm(width, eps=cfg.rms_norm_eps)
+
+
+class _Projector(nn.Module):
+    """PaliGemma's multi-modal projector (one linear layer, key ``multi_modal_projector.linear``)."""
+
+    def __init__(self, in_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_dim, out_dim)
 
 
 class PaliGemmaPrefix(nn.Module):
@@ -153,8 +163,7 @@ class PaliGemmaPrefix(nn.Module):
                                   hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, vision_use_head=False)
         vcfg._attn_implementation = "sdpa"
         self.vision_tower = SiglipVisionModel(vcfg)
-        self.multi_modal_projector = nn.Module()
-        self.multi_modal_projector.linear = nn.Linear(cfg.vision_width, cfg.vlm_width)
+        self.multi_modal_projector = _Projector(cfg.vision_width, cfg.vlm_width)
         self.language_model = GemmaStack(cfg.vlm_width, cfg.vlm_depth, cfg.vlm_mlp, cfg,
                                          vocab_size=cfg.vocab_size)
 
@@ -176,7 +185,8 @@ class NoiseHead(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, features: Tensor) -> Tensor:
-        return self.net(features.to(self.net[0].weight.dtype))
+        first: Any = self.net[0]
+        return self.net(features.to(first.weight.dtype))
 
 
 @dataclass
@@ -357,6 +367,7 @@ class Pi0Model(nn.Module):
         stacks = [self.vlm.language_model, self.expert]
         cfg = self.cfg
         hd = cfg.head_dim
+        layer: Any
         qs, ks, vs, lens = [], [], [], []
         gates: list[Tensor | None] = []
         for i, h in enumerate(hs):

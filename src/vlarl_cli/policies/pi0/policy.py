@@ -47,6 +47,8 @@ class Pi0Policy(Pi0Model):
         self.num_action_chunks = cfg.num_action_chunks
         self.action_dim = cfg.action_env_dim
         self.norm_stats = dict(norm_stats or {})
+        #: what :func:`~vlarl_cli.policies.pi0.checkpoint.load_policy` loaded, skipped and initialised
+        self.load_report: dict[str, Any] = {}
         mode = cfg.normalization_mode if self.norm_stats else "identity"
         self.processor = Pi0Processor(cfg, tokenizer or make_tokenizer(cfg), Normalizer(self.norm_stats, mode))
         if cfg.is_lora:

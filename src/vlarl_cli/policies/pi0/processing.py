@@ -58,7 +58,7 @@ def _resize_one(img: np.ndarray, height: int, width: int) -> np.ndarray:
         return img
     ratio = max(w / width, h / height)
     rh, rw = int(h / ratio), int(w / ratio)
-    resized = np.asarray(Image.fromarray(img).resize((rw, rh), resample=Image.BILINEAR))
+    resized = np.asarray(Image.fromarray(img).resize((rw, rh), resample=Image.Resampling.BILINEAR))
     out = np.zeros((height, width, img.shape[2]), dtype=img.dtype)
     top, left = max(0, int((height - rh) / 2)), max(0, int((width - rw) / 2))
     out[top: top + rh, left: left + rw] = resized
