@@ -122,3 +122,8 @@ def test_build_policy_from_settings() -> None:
     assert policy.fsdp_wrap_class_names() == ("Qwen3DecoderLayer", "Siglip2EncoderLayer", "BasicTransformerBlock")
     with pytest.raises(ConfigError, match="num_action_chunks"):
         build_policy(ModelSettings(preset="tiny", num_action_chunks=17), torch.device("cpu"))
+
+
+def test_build_policy_precision_on_cpu_is_fp32() -> None:
+    policy = build_policy(ModelSettings(preset="tiny", precision="bf16"), "cpu")
+    assert {p.dtype for p in policy.parameters()} == {torch.float32}

@@ -163,3 +163,16 @@ def test_bad_observation_is_reported(policy_factory, obs_factory) -> None:
     obs[keys.TASK_DESCRIPTIONS] = ["only one"]
     with pytest.raises(ValueError, match="batch sizes differ"):
         policy.sample(obs)
+
+
+def test_gradient_checkpointing_gives_identical_gradients(policy_factory, obs_factory) -> None:
+    grads = []
+    for flag in (False, True):
+        policy = policy_factory("n1.6", gradient_checkpointing=flag)
+        policy.train()
+        out = policy.sample(obs_factory(2), generator=torch.Generator().manual_seed(0))
+        policy.evaluate(out.replay).logprobs.sum().backward()
+        grads.append({n: p.grad.clone() for n, p in policy.action_head.model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for n in grads[0]:
+        torch.testing.assert_close(grads[0][n], grads[1][n], rtol=0, atol=1e-6)

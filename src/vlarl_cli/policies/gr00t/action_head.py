@@ -16,6 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from vlarl_cli.policies.gr00t.config import Gr00tConfig
 
@@ -228,6 +229,7 @@ class DiT(nn.Module):
         dim = cfg.input_embedding_dim
         self.alternate_vl = cfg.alternate_vl_dit
         self.attend_text_every_n_blocks = cfg.attend_text_every_n_blocks
+        self.gradient_checkpointing = False  # recompute each block in backward (ModelSettings.gradient_checkpointing)
         self.timestep_encoder = TimestepEncoder(dim)
         self.transformer_blocks = nn.ModuleList([
             BasicTransformerBlock(dim, cfg.dit_num_heads, cfg.dit_head_dim, cfg.dropout, ada_norm=True,
@@ -246,14 +248,15 @@ class DiT(nn.Module):
                 raise ValueError("AlternateVL-DiT needs image_mask and vl_mask [B, S]")
             image_att = image_mask & vl_mask
             text_att = ~image_mask & vl_mask
+        recompute = self.gradient_checkpointing and torch.is_grad_enabled()
         for i, block in enumerate(self.transformer_blocks):
             if i % 2 == 1:
-                x = block(x, temb)
+                args: tuple = (x, temb)
             elif self.alternate_vl:
-                mask = text_att if i % (2 * self.attend_text_every_n_blocks) == 0 else image_att
-                x = block(x, temb, vl, mask)
+                args = (x, temb, vl, text_att if i % (2 * self.attend_text_every_n_blocks) == 0 else image_att)
             else:
-                x = block(x, temb, vl, vl_mask)
+                args = (x, temb, vl, vl_mask)
+            x = checkpoint(block, *args, use_reentrant=False) if recompute else block(*args)
         shift, scale = self.proj_out_1(F.silu(temb)).chunk(2, dim=1)
         return self.proj_out_2(self.norm_out(x) * (1 + scale[:, None]) + shift[:, None])
 

@@ -140,6 +140,9 @@ class Gr00tConfig:
         if self.image_token_id >= self.vocab_size or self.pad_token_id >= self.vocab_size:
             raise ConfigError(f"image_token_id {self.image_token_id} / pad_token_id {self.pad_token_id} must be "
                               f"< vocab_size {self.vocab_size}.", "Fix the token ids or the vocabulary size.")
+        if self.max_text_tokens < 1:
+            raise ConfigError(f"max_text_tokens must be >= 1, got {self.max_text_tokens}.",
+                              "Reserve at least one prompt token for the task description.")
         if self.action_horizon + 1 + self.num_future_tokens > self.max_seq_len:
             raise ConfigError("state + future + action tokens exceed max_seq_len.", "Raise max_seq_len.")
 
@@ -317,16 +320,19 @@ def build_policy(model: ModelSettings, device: Any = "cpu") -> Any:
     """
     import torch
 
+    from vlarl_cli.distributed.device import resolve_dtype
+
     device = torch.device(device)
+    dtype = resolve_dtype(model.precision or "fp32", device)  # bf16 -> fp32 on CPU
     if model.model_path is not None:
         from pathlib import Path
 
         from vlarl_cli.policies.gr00t.checkpoint import load_policy
 
-        return load_policy(Path(model.model_path), device=device, overrides=model.to_dict())
+        return load_policy(Path(model.model_path), device=device, dtype=dtype, overrides=model.to_dict())
     from vlarl_cli.policies.gr00t.modality import default_modality
     from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
 
     cfg = preset(model.preset or "tiny", model.version)
     modality = default_modality(model.effective_embodiment_tag, cfg)
-    return Gr00tPolicy(cfg, model, modality, device=device)
+    return Gr00tPolicy(cfg, model, modality, device=device, dtype=dtype)

@@ -115,6 +115,7 @@ class Gr00tPolicy(nn.Module):
                     setattr(module, name, getattr(module, name).float())
         if settings.disable_dropout:
             disable_dropout(self)
+        self.action_head.model.gradient_checkpointing = settings.gradient_checkpointing
         self._tokenizer = tokenizer
         self.apply_trainability()
 
@@ -198,6 +199,11 @@ class Gr00tPolicy(nn.Module):
         """Names of the layer classes present in this model that FSDP should wrap individually."""
         present = {type(m).__name__ for m in self.modules()}
         return tuple(n for n in FSDP_WRAP_CLASSES if n in present)
+
+    @property
+    def fsdp_wrap_classes(self) -> tuple[str, ...]:
+        """What :func:`vlarl_cli.distributed.fsdp.wrap_classes` falls back to when the config names none."""
+        return self.fsdp_wrap_class_names()
 
     # ------------------------------------------------------------------ inputs
     def prepare_inputs(self, obs: Observation) -> Replay:
