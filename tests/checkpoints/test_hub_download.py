@@ -314,3 +314,53 @@ def test_state_files_are_json(hub, run_download, tmp_path):
     verified = json.loads((out / ".cache" / "vlarl" / "verified.json").read_text())
     assert verified[MODEL]["hash"] == sha256(FILES[MODEL])
     assert verified["config.json"]["hash"] == git_sha1(FILES["config.json"])
+
+
+def test_stale_partial_with_wrong_bytes_is_refetched_from_zero(hub, run_download, tmp_path):
+    out = tmp_path / "out"
+    partial = out / ".cache" / "vlarl" / "partial" / (MODEL + ".part")
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(b"\x00" * 100)  # e.g. left by a power cut: right length so far, wrong content
+    res = run_download(REPO_ID, "--local-dir", str(out))
+    assert res.returncode == 0, res.stderr
+    gets = hub.served("cdn", "GET", f"/cdn/{sha256(FILES[MODEL])}")
+    assert [g.range for g in gets] == ["bytes=100-", None]  # resume tried, hash failed, fetched afresh
+    assert (out / MODEL).read_bytes() == FILES[MODEL]
+    assert "1 resumed" not in res.stdout
+
+
+def test_second_concurrent_download_is_refused(hub, run_download, tmp_path):
+    import fcntl
+
+    out = tmp_path / "out"
+    lock = out / ".cache" / "vlarl" / "lock"
+    lock.parent.mkdir(parents=True)
+    with open(lock, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fh.write("4242")
+        fh.flush()
+        res = run_download(REPO_ID, "--local-dir", str(out))
+    _no_traceback(res)
+    assert "Another vlarl download (pid 4242)" in res.stderr
+    assert run_download(REPO_ID, "--local-dir", str(out)).returncode == 0  # lock released with the holder
+
+
+def test_free_space_check(tmp_path, monkeypatch):
+    import shutil as _shutil
+    from collections import namedtuple
+
+    from vlarl_cli.checkpoints import hub as hub_mod
+    from vlarl_cli.errors import HubError
+
+    target = hub_mod._LocalDirTarget(tmp_path)
+    files = [hub_mod.RemoteFile("a.bin", 1000, "0" * 64, "0" * 40), hub_mod.RemoteFile("b", 500, None, "1" * 40)]
+    (tmp_path / "b").write_bytes(b"x" * 500)  # complete already: not counted
+    part = target.partial_path(files[0])
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"x" * 300)  # 700 bytes still missing
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(_shutil, "disk_usage", lambda p: usage(10**6, 0, 699))
+    with pytest.raises(HubError, match="needs 700 bytes"):
+        hub_mod._check_free_space(files, target)
+    monkeypatch.setattr(_shutil, "disk_usage", lambda p: usage(10**6, 0, 700))
+    hub_mod._check_free_space(files, target)  # exactly enough

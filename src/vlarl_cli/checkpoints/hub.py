@@ -31,11 +31,13 @@ client call, so tests can point it at a loopback server.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import hashlib
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -248,8 +250,6 @@ class _CacheTarget:
         try:
             os.symlink(rel, tmp)
         except OSError:  # no symlink support (some Windows setups): fall back to a copy
-            import shutil
-
             shutil.copyfile(blob, tmp)
         os.replace(tmp, link)
 
@@ -349,6 +349,13 @@ def _hub_errors(repo_id: str, revision: str, endpoint: str) -> Iterator[None]:
         status = err.response.status_code if err.response is not None else "?"
         raise HubError(f"The hub at {web} answered HTTP {status} for {repo_id}: {str(err).splitlines()[0]}",
                        fix="Try again later; if it persists check HF_ENDPOINT and your token.") from err
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise HubError(f"The disk is full while downloading {repo_id} ({err}). Bytes received so far "
+                           "are kept and resume on the next run.",
+                           fix="Free some space (or pass --local-dir / --cache-dir on a larger disk) and run "
+                           "the same command again.") from err
+        raise
     except httpx2.TransportError as err:  # connect/timeout/protocol errors: not HfHubHTTPError (REF s6)
         raise _unreachable(web, f"{type(err).__name__}: {err}") from err
     except httpx2.HTTPError as err:
@@ -438,9 +445,29 @@ class _Transfer:
     def run(self, entry: RemoteFile, partial: Path, task: TaskID | None) -> tuple[int, bool]:
         """Fetch ``entry`` into ``partial``; returns (bytes transferred now, resumed?).
 
-        The partial file is verified (size + hash) before returning; on a mismatch it is deleted and
-        HubError raised. On a transfer failure the partial bytes are kept for the next run.
+        The partial file is verified (size + hash) before returning. A mismatch after a *resumed*
+        transfer may come from stale bytes of an earlier run, so the file is fetched once more from
+        byte 0; a mismatch on a fresh transfer deletes the bytes and raises HubError. On a transfer
+        failure the partial bytes are kept for the next run.
         """
+        transferred, resumed, digest = self._fetch(entry, partial, task)
+        if digest != entry.expected_hash and resumed:
+            partial.unlink()
+            more, _, digest = self._fetch(entry, partial, task)
+            transferred += more
+            resumed = False
+        if digest != entry.expected_hash:
+            partial.unlink()
+            raise HubError(
+                f"{entry.path} arrived corrupted: its {entry.hash_kind} is {digest} but the hub lists "
+                f"{entry.expected_hash} (size {entry.size} bytes matched). The bad copy was deleted.",
+                fix="Run the command again to download it afresh; if it fails again the hub or the "
+                "HF_ENDPOINT mirror serves a damaged file.",
+            )
+        return transferred, resumed
+
+    def _fetch(self, entry: RemoteFile, partial: Path, task: TaskID | None) -> tuple[int, bool, str]:
+        """Append the missing bytes of ``entry`` to ``partial``; (bytes now, resumed?, hex digest)."""
         import httpx2
         from huggingface_hub import constants
         from huggingface_hub.utils import get_session, hf_raise_for_status
@@ -512,16 +539,7 @@ class _Transfer:
                         "the model (HF_HUB_OFFLINE=1 skips the hub).",
                     ) from err
                 time.sleep(min(self.retry_wait * 2 ** max(failures - 1, 0), 8.0))
-        digest = hasher.hexdigest()
-        if digest != entry.expected_hash:
-            partial.unlink()
-            raise HubError(
-                f"{entry.path} arrived corrupted: its {entry.hash_kind} is {digest} but the hub lists "
-                f"{entry.expected_hash} (size {entry.size} bytes matched). The bad copy was deleted.",
-                fix="Run the command again to download it afresh; if it fails again the hub or the "
-                "HF_ENDPOINT mirror serves a damaged file.",
-            )
-        return transferred, resumed
+        return transferred, resumed, hasher.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -619,10 +637,12 @@ def download(
         safe_join(target.root, f.path)
         target.partial_path(f)
     target.root.mkdir(parents=True, exist_ok=True)
-    manifest = _Manifest(target.state_dir / "verified.json")
-
-    records = _fetch_all(repo_id, commit, endpoint, token, retries, retry_wait, quiet, err_console,
-                         wanted, target, manifest)
+    target.state_dir.mkdir(parents=True, exist_ok=True)
+    with _exclusive(target.state_dir / "lock", target.root):
+        _check_free_space(wanted, target)
+        manifest = _Manifest(target.state_dir / "verified.json")
+        records = _fetch_all(repo_id, commit, endpoint, token, retries, retry_wait, quiet, err_console,
+                             wanted, target, manifest)
 
     if isinstance(target, _CacheTarget):
         if not _COMMIT_RE.match(rev):
@@ -640,6 +660,51 @@ def download(
     if not quiet:
         _print_summary(out, result)
     return result
+
+
+@contextlib.contextmanager
+def _exclusive(lock_file: Path, root: Path) -> Iterator[None]:
+    """One writer per target folder: two downloads appending to the same partial file would waste
+    the transfer (the hash check would catch it, but only at the end). POSIX ``flock``; the lock dies
+    with the process, so a killed download never leaves a stale lock behind."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no advisory locks, accept the risk
+        yield
+        return
+    with open(lock_file, "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            raise HubError(f"Another vlarl download (pid {holder}) is writing into {root} right now.",
+                           fix="Wait for it to finish, or download into a different --local-dir.") from err
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _check_free_space(wanted: list[RemoteFile], target: _Target) -> None:
+    """Refuse to start when the disk cannot hold the missing bytes (partial bytes count as present)."""
+    needed = 0
+    for f in wanted:
+        final, partial = target.complete_path(f), target.partial_path(f)
+        if final.is_file() and final.stat().st_size == f.size:
+            continue
+        needed += f.size - (partial.stat().st_size if partial.is_file() else 0)
+    free = shutil.disk_usage(target.root).free
+    if needed > free:
+        raise HubError(
+            f"Not enough disk space in {target.root}: the download needs {needed:,} bytes "
+            f"({needed / 1e9:.2f} GB) more, {free:,} bytes ({free / 1e9:.2f} GB) are free.",
+            fix="Free some space, pass --local-dir / --cache-dir on a larger disk, or fetch fewer files "
+            "with --include / --exclude.")
 
 
 def _slug(rev: str) -> str:
