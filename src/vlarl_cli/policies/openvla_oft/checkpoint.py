@@ -1,0 +1,628 @@
+"""OpenVLA-OFT checkpoints: detection, loading and saving in two layouts, with explicit key maps.
+
+Layouts (``FORMATS``):
+
+==============  ==============================================================================================
+``vlarl``       ours: ``model.safetensors`` (+ ``model.safetensors.index.json`` shards when large),
+                ``vlarl_config.json`` ``{"family": "openvla_oft", "format_version": 1, "model": {OftConfig}}``,
+                ``dataset_statistics.json``. Internal (transformers) key names, LoRA factors kept unmerged.
+``openvla_hf``  the OpenVLA / OpenVLA-OFT / RLinf Hugging Face folder: ``config.json`` (``model_type: openvla``,
+                ``text_config``, ``n_action_bins``, ``norm_stats``), sharded ``model-0000x-of-0000y.safetensors``
+                + ``model.safetensors.index.json``, ``dataset_statistics.json``, tokenizer files. Vision keys are
+                timm names (openvla-oft ``PrismaticVisionBackbone``); LoRA merged on export.
+==============  ==============================================================================================
+
+Key map internal (transformers modules) <-> ``openvla_hf`` (timm), per tower (``F`` =
+``vision_backbone.featurizer.`` DINOv2, ``G`` = ``vision_backbone.fused_featurizer.`` SigLIP):
+
+==============================================  =========================================================
+``F embeddings.cls_token``                      ``F cls_token`` (on export + ``position_embeddings[:, 0]``)
+``F embeddings.register_tokens``                ``F reg_token``
+``F embeddings.position_embeddings [1,1+N,D]``  ``F pos_embed [1,N,D]`` (timm DINOv2-reg gives the CLS no
+                                                position: a zero row is prepended on load)
+``F embeddings.patch_embeddings.projection.``   ``F patch_embed.proj.``
+``F encoder.layer.n.attention.{q,k,v}_proj.``   thirds of ``F blocks.n.attn.qkv.`` (rows q | k | v)
+``F encoder.layer.n.attention.o_proj.``         ``F blocks.n.attn.proj.``
+``F encoder.layer.n.layer_scale{1,2}.lambda1``  ``F blocks.n.ls{1,2}.scale_factor`` (OpenVLA's renamed
+                                                ``gamma``; ``gamma`` accepted on load)
+``F encoder.layer.n.{norm1,norm2,mlp.fc1,mlp.fc2}.``  ``F blocks.n.`` same names
+``F layernorm.``                                ``F norm.``
+``G embeddings.patch_embedding.``               ``G patch_embed.proj.``
+``G embeddings.position_embedding.weight``      ``G pos_embed`` (``[1, N, D]`` <-> ``[N, D]``)
+``G encoder.layers.n.layer_norm{1,2}.``         ``G blocks.n.norm{1,2}.``
+``G encoder.layers.n.self_attn.{q,k,v}_proj.``  thirds of ``G blocks.n.attn.qkv.``
+``G encoder.layers.n.self_attn.out_proj.``      ``G blocks.n.attn.proj.``
+``G encoder.layers.n.mlp.``                     ``G blocks.n.mlp.``
+``G post_layernorm.``                           ``G norm.``
+``G head.probe``                                ``G attn_pool.latent``
+``G head.attention.in_proj_{weight,bias}``      ``G attn_pool.q.`` ++ ``G attn_pool.kv.`` (rows)
+``G head.attention.out_proj.`` / ``head.layernorm.`` / ``head.mlp.``  ``G attn_pool.proj.`` / ``.norm.`` / ``.mlp.``
+``projector.``, ``language_model.``, ``value_head.``  unchanged
+==============================================  =========================================================
+
+Parameters that exist only on our side (transformers' DINOv2 ``mask_token``, unused without masked
+inputs; the RL value head; LoRA factors) are freshly initialised when absent and listed in
+``policy.load_report["initialized"]``. Loading builds the model on the meta device, materialises it
+on the target device and fills it tensor by tensor from ``safetensors.safe_open``. Any other missing
+or unexpected key, or a shape mismatch, raises :class:`CheckpointError` naming the keys when
+``strict`` (the default). OFT's separate ``action_head--*.pt`` / ``proprio_projector--*.pt`` files
+(the official L1-regression head) are not part of the RL variant and are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vlarl_cli.errors import CheckpointError, did_you_mean
+from vlarl_cli.policies.openvla_oft.config import OftConfig, preset
+from vlarl_cli.policies.openvla_oft.processing import DATASET_STATISTICS_FILE, load_dataset_statistics
+
+__all__ = ["FORMATS", "describe", "detect_format", "export_state_dict", "import_rules", "load_policy",
+           "save_policy"]
+
+FORMATS: tuple[str, ...] = ("vlarl", "openvla_hf")
+FAMILY = "openvla_oft"
+FORMAT_VERSION = 1
+VLARL_CONFIG = "vlarl_config.json"
+WEIGHTS = "model.safetensors"
+_MAX_SHARD_BYTES = 4 * 1024**3
+_DINO = "vision_backbone.featurizer."
+_SIGLIP = "vision_backbone.fused_featurizer."
+# Internal-only parameters: fresh when a checkpoint lacks them (never an error).
+_FRESH_PREFIXES = ("value_head.",)
+_FRESH_KEYS = (_DINO + "embeddings.mask_token",)
+
+
+# ---------------------------------------------------------------------------------------- key maps
+@dataclass(frozen=True)
+class Rule:
+    """How one internal tensor is made from external tensors.
+
+    ``kind``: ``copy`` (one tensor as is), ``third`` (rows ``part``/3 of a fused qkv), ``pos_cls``
+    (prepend a zero CLS row), ``squeeze`` (drop the leading 1), ``concat`` (rows of several tensors).
+    ``ext``: the external keys read (alternatives for ``copy``: the first present wins).
+    """
+
+    kind: str
+    ext: tuple[str, ...]
+    part: int = 0
+
+
+def import_rules(cfg: OftConfig) -> dict[str, Rule]:
+    """Internal key -> :class:`Rule` for the ``openvla_hf`` layout (vision towers only; the rest is
+    identity and handled by :func:`_rule_for`)."""
+    r: dict[str, Rule] = {}
+
+    def copy(internal: str, *external: str) -> None:
+        r[internal] = Rule("copy", tuple(external))
+
+    f, g = _DINO, _SIGLIP
+    copy(f + "embeddings.cls_token", f + "cls_token")
+    if cfg.dino_registers > 0:
+        copy(f + "embeddings.register_tokens", f + "reg_token")
+    r[f + "embeddings.position_embeddings"] = Rule("pos_cls", (f + "pos_embed",))
+    for p in ("weight", "bias"):
+        copy(f"{f}embeddings.patch_embeddings.projection.{p}", f"{f}patch_embed.proj.{p}")
+        copy(f"{f}layernorm.{p}", f"{f}norm.{p}")
+        for n in range(cfg.dino_depth):
+            src, dst = f"{f}blocks.{n}.", f"{f}encoder.layer.{n}."
+            for name in ("norm1", "norm2", "mlp.fc1", "mlp.fc2"):
+                copy(f"{dst}{name}.{p}", f"{src}{name}.{p}")
+            for i, q in enumerate(("q_proj", "k_proj", "v_proj")):
+                r[f"{dst}attention.{q}.{p}"] = Rule("third", (f"{src}attn.qkv.{p}",), i)
+            copy(f"{dst}attention.o_proj.{p}", f"{src}attn.proj.{p}")
+        copy(f"{g}embeddings.patch_embedding.{p}", f"{g}patch_embed.proj.{p}")
+        copy(f"{g}post_layernorm.{p}", f"{g}norm.{p}")
+        for n in range(cfg.siglip_depth):
+            src, dst = f"{g}blocks.{n}.", f"{g}encoder.layers.{n}."
+            copy(f"{dst}layer_norm1.{p}", f"{src}norm1.{p}")
+            copy(f"{dst}layer_norm2.{p}", f"{src}norm2.{p}")
+            for name in ("mlp.fc1", "mlp.fc2"):
+                copy(f"{dst}{name}.{p}", f"{src}{name}.{p}")
+            for i, q in enumerate(("q_proj", "k_proj", "v_proj")):
+                r[f"{dst}self_attn.{q}.{p}"] = Rule("third", (f"{src}attn.qkv.{p}",), i)
+            copy(f"{dst}self_attn.out_proj.{p}", f"{src}attn.proj.{p}")
+        if cfg.siglip_head:
+            r[f"{g}head.attention.in_proj_{p}"] = Rule("concat", (f"{g}attn_pool.q.{p}", f"{g}attn_pool.kv.{p}"))
+            copy(f"{g}head.attention.out_proj.{p}", f"{g}attn_pool.proj.{p}")
+            copy(f"{g}head.layernorm.{p}", f"{g}attn_pool.norm.{p}")
+            for name in ("mlp.fc1", "mlp.fc2"):
+                copy(f"{g}head.{name}.{p}", f"{g}attn_pool.{name}.{p}")
+    for n in range(cfg.dino_depth):
+        for s in (1, 2):  # OpenVLA renames timm's LayerScale.gamma to scale_factor (HF overwrote "gamma")
+            copy(f"{f}encoder.layer.{n}.layer_scale{s}.lambda1", f"{f}blocks.{n}.ls{s}.scale_factor",
+                 f"{f}blocks.{n}.ls{s}.gamma")
+    r[g + "embeddings.position_embedding.weight"] = Rule("squeeze", (g + "pos_embed",))
+    if cfg.siglip_head:
+        copy(g + "head.probe", g + "attn_pool.latent")
+    return r
+
+
+def _rule_for(key: str, fmt: str, rules: dict[str, Rule]) -> Rule | None:
+    """The rule of internal ``key`` (None: internal-only key such as ``mask_token``)."""
+    if fmt == "vlarl":
+        return Rule("copy", (key,))
+    if key in rules:
+        return rules[key]
+    if key.startswith(_DINO) or key.startswith(_SIGLIP):
+        return None
+    return Rule("copy", (key,))
+
+
+def _build(rule: Rule, tensors: list[Tensor]) -> Tensor:
+    if rule.kind == "copy":
+        return tensors[0]
+    if rule.kind == "third":
+        t = tensors[0]
+        n = t.shape[0] // 3
+        return t[rule.part * n: (rule.part + 1) * n]
+    if rule.kind == "pos_cls":
+        t = tensors[0]
+        return torch.cat([t.new_zeros(t.shape[0], 1, t.shape[2]), t], dim=1)
+    if rule.kind == "squeeze":
+        return tensors[0].reshape(tensors[0].shape[1:]) if tensors[0].dim() == 3 else tensors[0]
+    if rule.kind == "concat":
+        return torch.cat(tensors, dim=0)
+    raise ValueError(rule.kind)
+
+
+def _expected_shape(rule: Rule, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    s = shapes[0]
+    if rule.kind == "third":
+        return (s[0] // 3, *s[1:])
+    if rule.kind == "pos_cls":
+        return (s[0], s[1] + 1, s[2])
+    if rule.kind == "squeeze":
+        return s[1:] if len(s) == 3 else s
+    if rule.kind == "concat":
+        return (sum(x[0] for x in shapes), *s[1:])
+    return s
+
+
+def export_state_dict(policy: nn.Module, fmt: str) -> dict[str, Tensor]:
+    """The tensors :func:`save_policy` writes for ``fmt`` (external names; LoRA merged for ``openvla_hf``)."""
+    cfg: OftConfig = policy.cfg  # type: ignore[assignment]
+    if fmt == "vlarl":
+        return {k: v.detach() for k, v in policy.state_dict().items()}
+    if fmt != "openvla_hf":
+        raise CheckpointError(f'Unknown OpenVLA-OFT checkpoint format "{fmt}".{did_you_mean(fmt, FORMATS)}',
+                              f"Use one of {', '.join(FORMATS)}.")
+    sd = _merged_state_dict(policy)
+    rules = import_rules(cfg)
+    out: dict[str, Tensor] = {}
+    thirds: dict[str, dict[int, Tensor]] = {}
+    for key, value in sd.items():
+        rule = _rule_for(key, fmt, rules)
+        if rule is None:
+            continue  # internal-only (mask_token)
+        if rule.kind == "copy":
+            if key == _DINO + "embeddings.cls_token":
+                # fold the CLS position into the token: timm DINOv2-reg has no CLS position
+                value = value + sd[_DINO + "embeddings.position_embeddings"][:, :1]
+            out[rule.ext[0]] = value
+        elif rule.kind == "third":
+            thirds.setdefault(rule.ext[0], {})[rule.part] = value
+        elif rule.kind == "pos_cls":
+            out[rule.ext[0]] = value[:, 1:]
+        elif rule.kind == "squeeze":
+            out[rule.ext[0]] = value.unsqueeze(0)
+        elif rule.kind == "concat":
+            d = value.shape[0] // 3
+            out[rule.ext[0]], out[rule.ext[1]] = value[:d], value[d:]
+    for ext, parts in thirds.items():
+        out[ext] = torch.cat([parts[0], parts[1], parts[2]], dim=0)
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def _merged_state_dict(policy: nn.Module) -> dict[str, Tensor]:
+    """State dict with every LoRA update folded into its base weight and no LoRA keys."""
+    from vlarl_cli.policies.lora import LoRALinear
+
+    sd = {k: v.detach() for k, v in policy.state_dict().items()}
+    for name, m in policy.named_modules():
+        if isinstance(m, LoRALinear):
+            sd[f"{name}.weight"] = m.merged_weight().detach()
+            sd.pop(f"{name}.lora_A", None)
+            sd.pop(f"{name}.lora_B", None)
+    return sd
+
+
+# ---------------------------------------------------------------------------------------- files
+def _weight_files(root: Path) -> list[Path]:
+    from vlarl_cli.checkpoints.detect import weight_files
+
+    return weight_files(root)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _header(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Path]]:
+    from vlarl_cli.checkpoints.detect import read_safetensors_header
+
+    out: dict[str, tuple[tuple[int, ...], str, Path]] = {}
+    for f in files:
+        try:
+            header = read_safetensors_header(f)
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"{f} is not a readable safetensors file ({err}).",
+                                  "Re-download the checkpoint.") from None
+        for name, meta in header.items():
+            if name != "__metadata__":
+                out[name] = (tuple(int(d) for d in meta["shape"]), str(meta["dtype"]), f)
+    return out
+
+
+def detect_format(path: str | os.PathLike[str]) -> str | None:
+    """The layout of an OpenVLA-OFT checkpoint folder, or None (cheap: file names, JSON, headers)."""
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    vcfg = _read_json(root / VLARL_CONFIG)
+    if vcfg is not None:
+        return "vlarl" if vcfg.get("family") == FAMILY else None
+    cfg = _read_json(root / "config.json") or {}
+    if cfg.get("model_type") == "openvla":
+        return "openvla_hf"
+    try:
+        names = set(_header(_weight_files(root)))
+    except CheckpointError:
+        return None
+    if any(n.startswith(_DINO) for n in names) and any(n.startswith("language_model.") for n in names):
+        return "openvla_hf"
+    return None
+
+
+# ---------------------------------------------------------------------------------------- architecture
+def _count_blocks(shapes: dict[str, tuple[int, ...]], prefix: str) -> int:
+    idx = {int(k[len(prefix):].split(".")[0]) for k in shapes if k.startswith(prefix)}
+    return max(idx) + 1 if idx else 0
+
+
+def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, ...]]) -> OftConfig:
+    if fmt == "vlarl":
+        vcfg = _read_json(root / VLARL_CONFIG)
+        if vcfg is None or not isinstance(vcfg.get("model"), dict):
+            raise CheckpointError(f"{root / VLARL_CONFIG} is missing or malformed.", "Re-save the checkpoint.")
+        if vcfg.get("format_version") != FORMAT_VERSION:
+            raise CheckpointError(f"{root} has format_version {vcfg.get('format_version')}, this vlarl reads "
+                                  f"{FORMAT_VERSION}.", "Convert it with the matching vlarl version.")
+        return OftConfig.from_dict(vcfg["model"])
+    cfg_json = _read_json(root / "config.json") or {}
+    if isinstance(cfg_json.get("vlarl_arch"), dict):  # written by our exporter (tiny / custom sizes)
+        return OftConfig.from_dict(cfg_json["vlarl_arch"])
+    vb = str(cfg_json.get("vision_backbone_id", "dinosiglip-vit-so-224px"))
+    if vb != "dinosiglip-vit-so-224px" or cfg_json.get("use_fused_vision_backbone") is False:
+        raise CheckpointError(f"Unsupported OpenVLA vision backbone {vb!r} in {root / 'config.json'}.",
+                              "Only dinosiglip-vit-so-224px (DINOv2 + SigLIP, 224 px) is supported.")
+    values: dict[str, Any] = {}
+    text = cfg_json.get("text_config") or {}
+    for ours, name in (("llm_width", "hidden_size"), ("llm_depth", "num_hidden_layers"), ("llm_mlp", "intermediate_size"),
+                       ("llm_heads", "num_attention_heads"), ("llm_kv_heads", "num_key_value_heads"),
+                       ("vocab_size", "vocab_size"), ("rms_norm_eps", "rms_norm_eps"),
+                       ("max_position_embeddings", "max_position_embeddings")):
+        if text.get(name) is not None:
+            values[ours] = text[name]
+    if "llm_heads" in values and "llm_kv_heads" not in values:
+        values["llm_kv_heads"] = values["llm_heads"]
+    for ours, name in (("n_action_bins", "n_action_bins"), ("pad_to_multiple_of", "pad_to_multiple_of"),
+                       ("pad_token_id", "pad_token_id")):
+        if cfg_json.get(name) is not None:
+            values[ours] = int(cfg_json[name])
+    emb = shapes.get("language_model.model.embed_tokens.weight")
+    if emb is not None:
+        values["vocab_size"], values["llm_width"] = emb
+    n_dino = _count_blocks(shapes, _DINO + "blocks.")
+    n_siglip = _count_blocks(shapes, _SIGLIP + "blocks.")
+    if n_dino:
+        values["dino_depth"] = n_dino
+    if n_siglip:
+        values["siglip_depth"] = n_siglip
+    if (s := shapes.get(_DINO + "patch_embed.proj.weight")) is not None:
+        values["dino_width"], values["patch_size"] = s[0], s[-1]
+    if (s := shapes.get(_DINO + "pos_embed")) is not None:
+        values["image_size"] = math.isqrt(s[1]) * values.get("patch_size", 14)
+    if (s := shapes.get(_DINO + "reg_token")) is not None:
+        values["dino_registers"] = s[1]
+    elif shapes:
+        values["dino_registers"] = 0
+    if (s := shapes.get(_SIGLIP + "patch_embed.proj.weight")) is not None:
+        values["siglip_width"] = s[0]
+    if (s := shapes.get(_SIGLIP + "blocks.0.mlp.fc1.weight")) is not None:
+        values["siglip_mlp"] = s[0]
+    if shapes:
+        values["siglip_head"] = (_SIGLIP + "attn_pool.latent") in shapes
+    return preset("full", **values)
+
+
+# ---------------------------------------------------------------------------------------- load
+def _reset_buffers(policy: nn.Module) -> None:
+    """Recompute the non-persistent buffers that ``to_empty`` leaves uninitialised."""
+    rot = policy.language_model.model.rotary_emb  # type: ignore[union-attr]
+    inv_freq, _ = rot.compute_default_rope_parameters(rot.config)
+    rot.inv_freq = inv_freq.to(rot.inv_freq.device)
+    rot.original_inv_freq = inv_freq.clone().to(rot.inv_freq.device)
+    emb = policy.vision_backbone.fused_featurizer.embeddings  # type: ignore[union-attr]
+    emb.position_ids = torch.arange(emb.num_positions, device=emb.position_ids.device).expand((1, -1))
+
+
+def _fresh_init(policy: nn.Module, fresh: list[str]) -> None:
+    """Initialise internal-only parameters a checkpoint did not contain, as a fresh build would."""
+    from vlarl_cli.policies.lora import LoRALinear
+
+    miss = set(fresh)
+    with torch.no_grad():
+        if any(k.startswith("value_head.") for k in miss) and policy.value_head is not None:
+            from vlarl_cli.policies.value_head import ValueHead
+
+            cfg: OftConfig = policy.cfg  # type: ignore[assignment]
+            ref = policy.projector.fc1.weight  # type: ignore[union-attr]
+            policy.value_head = ValueHead(cfg.llm_width, cfg.value_hidden).to(device=ref.device, dtype=ref.dtype)
+        for name, p in policy.named_parameters():
+            if name in miss and name in _FRESH_KEYS:
+                p.zero_()  # transformers initialises the DINOv2 mask token to zeros
+        for name, m in policy.named_modules():
+            if isinstance(m, LoRALinear) and f"{name}.lora_A" in miss:
+                nn.init.kaiming_uniform_(m.lora_A, a=math.sqrt(5))
+                m.lora_B.zero_()
+
+
+def _format_keys(keys: list[str], limit: int = 12) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f" ... and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def _find_statistics(root: Path, cfg_json: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+    f = root / DATASET_STATISTICS_FILE
+    if f.is_file():
+        return load_dataset_statistics(f), os.fspath(f)
+    if cfg_json and isinstance(cfg_json.get("norm_stats"), dict) and cfg_json["norm_stats"]:
+        return dict(cfg_json["norm_stats"]), os.fspath(root / "config.json")
+    return None, None
+
+
+def load_policy(path: str | os.PathLike[str], *, format: str | None = None, device: torch.device | str = "cpu",
+                dtype: torch.dtype = torch.float32, strict: bool = True, overrides: dict[str, Any] | None = None,
+                dataset_statistics_path: str | os.PathLike[str] | None = None) -> nn.Module:
+    """Load an OpenVLA-OFT checkpoint in any supported layout as an :class:`OftPolicy`.
+
+    Args:
+        path: checkpoint folder.
+        format: one of :data:`FORMATS`, or None to detect.
+        device, dtype: where and in which precision to materialise the weights.
+        strict: raise :class:`CheckpointError` on missing (other than internal-only / RL / LoRA keys),
+            unexpected or mis-shaped keys; with ``strict=False`` they are listed in
+            ``policy.load_report`` and the parameters that could not be loaded are zero-filled.
+        overrides: OftConfig fields to change (the RL settings: num_action_chunks, temperature, ...).
+        dataset_statistics_path: explicit ``dataset_statistics.json``; default: the folder's, else the
+            ``norm_stats`` of ``config.json``.
+    """
+    from safetensors import safe_open
+
+    from vlarl_cli.policies.openvla_oft.policy import OftPolicy
+
+    root = Path(path)
+    if not root.is_dir():
+        raise CheckpointError(f"Checkpoint folder {root} does not exist.",
+                              "Check model_path, or download the checkpoint first (vlarl download).")
+    fmt = format or detect_format(root)
+    if fmt is None:
+        raise CheckpointError(f"{root} is not a recognised OpenVLA-OFT checkpoint (no vlarl_config.json, no "
+                              "config.json with model_type openvla, no vision_backbone.* + language_model.* weights).",
+                              f"Point model_path at an OpenVLA-OFT folder, or pass format= one of {FORMATS}.")
+    if fmt not in FORMATS:
+        raise CheckpointError(f'Unknown OpenVLA-OFT checkpoint format "{fmt}".{did_you_mean(fmt, FORMATS)}',
+                              f"Use one of {', '.join(FORMATS)}.")
+    files = _weight_files(root)
+    if not files:
+        raise CheckpointError(f"{root} holds no .safetensors weights (pickle .bin / .pt files are not loaded).",
+                              "Convert the weights to safetensors, or download the safetensors release.")
+    header = _header(files)
+    shapes = {k: v[0] for k, v in header.items()}
+    cfg = _config_from_checkpoint(root, fmt, shapes)
+    if overrides:
+        cfg = cfg.replace(**overrides)
+    tok_file = root / "tokenizer.json"
+    if cfg.tokenizer == "byte" and tok_file.is_file():
+        cfg = cfg.replace(tokenizer=os.fspath(tok_file))
+    elif cfg.tokenizer == "byte" and cfg.vocab_size > 4096:
+        warnings.warn(f"{root} has a {cfg.vocab_size}-token vocabulary but no tokenizer.json; prompts will be "
+                      "byte-tokenised, which the pretrained model does not understand. Set tokenizer_path to the "
+                      "OpenVLA Llama-2 tokenizer.json.", stacklevel=2)
+    cfg_json = _read_json(root / "config.json")
+    if dataset_statistics_path is not None:
+        stats, stats_src = load_dataset_statistics(dataset_statistics_path), os.fspath(dataset_statistics_path)
+    else:
+        stats, stats_src = _find_statistics(root, cfg_json)
+
+    with torch.device("meta"):
+        policy = OftPolicy(cfg, dataset_statistics=stats)
+    policy = policy.to_empty(device=device).to(dtype)
+    _reset_buffers(policy)
+    params = dict(policy.state_dict(keep_vars=True))
+
+    rules = import_rules(cfg)
+    consumed: set[str] = set()
+    loaded: set[str] = set()
+    mismatched: list[str] = []
+    absent: list[str] = []
+    plan: list[tuple[str, Rule, list[str]]] = []
+    for key in params:
+        rule = _rule_for(key, fmt, rules)
+        if rule is None:
+            absent.append(key)
+            continue
+        if rule.kind == "copy":
+            present = [e for e in rule.ext if e in header]
+            srcs = present[:1]
+        else:
+            srcs = list(rule.ext) if all(e in header for e in rule.ext) else []
+        if not srcs:
+            absent.append(key)
+            continue
+        plan.append((key, rule, srcs))
+    handles: dict[Path, Any] = {}
+    try:
+        with torch.no_grad():
+            for key, rule, srcs in plan:
+                consumed.update(srcs)
+                expect = _expected_shape(rule, [header[s][0] for s in srcs])
+                target = params[key]
+                if tuple(target.shape) != expect:
+                    mismatched.append(f"{key} <- {srcs[0]} {list(expect)} vs model {list(target.shape)}")
+                    continue
+                tensors = []
+                for s in srcs:
+                    f = header[s][2]
+                    if f not in handles:
+                        handles[f] = safe_open(os.fspath(f), "pt", device="cpu").__enter__()
+                    tensors.append(handles[f].get_tensor(s))
+                target.copy_(_build(rule, tensors).to(target.dtype))
+                loaded.add(key)
+    finally:
+        for h in handles.values():
+            h.__exit__(None, None, None)
+    unexpected = [k for k in header if k not in consumed and not _ignorable(k, fmt, rules)]
+    fresh = [k for k in absent if k.startswith(_FRESH_PREFIXES) or k in _FRESH_KEYS
+             or k.endswith((".lora_A", ".lora_B"))]
+    missing = [k for k in absent if k not in fresh]
+    _fresh_init(policy, fresh)
+    with torch.no_grad():  # strict=False: never leave uninitialised memory behind
+        for k in missing:
+            params[k].zero_()
+    report = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
+              "mismatched": mismatched, "initialized": fresh, "dataset_statistics": stats_src}
+    if strict and (missing or unexpected or mismatched):
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)}: {_format_keys(missing)}")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)}: {_format_keys(unexpected)}")
+        if mismatched:
+            parts.append(f"wrong shape {len(mismatched)}: {_format_keys(mismatched)}")
+        raise CheckpointError(f"{root} ({fmt}) does not match the OpenVLA-OFT model: " + "; ".join(parts) + ".",
+                              "Check the format / architecture, or pass strict=False to load what matches.")
+    policy.load_report = report  # type: ignore[assignment]
+    policy.apply_trainability()
+    return policy
+
+
+def _ignorable(key: str, fmt: str, rules: dict[str, Rule]) -> bool:
+    """External tensors that are known and deliberately not loaded: timm's original LayerScale name
+    ``gamma`` when the file also holds OpenVLA's ``scale_factor`` copy."""
+    if fmt != "openvla_hf" or not key.endswith((".ls1.gamma", ".ls2.gamma")):
+        return False
+    return key[: -len("gamma")] + "scale_factor" in {e for r in rules.values() for e in r.ext}
+
+
+# ---------------------------------------------------------------------------------------- save
+def _shards(tensors: dict[str, Tensor], max_bytes: int) -> Iterator[dict[str, Tensor]]:
+    cur: dict[str, Tensor] = {}
+    size = 0
+    for k, v in tensors.items():
+        n = v.numel() * v.element_size()
+        if cur and size + n > max_bytes:
+            yield cur
+            cur, size = {}, 0
+        cur[k] = v
+        size += n
+    if cur:
+        yield cur
+
+
+def _openvla_config(cfg: OftConfig, precision: str, stats: dict[str, Any]) -> dict[str, Any]:
+    """``config.json`` fields of the OpenVLA HF layout (openvla-oft ``OpenVLAConfig``) + ``vlarl_arch``."""
+    return {
+        "model_type": "openvla", "architectures": ["OpenVLAForActionPrediction"],
+        "vision_backbone_id": "dinosiglip-vit-so-224px", "llm_backbone_id": "llama2-7b-pure",
+        "arch_specifier": "no-align+fused-gelu-mlp", "use_fused_vision_backbone": True,
+        "image_resize_strategy": "resize-naive", "image_sizes": [cfg.image_size, cfg.image_size],
+        "timm_model_ids": ["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"],
+        "timm_override_act_layers": [None, None], "llm_max_length": cfg.max_position_embeddings,
+        "pad_token_id": cfg.pad_token_id, "pad_to_multiple_of": cfg.pad_to_multiple_of,
+        "n_action_bins": cfg.n_action_bins, "output_projector_states": False, "torch_dtype": precision,
+        "norm_stats": stats,
+        "text_config": {"model_type": "llama", "vocab_size": cfg.vocab_size, "hidden_size": cfg.llm_width,
+                        "intermediate_size": cfg.llm_mlp, "num_hidden_layers": cfg.llm_depth,
+                        "num_attention_heads": cfg.llm_heads, "num_key_value_heads": cfg.llm_kv_heads,
+                        "rms_norm_eps": cfg.rms_norm_eps, "max_position_embeddings": cfg.max_position_embeddings,
+                        "pad_token_id": cfg.pad_token_id, "torch_dtype": precision},
+        "vlarl_arch": cfg.to_dict(),
+    }
+
+
+def save_policy(policy: nn.Module, path: str | os.PathLike[str], *, format: str = "vlarl",
+                dtype: torch.dtype | None = None, max_shard_bytes: int = _MAX_SHARD_BYTES) -> None:
+    """Write ``policy`` to folder ``path`` in ``format`` (atomically: complete or absent).
+
+    ``dtype`` casts floating tensors (e.g. ``torch.bfloat16``). Both layouts get
+    ``dataset_statistics.json`` when the policy has statistics; ``openvla_hf`` also the upstream
+    ``config.json`` and merged LoRA.
+    """
+    from vlarl_cli.checkpoints.atomic import atomic_directory, atomic_save_safetensors, atomic_write_json
+
+    if format not in FORMATS:
+        raise CheckpointError(f'Unknown OpenVLA-OFT checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
+                              f"Use one of {', '.join(FORMATS)}.")
+    cfg: OftConfig = policy.cfg  # type: ignore[assignment]
+    tensors = export_state_dict(policy, format)
+    tensors = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous().cpu()
+               for k, v in tensors.items()}
+    precision = "bfloat16" if (dtype or policy.projector.fc1.weight.dtype) == torch.bfloat16 else "float32"
+    stats: dict[str, Any] = getattr(policy, "dataset_statistics", {}) or {}
+    with atomic_directory(path) as tmp:
+        shards = list(_shards(tensors, max_shard_bytes))
+        if len(shards) == 1:
+            atomic_save_safetensors(shards[0], tmp / WEIGHTS, metadata={"format": "pt"})
+        else:
+            weight_map: dict[str, str] = {}
+            for i, shard in enumerate(shards):
+                name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+                atomic_save_safetensors(shard, tmp / name, metadata={"format": "pt"})
+                weight_map.update(dict.fromkeys(shard, name))
+            total = sum(v.numel() * v.element_size() for v in tensors.values())
+            atomic_write_json(tmp / f"{WEIGHTS}.index.json", {"metadata": {"total_size": total},
+                                                              "weight_map": weight_map})
+        if format == "vlarl":
+            atomic_write_json(tmp / VLARL_CONFIG, {"family": FAMILY, "format_version": FORMAT_VERSION,
+                                                   "model": cfg.to_dict()})
+        else:
+            atomic_write_json(tmp / "config.json", _openvla_config(cfg, precision, stats))
+        if stats:
+            atomic_write_json(tmp / DATASET_STATISTICS_FILE, stats)
+
+
+# ---------------------------------------------------------------------------------------- describe
+def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Summary of a checkpoint folder from its headers and JSON files (no tensor data is read)."""
+    root = Path(path)
+    fmt = detect_format(root)
+    if fmt is None:
+        raise CheckpointError(f"{root} is not a recognised OpenVLA-OFT checkpoint.",
+                              "Point at a folder written by OpenVLA(-OFT), RLinf or vlarl.")
+    files = _weight_files(root)
+    header = _header(files)
+    shapes = {k: v[0] for k, v in header.items()}
+    cfg = _config_from_checkpoint(root, fmt, shapes)
+    stats, stats_src = _find_statistics(root, _read_json(root / "config.json"))
+    return {"family": FAMILY, "format": fmt, "variant": "openvla",
+            "num_parameters": sum(math.prod(s) for s in shapes.values()),
+            "norm_stats": stats is not None, "norm_stats_path": stats_src,
+            "unnorm_keys": sorted(stats) if stats else [], "dtypes": sorted({v[1] for v in header.values()}),
+            "image_size": cfg.image_size, "n_action_bins": cfg.n_action_bins, "vocab_size": cfg.vocab_size,
+            "weight_files": [p.name for p in files]}
