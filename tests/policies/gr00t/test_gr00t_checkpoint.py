@@ -184,3 +184,26 @@ def test_resave_with_fewer_shards_removes_stale_files(tmp_path, policy_factory) 
     assert sorted(p.name for p in (tmp_path / "a").glob("model*.safetensors")) == ["model.safetensors"]
     assert not (tmp_path / "a" / "model.safetensors.index.json").exists()
     assert ck.load_policy(tmp_path / "a").load_report.ok
+
+
+def test_describe_lists_the_modality_and_checkpoint_tokenizer_is_used(tmp_path, policy_factory) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from vlarl_cli.policies.gr00t.processing import FileTokenizer
+
+    ck.save_policy(policy_factory("n1.5"), tmp_path / "a", format="gr00t_n15")
+    d = ck.describe(tmp_path / "a")
+    assert d["modalities"]["libero_franka"]["cameras"] == ["image", "wrist_image"]
+    assert d["modalities"]["libero_franka"]["state"]["gripper"] == 2
+    assert d["modalities"]["libero_franka"]["action"] == {k: 1 for k in ("x", "y", "z", "roll", "pitch", "yaw",
+                                                                         "gripper")}
+    tok = Tokenizer(models.WordLevel({"[UNK]": 1, "open": 5, "the": 6, "drawer": 7}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "a" / "tokenizer.json"))
+    policy = ck.load_policy(tmp_path / "a")
+    assert isinstance(policy.tokenizer, FileTokenizer)
+    ids = policy.prepare_inputs({"main_images": torch.zeros(1, 32, 32, 3, dtype=torch.uint8),
+                                 "wrist_images": torch.zeros(1, 32, 32, 3, dtype=torch.uint8),
+                                 "states": torch.zeros(1, 8), "task_descriptions": ["open the drawer now"]})["input_ids"]
+    n_img = 2 * policy.config.tokens_per_image
+    assert ids[0, n_img: n_img + 5].tolist() == [5, 6, 7, 1, 0]

@@ -175,3 +175,12 @@ def test_load_tokenizer_errors() -> None:
         load_tokenizer(None, 151680)
     with pytest.raises(ConfigError, match=r"tokenizer\.json"):
         load_tokenizer("/nonexistent/folder", 151680)
+
+
+def test_formalize_language() -> None:
+    from vlarl_cli.policies.gr00t.processing import formalize_language
+
+    assert formalize_language("Pick up the BOWL, then stop!") == "pick up the bowl then stop"
+    ids, _ = build_prompt(ByteTokenizer(), ["A.b"], num_images=1, tokens_per_image=1, max_text_tokens=3,
+                          image_token_id=300, pad_token_id=0, formalize=True)
+    assert ids[0, 1:].tolist() == [ord("a") + 3, ord("b") + 3, 0]

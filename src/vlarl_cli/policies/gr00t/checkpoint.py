@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from vlarl_cli.errors import CheckpointError, did_you_mean
+from vlarl_cli.errors import CheckpointError, ConfigError, did_you_mean
 from vlarl_cli.policies.gr00t.config import Gr00tConfig, ModelSettings, preset
 from vlarl_cli.policies.gr00t.modality import EMBODIMENT_IDS, ModalitySpec
 
@@ -67,7 +67,7 @@ _EAGLE_FIELDS = ("vision_kind", "vision_hidden_size", "vision_intermediate_size"
                  "vision_num_heads", "image_size", "patch_size", "vision_use_head", "use_pixel_shuffle",
                  "mlp_connector_layers", "llm_hidden_size", "llm_intermediate_size", "llm_num_heads",
                  "llm_num_kv_heads", "llm_head_dim", "vocab_size", "rope_theta", "rms_norm_eps",
-                 "max_position_embeddings", "image_token_id", "pad_token_id", "max_text_tokens",
+                 "max_position_embeddings", "image_token_id", "pad_token_id", "max_text_tokens", "formalize_language",
                  # not Eagle, but absent from N1.6's config.json (no VL self-attention there); kept so that
                  # a round trip reproduces the config exactly
                  "vl_num_heads", "vl_head_dim")
@@ -412,10 +412,10 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
     settings_dict.update(saved or {})
     settings_dict.update(overrides or {})
     settings_dict["model_path"] = str(path)
+    if settings_dict.get("tokenizer_path") is None and (path / "tokenizer.json").is_file():
+        settings_dict["tokenizer_path"] = str(path)  # a checkpoint that ships its prompt tokenizer
     settings = ModelSettings.from_dict(settings_dict)
     if settings.version != cfg.version:
-        from vlarl_cli.errors import ConfigError
-
         raise ConfigError(f"{path} holds a GR00T {cfg.version} model but model_type is {settings.model_type} "
                           f"(GR00T {settings.version}).",
                           f"Set actor.model.model_type: {version_type}.")
@@ -529,7 +529,15 @@ def describe(path: Path) -> dict[str, Any]:
     else:
         stats = path / "statistics.json"
         tags = sorted(_read_json(stats)) if stats.is_file() else []
-    return {"family": FAMILY, "format": fmt, "version": cfg.version, "num_parameters": int(num),
+    modalities = {}
+    for tag in tags:  # the DataConfig-like description: which cameras / state / action keys each expects
+        try:
+            spec = _read_modality(path, fmt, tag)
+        except (CheckpointError, ConfigError):
+            continue
+        modalities[tag] = {"cameras": list(spec.video_keys), "state": dict(spec.state_keys),
+                           "action": dict(spec.action_keys), "embodiment_id": spec.embodiment_id}
+    return {"modalities": modalities, "family": FAMILY, "format": fmt, "version": cfg.version, "num_parameters": int(num),
             "num_tensors": len(files), "dtypes": sorted(dtypes), "sharded": (path / INDEX).is_file(),
             "norm_stats": bool(tags), "embodiment_tags": tags, "action_horizon": cfg.action_horizon,
             "action_dim": cfg.action_dim, "state_dim": cfg.state_dim}

@@ -76,6 +76,7 @@ class Gr00tConfig:
     pad_token_id: int = 151643
     project_to_dim: int | None = None  # N1.5 backbone.eagle_linear (None = identity)
     max_text_tokens: int = 58  # prompt tokens after the image tokens (RLinf pads N1.5 to 570 = 512 + 58)
+    formalize_language: bool = False  # lower-case + strip punctuation (GR00TTransform; N1.6 default True)
 
     # --- action head ---
     action_dim: int = 32  # max action dim of the model (7-d LIBERO actions are zero-padded)
@@ -178,7 +179,7 @@ def _full_n16() -> Gr00tConfig:
     # cut at layer 16; head from gr00t/configs/model/gr00t_n1d6.py with max dims 128 (unified space).
     return Gr00tConfig(
         version="n1.6", vision_kind="siglip2", image_size=256, patch_size=16, use_pixel_shuffle=True,
-        mlp_connector_layers=2, select_layer=16, max_text_tokens=64,
+        mlp_connector_layers=2, select_layer=16, max_text_tokens=64, formalize_language=True,
         action_dim=128, state_dim=128, dit_num_layers=32, vl_self_attention_layers=0, num_future_tokens=0,
         alternate_vl_dit=True, use_attention_mask=True)
 
@@ -200,7 +201,7 @@ def _tiny_n15() -> Gr00tConfig:
 def _tiny_n16() -> Gr00tConfig:
     return Gr00tConfig(
         version="n1.6", vision_kind="siglip2", use_pixel_shuffle=True, mlp_connector_layers=2,
-        action_dim=128, state_dim=128, vl_self_attention_layers=0, num_future_tokens=0,
+        formalize_language=True, action_dim=128, state_dim=128, vl_self_attention_layers=0, num_future_tokens=0,
         alternate_vl_dit=True, use_attention_mask=True, **_TINY_COMMON)
 
 

@@ -222,7 +222,8 @@ class Gr00tPolicy(nn.Module):
         cfg = self.config
         ids, mask = build_prompt(self.tokenizer, descriptions, num_images=len(self.modality.video_keys),
                                  tokens_per_image=cfg.tokens_per_image, max_text_tokens=cfg.max_text_tokens,
-                                 image_token_id=cfg.image_token_id, pad_token_id=cfg.pad_token_id)
+                                 image_token_id=cfg.image_token_id, pad_token_id=cfg.pad_token_id,
+                                 formalize=cfg.formalize_language)
         state = torch.zeros(b, cfg.state_dim, dtype=torch.float32)
         if self.settings.use_proprio:
             state[:, : self.modality.state_width] = self.modality.normalize_state(states.cpu())

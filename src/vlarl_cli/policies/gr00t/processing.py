@@ -16,6 +16,7 @@ instruction in Eagle's chat template; this layout keeps the same tokens-per-imag
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Protocol
 
@@ -88,8 +89,14 @@ def preprocess_images(images: Tensor, image_size: int, crop_fraction: float = 0.
     return (x.clamp(0.0, 1.0) - 0.5) / 0.5
 
 
+def formalize_language(text: str) -> str:
+    """Lower-case and drop punctuation (Isaac-GR00T ``gr00t/model/transforms.py`` formalize_language)."""
+    return re.sub(r"[^\w\s]", "", text.lower())
+
+
 def build_prompt(tokenizer: PromptTokenizer, descriptions: list[str], *, num_images: int, tokens_per_image: int,
-                 max_text_tokens: int, image_token_id: int, pad_token_id: int) -> tuple[Tensor, Tensor]:
+                 max_text_tokens: int, image_token_id: int, pad_token_id: int,
+                 formalize: bool = False) -> tuple[Tensor, Tensor]:
     """Token ids [B, L] long and attention mask [B, L] long, ``L = num_images * tokens_per_image +
     max_text_tokens``; text longer than ``max_text_tokens`` is truncated, shorter is right-padded."""
     n_img = num_images * tokens_per_image
@@ -98,7 +105,8 @@ def build_prompt(tokenizer: PromptTokenizer, descriptions: list[str], *, num_ima
     ids[:, :n_img] = image_token_id
     mask[:, :n_img] = 1
     for row, text in enumerate(descriptions):
-        toks = tokenizer.encode(str(text).strip())[:max_text_tokens]
+        text = formalize_language(str(text)) if formalize else str(text)
+        toks = tokenizer.encode(text.strip())[:max_text_tokens]
         if image_token_id in toks:
             raise ValueError("the task description tokenised to the image placeholder id")
         ids[row, n_img: n_img + len(toks)] = torch.tensor(toks, dtype=torch.long)
