@@ -227,3 +227,11 @@ def test_model_settings_map_recipe_fields():
     assert cfg.noise_method == "flow_noise" and cfg.precision == "bf16" and cfg.normalization_mode == "quantile"
     pi0 = ModelSettings(model_type="openpi", config_name="pi0_libero", preset="tiny").to_pi0_config()
     assert pi0.variant == "pi0" and pi0.extra_delta_transform and not pi0.value_after_vlm
+
+
+def test_build_policy_full_on_meta_allocates_nothing():
+    from vlarl_cli.policies.pi0 import build_policy
+
+    policy = build_policy(ModelSettings(model_type="pi0", preset="full", add_value_head=False), torch.device("meta"))
+    assert policy.num_parameters() == _PI0_FULL
+    assert {p.device.type for p in policy.parameters()} == {"meta"}

@@ -34,8 +34,8 @@ _RL_FIELDS = ("precision", "num_action_chunks", "action_env_dim", "num_steps", "
 def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi0Policy:
     """Build a pi0 / pi0.5 policy from the recipe's model settings.
 
-    Without ``model_path``: the preset's architecture with fresh weights (``full`` on the meta device
-    would be useless here, so only tiny/small make sense without weights). With ``model_path``: the
+    Without ``model_path``: the preset's architecture with fresh random weights, built directly on
+    ``device`` (``torch.device("meta")`` gives a weightless full-size model for dry runs). With ``model_path``: the
     checkpoint's architecture and weights (any supported layout), with the recipe's RL fields applied.
     """
     import torch
@@ -60,7 +60,10 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi
                              dtype=_DTYPES[cfg.precision], overrides=overrides,
                              norm_stats_path=model.norm_stats_path, asset_id=model.asset_id)
     else:
-        policy = Pi0Policy(cfg).to(device=device, dtype=_DTYPES[cfg.precision])
+        # built directly on the target device: on "meta" (dry runs) the full 3B model costs nothing
+        with torch.device(device):
+            policy = Pi0Policy(cfg)
+        policy = policy.to(dtype=_DTYPES[cfg.precision])
         if model.norm_stats_path:
             from vlarl_cli.policies.normalization import load_norm_stats
 
