@@ -49,7 +49,7 @@ def hub() -> Iterator[HubServer]:
     server = HubServer().start()
     server.add_repo(REPO_ID, tiny_repo_files(),
                     extra_revisions={"v1": {"config.json": b'{"pi05": true, "v": 1}',
-                                            "README.md": b"old\n"}})
+                                            "README.md": b"old\n", "empty.txt": b""}})
     try:
         yield server
     finally:

@@ -16,7 +16,8 @@ It answers exactly what huggingface_hub 2.4.0 asks (REFERENCE.md section 6; hugg
 Fault injection (all per file path): ``cut_at`` (every transfer of the file stops at that absolute
 byte and the connection is closed), ``cut_once`` (only the first transfer is cut), ``corrupt`` (right
 size, wrong bytes), ``stall_at`` (send up to a byte, then hold the connection until
-``release_stall`` is set), ``ignore_range`` (answer 200 with the whole file), ``extra_entries``
+``release_stall`` is set), ``ignore_range`` (answer 200 with the whole file), ``misplaced_range`` (206 for the wrong bytes),
+``extra_entries``
 (additional raw listing entries, e.g. a malicious ``../evil``).
 
 Bounded: binds 127.0.0.1 only, on a free port; handler sockets time out after 10 s; a stalled
@@ -89,6 +90,7 @@ class HubServer:
         self.release_stall = threading.Event()
         self.stalled = threading.Event()
         self.ignore_range = False
+        self.misplaced_range = False  # answer a Range with 206 for bytes 0-... (a broken proxy)
         self.gated_status = 403  # the real hub answers 401 or 403, always with X-Error-Code: GatedRepo
         self.log: list[LogEntry] = []
         self._lock = threading.Lock()
@@ -204,7 +206,7 @@ def _make_handler(state: HubServer, server_name: str) -> type[BaseHTTPRequestHan
                 if m is None:
                     self._error(entry, 416, "RangeNotSatisfiable", "bad range")
                     return
-                start = int(m.group(1))
+                start = 0 if state.misplaced_range else int(m.group(1))
                 end = int(m.group(2)) if m.group(2) else size - 1
                 if start >= size:
                     self._error(entry, 416, "RangeNotSatisfiable", "range start beyond end",

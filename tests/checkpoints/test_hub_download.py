@@ -71,7 +71,8 @@ def test_second_run_transfers_nothing(hub, run_download, tmp_path):
 def test_revision_and_filters(hub, run_download, tmp_path):
     res = run_download(REPO_ID, "--revision", "v1", "--local-dir", str(tmp_path / "v1"))
     assert res.returncode == 0, res.stderr
-    assert _tree(tmp_path / "v1") == {"config.json": b'{"pi05": true, "v": 1}', "README.md": b"old\n"}
+    assert _tree(tmp_path / "v1") == {"config.json": b'{"pi05": true, "v": 1}', "README.md": b"old\n",
+                                      "empty.txt": b""}
     res = run_download(REPO_ID, "--local-dir", str(tmp_path / "j"), "--include", "*.json",
                        "--exclude", "physical-intelligence/")
     assert res.returncode == 0, res.stderr
@@ -217,15 +218,20 @@ def test_cut_within_one_run_is_retried_with_range(hub, run_download, tmp_path):
     assert (tmp_path / "o" / MODEL).read_bytes() == FILES[MODEL]
 
 
-def test_server_ignoring_range_restarts_file(hub, run_download, tmp_path):
+@pytest.mark.parametrize("fault", ["ignore_range", "misplaced_range"])
+def test_server_mishandling_range_restarts_file(hub, run_download, tmp_path, fault):
     out = tmp_path / "out"
     hub.cut_at[MODEL] = 100
     assert run_download(REPO_ID, "--local-dir", str(out), "--retries", "0").returncode == 2
     del hub.cut_at[MODEL]
-    hub.ignore_range = True
+    setattr(hub, fault, True)
+    hub.log.clear()
     res = run_download(REPO_ID, "--local-dir", str(out))
     assert res.returncode == 0, res.stderr
     assert (out / MODEL).read_bytes() == FILES[MODEL]
+    gets = [(g.range, g.status) for g in hub.served("cdn", "GET", "")]
+    # 200 for the whole file is used as is; a 206 for the wrong bytes is dropped and asked again.
+    assert gets == ([("bytes=100-", 200)] if fault == "ignore_range" else [("bytes=100-", 206), (None, 200)])
 
 
 @pytest.mark.parametrize("path", [MODEL, "config.json"])
@@ -364,3 +370,10 @@ def test_free_space_check(tmp_path, monkeypatch):
         hub_mod._check_free_space(files, target)
     monkeypatch.setattr(_shutil, "disk_usage", lambda p: usage(10**6, 0, 700))
     hub_mod._check_free_space(files, target)  # exactly enough
+
+
+def test_unwritable_target_is_a_clear_error(hub, run_download, tmp_path):
+    (tmp_path / "afile").write_text("in the way")
+    res = run_download(REPO_ID, "--local-dir", str(tmp_path / "afile" / "sub"))
+    _no_traceback(res)
+    assert "Cannot create the download folder" in res.stderr and "--local-dir" in res.stderr

@@ -413,6 +413,14 @@ def _listing(api: Any, repo_id: str, commit: str) -> list[RemoteFile]:
     return files
 
 
+def _range_starts_at(resp: Any, offset: int) -> bool:
+    """True for a 206 whose ``Content-Range: bytes <offset>-...`` starts where our partial file ends."""
+    if resp.status_code != 206:
+        return False
+    m = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range", ""))
+    return m is not None and int(m.group(1)) == offset
+
+
 # --------------------------------------------------------------------------------------------------
 # Transfer of one file
 # --------------------------------------------------------------------------------------------------
@@ -473,7 +481,8 @@ class _Transfer:
         from huggingface_hub.utils import get_session, hf_raise_for_status
 
         partial.parent.mkdir(parents=True, exist_ok=True)
-        offset = partial.stat().st_size if partial.exists() else 0
+        partial.touch()  # exists even for an empty file (no request is made for 0 bytes)
+        offset = partial.stat().st_size
         if offset > entry.size:
             partial.unlink()
             offset = 0
@@ -504,11 +513,15 @@ class _Transfer:
                     if resp.status_code >= 400:
                         resp.read()
                     hf_raise_for_status(resp)
-                    if offset and resp.status_code != 206:  # Range ignored: restart this file from 0
+                    if offset and not _range_starts_at(resp, offset):
+                        # Range ignored (200: the body is the whole file, take it from byte 0) or
+                        # answered for other bytes (206 elsewhere: drop it and ask again without Range).
                         partial.unlink()
                         offset, hasher, resumed = 0, _new_hasher(entry), False
                         if self.progress is not None and task is not None:
                             self.progress.update(task, completed=0)
+                        if resp.status_code != 200:
+                            continue
                     with open(partial, "ab", buffering=0) as fh:  # unbuffered: a SIGKILL keeps what arrived
                         for chunk in resp.iter_bytes():  # as received: a cut loses nothing
                             if offset + len(chunk) > entry.size:
@@ -636,8 +649,12 @@ def download(
     for f in wanted:
         safe_join(target.root, f.path)
         target.partial_path(f)
-    target.root.mkdir(parents=True, exist_ok=True)
-    target.state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        target.root.mkdir(parents=True, exist_ok=True)
+        target.state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a file in the way, no permission, read-only filesystem
+        raise HubError(f"Cannot create the download folder {target.root}: {err.strerror or err}.",
+                       fix="Pass a writable folder with --local-dir (or --cache-dir).") from err
     with _exclusive(target.state_dir / "lock", target.root):
         _check_free_space(wanted, target)
         manifest = _Manifest(target.state_dir / "verified.json")
