@@ -99,7 +99,7 @@ def parse_dtype(name: str | None) -> Any:
 
     key = _DTYPES.get(str(name).lower().removeprefix("torch."))
     if key is None:
-        raise CheckpointError(f'Unknown dtype "{name}".{did_you_mean(str(name), _DTYPES)}',
+        raise CheckpointError(f'Unknown dtype "{name}".{did_you_mean(str(name), tuple(_DTYPES))}',
                               fix="Use one of fp32, bf16, fp16 (or float32, bfloat16, float16).")
     return getattr(torch, key)
 

@@ -211,13 +211,12 @@ def _heuristic(root: Path, names: set[str], config: dict[str, Any] | None) -> tu
 
     vlarl_cfg = _read_json(root / "vlarl_config.json")
     if vlarl_cfg is not None and isinstance(vlarl_cfg.get("family"), str):
-        model = vlarl_cfg.get("model") if isinstance(vlarl_cfg.get("model"), dict) else {}
-        variant = None
-        if model:
-            version = model.get("version")  # GR00T's config dataclass stores "n1.5" / "n1.6"
-            variant = model.get("variant") or ({"n1.5": "gr00t_n15", "n1.6": "gr00t_n16"}.get(version)
-                                               if isinstance(version, str) else None)
-        return vlarl_cfg["family"], "vlarl", variant
+        saved = vlarl_cfg.get("model")
+        saved_model: dict[str, Any] = saved if isinstance(saved, dict) else {}
+        version = saved_model.get("version")  # GR00T's config dataclass stores "n1.5" / "n1.6"
+        saved_variant = saved_model.get("variant") or (
+            {"n1.5": "gr00t_n15", "n1.6": "gr00t_n16"}.get(version) if isinstance(version, str) else None)
+        return vlarl_cfg["family"], "vlarl", saved_variant
 
     is_n16 = "n1d6" in model_type.lower() or (
         (root / "processor_config.json").is_file() and (root / "embodiment_id.json").is_file())
@@ -345,8 +344,10 @@ def _model_section(folder: Path, preset_file: Path) -> dict[str, Any]:
                 loaded = yaml.safe_load(default.read_text(encoding="utf-8")) or {}
                 if isinstance(loaded, dict):
                     model.update(loaded)
-    actor = data.get("actor") if isinstance(data.get("actor"), dict) else {}
-    own = actor.get("model") if isinstance(actor.get("model"), dict) else {}
+    actor_any = data.get("actor")
+    actor: dict[str, Any] = actor_any if isinstance(actor_any, dict) else {}
+    own_any = actor.get("model")
+    own: dict[str, Any] = own_any if isinstance(own_any, dict) else {}
     for key, value in own.items():
         if isinstance(value, dict) and isinstance(model.get(key), dict):
             model[key] = {**model[key], **value}
@@ -359,7 +360,8 @@ def _preset_variant(model: dict[str, Any]) -> tuple[str | None, str | None]:
     """(family, variant) a preset's model section asks for."""
     model_type = str(model.get("model_type", ""))
     if model_type in ("openpi", "pi0", "pi05"):
-        openpi = model.get("openpi") if isinstance(model.get("openpi"), dict) else {}
+        openpi_any = model.get("openpi")
+        openpi: dict[str, Any] = openpi_any if isinstance(openpi_any, dict) else {}
         name = str(openpi.get("config_name", ""))
         return "pi0", ("pi05" if model_type == "pi05" or name.startswith("pi05") else "pi0")
     if model_type == "gr00t":
