@@ -116,8 +116,7 @@ def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank:
         suite=split.task_suite_name,
         task_ids=tuple(split.task_ids or ()),
         num_envs=num_envs,
-        num_workers=num_workers_for(num_envs // stages, split.num_workers) * stages
-        if num_envs % stages == 0 and stages > 1 else num_workers_for(num_envs, split.num_workers),
+        num_workers=num_workers_for(num_envs, split.num_workers),
         resolution=split.resolution,
         cameras=cameras,
         max_episode_steps=split.max_episode_steps,
@@ -395,7 +394,8 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
             t_adv = time.perf_counter()
             batch, adv_metrics = build_batch(config, rollouts, critic=critic)
             t_update = time.perf_counter()
-            policy.train()
+            # The update stays in eval mode: dropout would make the first ratio != 1 (families also
+            # replace dropout by identity where RLinf's disable_dropout asks for it).
             update_metrics = ppo_update(policy, optimizer, batch, settings, generator=generators["shuffle"],
                                         scheduler=scheduler, ref_policy=ref_policy,
                                         grad_sync=dist.gradient_all_reduce if ctx.distributed and not use_fsdp
