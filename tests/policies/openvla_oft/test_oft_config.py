@@ -1,0 +1,113 @@
+"""OftConfig presets, validation, ModelSettings mapping and the full-size parameter count on meta."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from vlarl_cli.errors import ConfigError
+from vlarl_cli.policies.openvla_oft import ModelSettings, OftConfig, build_policy, preset
+
+
+def _vit_layer(d: int, mlp: int) -> int:
+    # two LayerNorms + q/k/v/out projections with bias + MLP with bias
+    return 2 * 2 * d + 4 * (d * d + d) + (d * mlp + mlp) + (mlp * d + d)
+
+
+def expected_full_count() -> dict[str, int]:
+    """Hand count of the real OpenVLA-7B (+ transformers' unused DINOv2 mask token and CLS position)."""
+    n, p = 256, 14
+    d, layers, mlp = 1024, 24, 4096  # DINOv2 ViT-L/14 reg4
+    dino = (d + d + 4 * d + (1 + n) * d + (d * 3 * p * p + d)
+            + layers * (_vit_layer(d, mlp) + 2 * d) + 2 * d)  # + 2 LayerScales per block, final norm
+    d, layers, mlp = 1152, 27, 4304  # SigLIP So400m/14 with its attention-pool head
+    head = d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (d * mlp + mlp) + (mlp * d + d)
+    siglip = (d * 3 * p * p + d) + n * d + layers * _vit_layer(d, mlp) + 2 * d + head
+    proj = (2176 * 8704 + 8704) + (8704 * 4096 + 4096) + (4096 * 4096 + 4096)
+    v, h, i, layers = 32064, 4096, 11008, 32  # Llama-2-7B, vocabulary padded to 32064
+    llm = v * h + layers * (4 * h * h + 3 * h * i + 2 * h) + h + v * h
+    return {"dino": dino, "siglip": siglip, "projector": proj, "llm": llm}
+
+
+def test_full_preset_on_meta_has_the_real_parameter_count():
+    policy = build_policy(ModelSettings(preset="full", precision="bf16"), "meta")
+    counts = {
+        "dino": sum(x.numel() for x in policy.vision_backbone.featurizer.parameters()),
+        "siglip": sum(x.numel() for x in policy.vision_backbone.fused_featurizer.parameters()),
+        "projector": sum(x.numel() for x in policy.projector.parameters()),
+        "llm": sum(x.numel() for x in policy.language_model.parameters()),
+    }
+    assert counts == expected_full_count()
+    total = sum(x.numel() for x in policy.parameters())
+    assert total == sum(expected_full_count().values()) == 7_541_239_232  # "about 7.5B"
+    assert all(x.device.type == "meta" for x in policy.parameters())
+    assert policy.projector.fc1.weight.dtype == torch.bfloat16
+    # value head of RLinf's size on the 4096-wide action hidden states
+    with_value = build_policy(ModelSettings(preset="full", add_value_head=True), "meta")
+    extra = sum(x.numel() for x in with_value.value_head.parameters())
+    assert extra == (4096 * 512 + 512) + (512 * 128 + 128) + (128 + 1)
+
+
+def test_full_preset_derived_values():
+    cfg = preset("full")
+    assert cfg.vision_width == 2176 and cfg.num_patches == 256
+    assert cfg.text_vocab_size == 32000 and cfg.action_token_start == 31744
+    assert cfg.num_action_tokens == 56 and cfg.temperature == 1.6
+
+
+def test_tiny_builds_fast_and_matches_its_preset():
+    build_policy(ModelSettings(preset="tiny"), "cpu")  # first call pays the transformers import
+    t0 = time.perf_counter()
+    policy = build_policy(ModelSettings(preset="tiny"), "cpu")
+    assert time.perf_counter() - t0 < 5.0  # milliseconds in practice; loose bound for a shared CPU
+    assert policy.cfg == preset("tiny", temperature=1.6)
+    assert sum(x.numel() for x in policy.parameters()) < 1_000_000
+    assert policy.num_action_chunks == 8 and policy.action_dim == 7 and policy.temperature == 1.6
+
+
+def test_model_settings_map_rl_fields():
+    s = ModelSettings(preset="tiny", num_action_chunks=4, action_dim=7, add_value_head=True, is_lora=True,
+                      lora_rank=4, unnorm_key="libero_10_no_noops", temperature=0.7, precision="bfloat16",
+                      max_prompt_length=200, center_crop=False, attention="action_bidirectional")
+    cfg = s.to_oft_config()
+    assert (cfg.num_action_chunks, cfg.add_value_head, cfg.is_lora, cfg.lora_rank) == (4, True, True, 4)
+    assert (cfg.unnorm_key, cfg.temperature, cfg.precision) == ("libero_10_no_noops", 0.7, "bf16")
+    assert (cfg.max_prompt_len, cfg.center_crop, cfg.attention) == (200, False, "action_bidirectional")
+    assert ModelSettings(precision=None).to_oft_config().precision == "fp32"
+
+
+def test_use_proprio_is_refused_with_a_fix():
+    with pytest.raises(ConfigError, match="use_proprio") as err:
+        ModelSettings(use_proprio=True).to_oft_config()
+    assert "use_proprio: False" in str(err.value)
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("attention", "causal", "attention mode"),
+    ("precision", "fp8", "precision"),
+    ("value_pooling", "max", "value_pooling"),
+    ("gripper", "binary", "gripper"),
+    ("image_size", 30, "multiple of patch_size"),
+    ("temperature", 0.0, "temperature"),
+    ("n_action_bins", 1000, "n_action_bins"),
+    ("dino_depth", 1, "at least 2"),
+])
+def test_invalid_values_raise_config_errors(field, value, match):
+    with pytest.raises(ConfigError, match=match):
+        preset("tiny", **{field: value})
+
+
+def test_unknown_preset_and_field_suggest_names():
+    with pytest.raises(ConfigError, match='Did you mean "tiny"'):
+        preset("tiyn")
+    with pytest.raises(ConfigError, match='Did you mean "temperature"'):
+        preset("tiny", temperatur=1.0)
+
+
+def test_config_dict_round_trip():
+    cfg = preset("tiny", value_hidden=(8, 4), is_lora=True)
+    assert OftConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ConfigError, match="saved config"):
+        OftConfig.from_dict({**cfg.to_dict(), "bogus": 1})
