@@ -230,3 +230,20 @@ def test_build_policy_applies_recipe_settings_to_a_checkpoint(make_policy, tmp_p
                                         noise_method="flow_cps", num_action_chunks=4), "cpu")
     assert policy.cfg.num_steps == 5 and policy.cfg.noise_method == "flow_cps"
     assert policy.num_action_chunks == 4 and policy.cfg.action_horizon == 8
+
+
+def test_lerobot_processor_norm_stats(make_policy, tmp_path):
+    save_policy(make_policy("pi05"), tmp_path / "lr", format="lerobot")
+    stats = _stats(5)
+    save_file({"observation.state.mean": stats["state"].mean.float(), "observation.state.std": stats["state"].std.float(),
+               "observation.state.q01": stats["state"].q01.float(), "observation.state.q99": stats["state"].q99.float(),
+               "observation.images.top.mean": torch.zeros(3)},
+              tmp_path / "lr" / "policy_preprocessor_step_3_normalizer_processor.safetensors")
+    save_file({"action.mean": stats["actions"].mean.float(), "action.std": stats["actions"].std.float(),
+               "action.q01": stats["actions"].q01.float(), "action.q99": stats["actions"].q99.float()},
+              tmp_path / "lr" / "policy_postprocessor_step_0_unnormalizer_processor.safetensors")
+    loaded = load_policy(tmp_path / "lr")
+    got = loaded.processor.normalizer.stats
+    assert loaded.processor.normalizer.mode == "quantile"  # pi0.5
+    assert torch.allclose(got["actions"].q99, stats["actions"].q99.float().double())
+    assert torch.allclose(got["state"].mean, stats["state"].mean.float().double())

@@ -312,6 +312,24 @@ def _norm_stats_from_lerobot_buffers(shapes: dict[str, tuple[tuple[int, ...], st
             for k, v in found.items() if "mean" in v and "std" in v}
 
 
+def _norm_stats_from_lerobot_processors(root: Path) -> dict[str, NormStats]:
+    """LeRobot >= 0.4 keeps statistics in ``policy_{pre,post}processor_step_*_{,un}normalizer_processor
+    .safetensors`` files with keys ``<feature>.<stat>`` (``observation.state.mean``, ``action.q99``...)."""
+    from safetensors.torch import load_file
+
+    found: dict[str, dict[str, list[float]]] = {}
+    files = sorted(root.glob("policy_preprocessor_step_*_normalizer_processor.safetensors")) + sorted(
+        root.glob("policy_postprocessor_step_*_unnormalizer_processor.safetensors"))
+    for f in files:
+        for key, value in load_file(os.fspath(f)).items():
+            feature, _, stat = key.rpartition(".")
+            ours = {"observation.state": "state", "action": "actions"}.get(feature)
+            if ours is not None:
+                found.setdefault(ours, {}).setdefault(stat, value.double().reshape(-1).tolist())
+    return {k: NormStats.from_dict(v, where=f"{root} LeRobot processor [{k}]")
+            for k, v in found.items() if "mean" in v and "std" in v}
+
+
 def _reset_buffers(policy: Any) -> None:
     """Recompute non-persistent buffers (left uninitialised by ``to_empty``)."""
     dev = policy.action_in_proj.weight.device
@@ -401,7 +419,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     ns_file = Path(norm_stats_path) if norm_stats_path else find_norm_stats(root, asset_id or DEFAULT_ASSET_ID)
     norm_stats = load_norm_stats(ns_file) if ns_file is not None else None
     if norm_stats is None and fmt == "lerobot":
-        norm_stats = _norm_stats_from_lerobot_buffers(header) or None
+        norm_stats = _norm_stats_from_lerobot_processors(root) or _norm_stats_from_lerobot_buffers(header) or None
 
     with torch.device("meta"):
         policy = Pi0Policy(cfg, norm_stats=norm_stats)
