@@ -224,3 +224,24 @@ def test_pi0_round_trip_and_detection_agree(tmp_path, model_type, fmt):
     assert back.max_abs_diff == 0.0
     a, b = load_file(src / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_pi0_lora_merge_into_vlarl_layout(tmp_path):
+    """A LoRA-trained pi0.5 exported as a plain vlarl checkpoint: no adapter keys, is_lora false, same
+    actions up to float rounding of the merge."""
+    ck = pytest.importorskip("vlarl_cli.policies.pi0.checkpoint")
+    from vlarl_cli.policies.pi0 import ModelSettings, build_policy
+
+    torch.manual_seed(0)
+    policy = build_policy(ModelSettings(model_type="pi05", preset="tiny", is_lora=True, lora_rank=4), "cpu")
+    with torch.no_grad():
+        for m in policy.modules():
+            if hasattr(m, "lora_B"):
+                m.lora_B.normal_(std=0.1)  # trained adapters are non-zero
+    src = tmp_path / "src"
+    ck.save_policy(policy, src, format="vlarl")
+    rep = convert(src, tmp_path / "merged", "vlarl")
+    assert rep.lora_merged > 0 and rep.max_abs_diff is not None and rep.max_abs_diff <= 1e-4
+    assert not [k for k in load_file(tmp_path / "merged" / "model.safetensors") if "lora" in k]
+    saved = json.loads((tmp_path / "merged" / "vlarl_config.json").read_text())
+    assert saved["model"]["is_lora"] is False

@@ -174,10 +174,15 @@ def _merge_lora(policy: Any) -> int:
     from vlarl_cli.policies.lora import merge_lora
 
     merged = merge_lora(policy)
-    settings = getattr(policy, "settings", None)
-    if merged and dataclasses.is_dataclass(settings) and not isinstance(settings, type) \
-            and any(f.name == "is_lora" for f in dataclasses.fields(settings)):
-        policy.settings = dataclasses.replace(settings, is_lora=False)  # the saved model has no adapters
+    if merged:
+        # The saved model has no adapters any more: its config must say so, or a later load would
+        # expect LoRA factors. Families keep the flag on different attributes (GR00T ``settings``,
+        # pi0 ``cfg``); all are (frozen) dataclasses.
+        for attr in ("settings", "config", "cfg"):
+            value = getattr(policy, attr, None)
+            if dataclasses.is_dataclass(value) and not isinstance(value, type) \
+                    and any(f.name == "is_lora" for f in dataclasses.fields(value)):
+                setattr(policy, attr, dataclasses.replace(value, is_lora=False))
     return merged
 
 
