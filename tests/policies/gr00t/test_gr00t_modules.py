@@ -184,3 +184,21 @@ def test_formalize_language() -> None:
     ids, _ = build_prompt(ByteTokenizer(), ["A.b"], num_images=1, tokens_per_image=1, max_text_tokens=3,
                           image_token_id=300, pad_token_id=0, formalize=True)
     assert ids[0, 1:].tolist() == [ord("a") + 3, ord("b") + 3, 0]
+
+
+def test_eagle3_unshuffle_merge_loop() -> None:
+    from vlarl_cli.policies.gr00t.backbone import merge_patches
+
+    x = torch.randn(2, 16, 3)  # 4x4 patch grid, row-major
+    y = merge_patches(x, "unshuffle")
+    assert y.shape == (2, 4, 12)
+    for i in range(2):
+        for j in range(2):
+            for c in range(3):
+                for dy in range(2):
+                    for dx in range(2):
+                        src = x[:, (2 * i + dy) * 4 + (2 * j + dx), c]
+                        assert torch.equal(y[:, i * 2 + j, c * 4 + 2 * dy + dx], src)
+    # both kinds gather the same 2x2 neighbourhoods, only the channel order differs
+    z = merge_patches(x, "eagle2")
+    assert torch.equal(z.sort(dim=-1).values, y.sort(dim=-1).values)

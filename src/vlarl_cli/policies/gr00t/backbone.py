@@ -20,11 +20,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vlarl_cli.policies.gr00t.config import Gr00tConfig
 
-__all__ = ["EagleBackbone", "pixel_shuffle"]
+__all__ = ["EagleBackbone", "merge_patches", "pixel_shuffle"]
 
 
 def pixel_shuffle(x: Tensor, scale: float = 0.5) -> Tensor:
@@ -34,6 +35,22 @@ def pixel_shuffle(x: Tensor, scale: float = 0.5) -> Tensor:
     x = x.permute(0, 2, 1, 3).contiguous()
     x = x.reshape(n, int(h * scale), int(w * scale), int(c / (scale * scale)))
     return x.permute(0, 2, 1, 3).contiguous()
+
+
+def merge_patches(feats: Tensor, kind: str) -> Tensor:
+    """2x2 patch merge of a square patch grid: [M, P, C] -> [M, P/4, 4C].
+
+    ``eagle2``: :func:`pixel_shuffle` on [M, W, H, C] (Eagle 2.5 / InternVL); ``unshuffle``: patches
+    (row-major) -> [M, C, H, W] -> ``F.pixel_unshuffle(2)`` (Eagle 3 ``pixel_shuffle_back``), channel
+    index ``c * 4 + 2 dy + dx``.
+    """
+    m, p, c = feats.shape
+    side = round(p**0.5)
+    if kind == "unshuffle":
+        grid = feats.transpose(1, 2).reshape(m, c, side, side)
+        return F.pixel_unshuffle(grid, 2).flatten(2).transpose(1, 2)
+    out = pixel_shuffle(feats.reshape(m, side, side, c), 0.5)
+    return out.reshape(m, -1, out.shape[-1])
 
 
 class _LanguageModel(nn.Module):
@@ -122,9 +139,7 @@ class EagleBackbone(nn.Module):
         else:
             feats = vision(pixel_values=pixel_values).last_hidden_state
         if cfg.use_pixel_shuffle:
-            side = int(feats.shape[1] ** 0.5)
-            feats = pixel_shuffle(feats.reshape(feats.shape[0], side, side, -1), 0.5)
-            feats = feats.reshape(feats.shape[0], -1, feats.shape[-1])
+            feats = merge_patches(feats, cfg.pixel_shuffle_kind)
         return self.eagle.mlp1(feats)
 
     def forward(self, pixel_values: Tensor, input_ids: Tensor, attention_mask: Tensor) -> Tensor:

@@ -65,6 +65,7 @@ N16_MODEL_TYPES = ("Gr00tN1d6", "gr00t_n1d6")
 OPTIONAL_PREFIXES = ("action_head.value_head.", "action_head.noise_head.")
 _EAGLE_FIELDS = ("vision_kind", "vision_hidden_size", "vision_intermediate_size", "vision_num_layers",
                  "vision_num_heads", "image_size", "patch_size", "vision_use_head", "use_pixel_shuffle",
+                 "pixel_shuffle_kind",
                  "mlp_connector_layers", "llm_hidden_size", "llm_intermediate_size", "llm_num_heads",
                  "llm_num_kv_heads", "llm_head_dim", "vocab_size", "rope_theta", "rms_norm_eps",
                  "max_position_embeddings", "image_token_id", "pad_token_id", "max_text_tokens", "formalize_language",

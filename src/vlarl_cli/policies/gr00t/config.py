@@ -59,6 +59,9 @@ class Gr00tConfig:
     patch_size: int = 14
     vision_use_head: bool = True  # SigLIP attention-pool head: kept as weights, never used in forward
     use_pixel_shuffle: bool = False  # Eagle: 2x2 pixel shuffle before mlp1 (downsample_ratio 0.5)
+    # channel order of the 2x2 merge: "eagle2" (InternVL-style pixel_shuffle on [N, W, H, C], Eagle 2.5) or
+    # "unshuffle" (torch pixel_unshuffle on [N, C, H, W], Eagle 3 ``pixel_shuffle_back``)
+    pixel_shuffle_kind: str = "eagle2"
     mlp_connector_layers: int = 1  # 1: Linear; 2: LayerNorm-Linear-GELU-Linear
 
     # --- language model (Qwen3), truncated to the first `select_layer` decoder layers ---
@@ -110,6 +113,9 @@ class Gr00tConfig:
         if self.version not in VERSIONS:
             raise ConfigError(f'Unknown GR00T version "{self.version}".{did_you_mean(self.version, VERSIONS)}',
                               f"Use one of {', '.join(VERSIONS)}.")
+        if self.pixel_shuffle_kind not in ("eagle2", "unshuffle"):
+            raise ConfigError(f'pixel_shuffle_kind must be "eagle2" or "unshuffle", got "{self.pixel_shuffle_kind}".',
+                              "Fix pixel_shuffle_kind in the GR00T config.")
         if self.vision_kind not in ("siglip", "siglip2"):
             raise ConfigError(f'vision_kind must be "siglip" or "siglip2", got "{self.vision_kind}".',
                               "Fix vision_kind in the GR00T config.")
@@ -179,7 +185,7 @@ def _full_n16() -> Gr00tConfig:
     # cut at layer 16; head from gr00t/configs/model/gr00t_n1d6.py with max dims 128 (unified space).
     return Gr00tConfig(
         version="n1.6", vision_kind="siglip2", image_size=256, patch_size=16, use_pixel_shuffle=True,
-        mlp_connector_layers=2, select_layer=16, max_text_tokens=64, formalize_language=True,
+        pixel_shuffle_kind="unshuffle", mlp_connector_layers=2, select_layer=16, max_text_tokens=64, formalize_language=True,
         action_dim=128, state_dim=128, dit_num_layers=32, vl_self_attention_layers=0, num_future_tokens=0,
         alternate_vl_dit=True, use_attention_mask=True)
 
@@ -200,7 +206,8 @@ def _tiny_n15() -> Gr00tConfig:
 
 def _tiny_n16() -> Gr00tConfig:
     return Gr00tConfig(
-        version="n1.6", vision_kind="siglip2", use_pixel_shuffle=True, mlp_connector_layers=2,
+        version="n1.6", vision_kind="siglip2", use_pixel_shuffle=True, pixel_shuffle_kind="unshuffle",
+        mlp_connector_layers=2,
         formalize_language=True, action_dim=128, state_dim=128, vl_self_attention_layers=0, num_future_tokens=0,
         alternate_vl_dit=True, use_attention_mask=True, **_TINY_COMMON)
 
