@@ -176,7 +176,8 @@ def _is_known_unused(key: str, fmt: str) -> bool:
 def _weight_files(root: Path) -> list[Path]:
     from vlarl_cli.checkpoints.detect import weight_files
 
-    return weight_files(root)
+    # LeRobot >= 0.4 keeps normalisation statistics in policy_*processor*.safetensors: not weights
+    return [f for f in weight_files(root) if not (f.name.startswith("policy_") and "processor" in f.name)]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
