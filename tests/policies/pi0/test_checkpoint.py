@@ -247,3 +247,14 @@ def test_lerobot_processor_norm_stats(make_policy, tmp_path):
     assert loaded.processor.normalizer.mode == "quantile"  # pi0.5
     assert torch.allclose(got["actions"].q99, stats["actions"].q99.float().double())
     assert torch.allclose(got["state"].mean, stats["state"].mean.float().double())
+
+
+def test_rlinf_style_rl_heads_are_reported_not_fatal(make_policy, tmp_path):
+    save_policy(make_policy("pi0", add_value_head=False), tmp_path / "op", format="openpi")
+    f = tmp_path / "op" / "model.safetensors"
+    tensors = load_file(f)
+    tensors["value_head.mlp.0.weight"] = torch.zeros(512, 32)  # RLinf's critic layout (ReLU MLP)
+    save_file(tensors, f)
+    loaded = load_policy(tmp_path / "op", overrides={"add_value_head": True})
+    assert loaded.load_report["rl_heads_skipped"] == ["value_head.mlp.0.weight"]
+    assert any(k.startswith("value_head.") for k in loaded.load_report["initialized"])

@@ -432,6 +432,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     unexpected: list[str] = []
     mismatched: list[str] = []
     ignored: list[str] = []
+    rl_heads_skipped: list[str] = []
     by_file: dict[Path, list[tuple[str, str]]] = {}
     tied_source: tuple[Path, str] | None = None
     for ext in header:
@@ -439,8 +440,14 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         if internal is None:
             (ignored if _is_known_unused(ext, fmt) else unexpected).append(ext)
             continue
-        if internal not in params:
-            unexpected.append(ext)
+        if internal not in params or (internal.startswith(_RL_ONLY_PREFIXES)
+                                      and tuple(params[internal].shape) != header[ext][0]):
+            if internal.startswith(_RL_ONLY_PREFIXES):
+                # RLinf's critic (value_head.mlp.*, ReLU) / noise net have another structure: not
+                # loadable into ours; they are reported and our heads start fresh.
+                rl_heads_skipped.append(ext)
+            else:
+                unexpected.append(ext)
             continue
         if ext.endswith("lm_head.weight") and internal == _EMBED:
             tied_source = (header[ext][2], ext)  # used only when the embedding itself is absent
@@ -474,6 +481,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
             params[k].zero_()
     report: dict[str, Any] = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
               "mismatched": mismatched, "ignored_unused": ignored, "initialized": fresh,
+                              "rl_heads_skipped": rl_heads_skipped,
               "norm_stats": os.fspath(ns_file) if ns_file is not None else None}
     if strict and (missing or unexpected or mismatched):
         parts = []
