@@ -207,3 +207,29 @@ def test_describe_lists_the_modality_and_checkpoint_tokenizer_is_used(tmp_path, 
                                  "states": torch.zeros(1, 8), "task_descriptions": ["open the drawer now"]})["input_ids"]
     n_img = 2 * policy.config.tokens_per_image
     assert ids[0, n_img: n_img + 5].tolist() == [5, 6, 7, 1, 0]
+
+
+def test_upstream_extras_are_skipped_and_missing_vision_head_is_detected(tmp_path, policy_factory, obs_factory) -> None:
+    policy = policy_factory("n1.5")
+    path = tmp_path / "up"
+    ck.save_policy(policy, path, format="gr00t_n15")
+    lm = "backbone.eagle_model.language_model.model.layers."
+    head = "backbone.eagle_model.vision_model.vision_model.head."
+
+    def edit(t: dict) -> dict:
+        out = {k: v for k, v in t.items() if not k.startswith(head)}
+        # an un-truncated LLM (layer 2 >= select_layer 2) as a full Eagle checkpoint would carry
+        out.update({k.replace(lm + "0.", lm + "2."): v.clone() for k, v in t.items() if k.startswith(lm + "0.")})
+        return out
+
+    _edit_shard(path, edit)
+    loaded = ck.load_policy(path)
+    r = loaded.load_report
+    assert r.ok and not loaded.config.vision_use_head
+    assert r.skipped and all(k.startswith(lm + "2.") for k in r.skipped)
+    assert not any(".head." in k for k in loaded.state_dict() if "vision_model" in k)
+    obs = obs_factory(2)
+    a = policy.sample(obs, deterministic=True, generator=torch.Generator().manual_seed(0)).actions
+    b = loaded.sample(obs, deterministic=True, generator=torch.Generator().manual_seed(0)).actions
+    torch.testing.assert_close(a, b, rtol=0, atol=0)  # the attention-pool head never enters the forward
+    assert ck.from_upstream_key("action_head.mask_token", "n1.6") is None

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,10 +88,19 @@ def to_upstream_key(key: str, version: str) -> str:
     return key
 
 
-def from_upstream_key(key: str, version: str) -> str | None:
-    """Upstream key -> our key, or None for upstream-only tensors we deliberately skip (``lm_head``)."""
-    if key.endswith("language_model.lm_head.weight"):
+_LM_LAYER = re.compile(r"language_model\.model\.layers\.(\d+)\.")
+
+
+def from_upstream_key(key: str, version: str, select_layer: int | None = None) -> str | None:
+    """Upstream key -> our key, or None for upstream-only tensors we deliberately skip: the LM head, LLM
+    layers at or above ``select_layer`` (upstream drops them at build time) and N1.6's training-only
+    state-dropout ``mask_token``."""
+    if key.endswith("language_model.lm_head.weight") or key == "action_head.mask_token":
         return None
+    if select_layer is not None:
+        m = _LM_LAYER.search(key)
+        if m is not None and int(m.group(1)) >= select_layer:
+            return None
     prefix = _vision_prefix(version)
     nested = prefix + "vision_model."
     if key.startswith(nested):
@@ -423,13 +433,18 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
     modality = _read_modality(path, fmt, settings.effective_embodiment_tag)
 
     files = _weight_files(path)
+    if fmt != "vlarl":
+        # upstream config.json does not say whether the SigLIP attention-pool head was kept: read it off the keys
+        has_head = any(".vision_model.vision_model.head." in k or ".vision_model.head." in k for k in files)
+        if has_head != cfg.vision_use_head:
+            cfg = cfg.replace(vision_use_head=has_head)
     policy = Gr00tPolicy(cfg, settings, modality, device="meta", dtype=dtype)
     own = {**dict(policy.named_parameters()), **{n: b for n, b in policy.named_buffers()
                                                   if n in policy.state_dict()}}
     report = LoadReport(format=fmt)
     source: dict[str, tuple[str, Path]] = {}  # our key -> (file key, file)
     for file_key, file in files.items():
-        key = file_key if fmt == "vlarl" else from_upstream_key(file_key, cfg.version)
+        key = file_key if fmt == "vlarl" else from_upstream_key(file_key, cfg.version, cfg.select_layer)
         if key is None:
             report.skipped.append(file_key)
             continue
