@@ -155,6 +155,14 @@ def test_train_expert_only_freezes_the_vlm(make_policy, make_obs):
     assert all(not p.requires_grad and p.grad is None for p in policy.vlm.parameters())
     assert all(p.grad is not None for p in policy.expert.parameters())
     assert policy.action_in_proj.weight.grad.abs().sum() > 0
+    # the prefix is computed without a graph when the VLM is frozen; expert gradients are unchanged
+    full = make_policy("pi0", num_steps=2, train_expert_only=False)
+    full.load_state_dict(policy.state_dict())
+    ev2 = full.evaluate(out.replay)
+    (ev2.logprobs.sum() + ev2.values.sum()).backward()
+    assert torch.equal(ev2.logprobs, ev.logprobs)
+    for (name, p), q in zip(policy.expert.named_parameters(), full.expert.parameters(), strict=True):
+        assert torch.allclose(p.grad, q.grad, atol=1e-6, rtol=1e-5), name
 
 
 def test_lora_trains_only_adapters_in_the_vlm(make_policy, make_obs):

@@ -87,8 +87,12 @@ class Pi0Policy(Pi0Model):
     # ------------------------------------------------------------------ internals
     def _prefix(self, inputs: dict[str, Tensor]) -> tuple[ExpertCache, Tensor | None]:
         images = to_model_images(inputs["images"].to(self.device), self._dtype())
-        prefix = self.encode_prefix(images, inputs["image_masks"].to(self.device),
-                                    inputs["tokens"].to(self.device), inputs["token_mask"].to(self.device))
+        # A frozen VLM (train_expert_only) needs no autograd graph for the prefix: the expert's
+        # gradients only flow through its own weights, and this saves the prefix activations.
+        vlm_trainable = any(p.requires_grad for p in self.vlm.parameters())
+        with torch.set_grad_enabled(torch.is_grad_enabled() and vlm_trainable):
+            prefix = self.encode_prefix(images, inputs["image_masks"].to(self.device),
+                                        inputs["tokens"].to(self.device), inputs["token_mask"].to(self.device))
         state = None if self.cfg.is_pi05 else inputs["state"].to(self.device)
         return self.expert_cache(prefix), state
 
