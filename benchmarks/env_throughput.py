@@ -1,0 +1,212 @@
+"""LIBERO environment throughput: raw LIBERO vs vlarl's chunk-boundary rendering, in one JSON line.
+
+Measures, on libero_spatial task 0 with the no-op-like random actions of a policy:
+  * raw LIBERO (``OffScreenRenderEnv``, cameras rendered every step) in 1 and W processes: the baseline;
+  * physics only (no cameras): the limit;
+  * vlarl ``LiberoEnv`` (1 process) and ``LiberoVectorEnv`` (1 and W workers), chunk sizes C;
+  * reset time (soft, vlarl default; hard, robosuite default).
+Ratios against the targets of issue 3: with C = 1 vlarl within 5 % of raw at the same process count;
+with chunk C at least 0.8 x the bound C / (C x t_physics + cameras x t_render).
+
+    python benchmarks/env_throughput.py                 # default: 128 px, C in {1, 5}, W = 2 (a few minutes)
+    python benchmarks/env_throughput.py --full          # 128 and 224 px, C in {1, 5, 10}
+    python benchmarks/env_throughput.py --resolutions 224 --chunks 1 5 10 --steps 40
+
+Numbers are wall-clock on a shared machine: the JSON includes the load average at start and end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import time
+
+import numpy as np
+
+SUITE, TASK, TRIAL = "libero_spatial", 0, 0
+
+
+def _actions(steps: int, seed: int = 0) -> np.ndarray:
+    a = np.random.default_rng(seed).uniform(-0.3, 0.3, size=(steps, 7))
+    a[:, -1] = -1.0
+    return a
+
+
+def _raw_worker(args: tuple) -> tuple[float, float, int]:
+    """Raw LIBERO: both cameras rendered on every step. Returns (start, end, steps) for aggregation."""
+    resolution, steps, barrier = args
+    from vlarl_cli.envs.libero import suites
+    from vlarl_cli.envs.libero.setup import prepare_libero
+
+    prepare_libero(check_assets=False)
+    from libero.libero.envs import OffScreenRenderEnv
+
+    task = suites.get_task(SUITE, TASK)
+    env = OffScreenRenderEnv(
+        bddl_file_name=str(task.bddl_file), camera_heights=resolution, camera_widths=resolution
+    )
+    env.seed(7)
+    env.reset()
+    env.set_init_state(suites.init_states(SUITE, TASK)[TRIAL])
+    actions = _actions(steps)
+    if barrier is not None:
+        barrier.wait()
+    start = time.perf_counter()
+    for a in actions:
+        env.step(a)
+    end = time.perf_counter()
+    env.close()
+    return start, end, steps
+
+
+def raw_steps_per_s(resolution: int, steps: int, processes: int) -> float:
+    if processes == 1:
+        start, end, n = _raw_worker((resolution, steps, None))
+        return n / (end - start)
+    ctx = mp.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(processes)
+        with ctx.Pool(processes) as pool:
+            results = pool.map(_raw_worker, [(resolution, steps, barrier)] * processes)
+    # time.perf_counter is system-wide monotonic on Linux, so spans across processes are comparable
+    return sum(r[2] for r in results) / (max(r[1] for r in results) - min(r[0] for r in results))
+
+
+def single_env(resolution: int, chunks: list[int], steps: int, cameras: tuple[str, ...]) -> dict:
+    from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
+
+    env = LiberoEnv(SUITE, TASK, EnvOptions(resolution=resolution, cameras=cameras, max_episode_steps=10_000))
+    out: dict = {"construct_s": round(env.timings["construct_s"], 2)}
+    env.reset(TRIAL)
+    out["reset_soft_s"] = round(env.timings["reset_s"], 2)
+    for chunk in chunks:
+        env.reset(TRIAL)
+        n = max(steps // chunk, 1) * chunk
+        actions = _actions(n).reshape(-1, chunk, 7)
+        start = time.perf_counter()
+        for a in actions:
+            env.step_chunk(a)
+        out[f"C{chunk}"] = round(n / (time.perf_counter() - start), 2)
+    env.close()
+    return out
+
+
+def hard_reset_s(resolution: int) -> float:
+    from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
+
+    env = LiberoEnv(SUITE, TASK, EnvOptions(resolution=resolution, hard_reset=True))
+    env.reset(TRIAL)
+    seconds = env.timings["reset_s"]
+    env.close()
+    return round(seconds, 2)
+
+
+def vector_env(resolution: int, chunks: list[int], steps: int, workers: int) -> dict:
+    from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec
+
+    spec = VectorEnvSpec(
+        suite=SUITE, task_ids=(TASK,), num_envs=workers, num_workers=workers, resolution=resolution,
+        max_episode_steps=10_000,
+    )  # fmt: skip
+    out: dict = {}
+    with LiberoVectorEnv(spec) as vec:
+        start = time.perf_counter()
+        vec.reset()
+        out["first_reset_s"] = round(time.perf_counter() - start, 2)  # includes simulator construction
+        for chunk in chunks:
+            vec.reset()
+            n = max(steps // chunk, 1) * chunk
+            actions = np.broadcast_to(_actions(n).reshape(-1, 1, chunk, 7), (n // chunk, workers, chunk, 7))
+            start = time.perf_counter()
+            for a in actions:
+                vec.step_chunk(np.ascontiguousarray(a))
+            out[f"C{chunk}"] = round(workers * n / (time.perf_counter() - start), 2)
+    return out
+
+
+def physics_steps_per_s(steps: int) -> float:
+    res = single_env(128, [steps], steps * 4, cameras=())
+    return res[f"C{steps}"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--full", action="store_true", help="128 and 224 px, chunks 1 5 10")
+    parser.add_argument("--resolutions", type=int, nargs="+", default=None)
+    parser.add_argument("--chunks", type=int, nargs="+", default=None)
+    parser.add_argument("--steps", type=int, default=30, help="policy steps per measurement")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--skip-vector", action="store_true")
+    args = parser.parse_args()
+    resolutions = args.resolutions or ([128, 224] if args.full else [128])
+    chunks = args.chunks or ([1, 5, 10] if args.full else [1, 5])
+    w = args.workers
+    cams = 2
+    load_start = os.getloadavg()[0]
+    t0 = time.perf_counter()
+
+    result: dict = {
+        "benchmark": "env_throughput",
+        "suite": SUITE,
+        "task": TASK,
+        "cameras": cams,
+        "workers": w,
+    }
+    phys = physics_steps_per_s(100)
+    result["physics_only_steps_per_s"] = phys
+    result["reset_hard_s"] = hard_reset_s(resolutions[0])
+    per_res: dict = {}
+    for res in resolutions:
+        entry: dict = {}
+        raw1 = raw_steps_per_s(res, args.steps, 1)
+        entry["raw_1proc_steps_per_s"] = round(raw1, 2)
+        if w > 1:
+            entry[f"raw_{w}proc_steps_per_s"] = round(raw_steps_per_s(res, args.steps, w), 2)
+        entry["vlarl_single"] = single_env(res, chunks, args.steps, ("main", "wrist"))
+        if not args.skip_vector:
+            entry["vlarl_vector_1w"] = vector_env(res, chunks, args.steps, 1)
+            if w > 1:
+                entry[f"vlarl_vector_{w}w"] = vector_env(res, chunks, args.steps, w)
+        # Targets (issue 3). Render time per camera frame from the raw baseline: t_step = t_phys + cams * t_render.
+        t_phys = 1.0 / phys
+        t_render = max((1.0 / raw1 - t_phys) / cams, 1e-9)
+        ratios: dict = {
+            "t_physics_ms": round(1e3 * t_phys, 1),
+            "t_render_per_camera_ms": round(1e3 * t_render, 1),
+        }
+        for chunk in chunks:
+            bound = chunk / (chunk * t_phys + cams * t_render)
+            ratios[f"C{chunk}_bound_steps_per_s"] = round(bound, 2)
+            ratios[f"C{chunk}_single_vs_bound"] = round(entry["vlarl_single"][f"C{chunk}"] / bound, 3)
+            ratios[f"C{chunk}_single_vs_raw"] = round(entry["vlarl_single"][f"C{chunk}"] / raw1, 3)
+            if not args.skip_vector:
+                ratios[f"C{chunk}_vector1w_vs_bound"] = round(
+                    entry["vlarl_vector_1w"][f"C{chunk}"] / bound, 3
+                )
+                if w > 1:
+                    raw_w = entry[f"raw_{w}proc_steps_per_s"]
+                    ratios[f"C{chunk}_vector{w}w_vs_raw{w}"] = round(
+                        entry[f"vlarl_vector_{w}w"][f"C{chunk}"] / raw_w, 3
+                    )
+        targets = {
+            "C1_within_5pct_of_raw": ratios.get("C1_single_vs_raw", 0) >= 0.95 if 1 in chunks else None
+        }
+        for chunk in chunks:
+            if chunk > 1:
+                targets[f"C{chunk}_at_least_0.8_bound"] = ratios[f"C{chunk}_single_vs_bound"] >= 0.8
+        entry["ratios"] = ratios
+        entry["targets_met"] = targets
+        per_res[str(res)] = entry
+    result["resolutions"] = per_res
+    result["loadavg_start"] = round(load_start, 2)
+    result["loadavg_end"] = round(os.getloadavg()[0], 2)
+    result["wall_s"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
