@@ -431,6 +431,15 @@ class _Transfer:
                  retries: int, retry_wait: float, progress: Progress | None) -> None:
         self.repo_id, self.commit, self.endpoint, self.token = repo_id, commit, endpoint, token
         self.retries, self.retry_wait, self.progress = retries, retry_wait, progress
+        self.overall: TaskID | None = None  # the "all files" bar
+        self.base = 0  # bytes of the files before the current one (for the overall bar)
+
+    def _show(self, task: TaskID | None, offset: int) -> None:
+        if self.progress is None or task is None:
+            return
+        self.progress.update(task, completed=offset)
+        if self.overall is not None:
+            self.progress.update(self.overall, completed=self.base + offset)
 
     def _url_and_headers(self, entry: RemoteFile) -> tuple[str, dict[str, str]]:
         from huggingface_hub import constants
@@ -490,8 +499,7 @@ class _Transfer:
         hasher = _new_hasher(entry)
         if offset:
             _hash_file(partial, entry, hasher)
-        if self.progress is not None and task is not None:
-            self.progress.update(task, completed=offset)
+        self._show(task, offset)
         transferred = 0
         url: str | None = None
         headers: dict[str, str] = {}
@@ -518,8 +526,7 @@ class _Transfer:
                         # answered for other bytes (206 elsewhere: drop it and ask again without Range).
                         partial.unlink()
                         offset, hasher, resumed = 0, _new_hasher(entry), False
-                        if self.progress is not None and task is not None:
-                            self.progress.update(task, completed=0)
+                        self._show(task, 0)
                         if resp.status_code != 200:
                             continue
                     with open(partial, "ab", buffering=0) as fh:  # unbuffered: a SIGKILL keeps what arrived
@@ -533,8 +540,7 @@ class _Transfer:
                             hasher.update(chunk)
                             offset += len(chunk)
                             transferred += len(chunk)
-                            if self.progress is not None and task is not None:
-                                self.progress.update(task, completed=offset)
+                            self._show(task, offset)
                         fh.flush()
                         os.fsync(fh.fileno())
                 if offset < entry.size:
@@ -747,45 +753,58 @@ def _fetch_all(repo_id: str, commit: str, endpoint: str, token: str | bool | Non
     with progress, _hub_errors(repo_id, commit, endpoint):
         transfer = _Transfer(repo_id=repo_id, commit=commit, endpoint=endpoint, token=token,
                              retries=retries, retry_wait=retry_wait, progress=progress)
+        if len(wanted) > 1:
+            transfer.overall = progress.add_task(f"all {len(wanted)} files",
+                                                 total=sum(f.size for f in wanted))
+        done = 0
         for entry in wanted:
-            final = target.complete_path(entry)
-            key = final.relative_to(target.state_dir.parent if isinstance(target, _CacheTarget)
-                                    else target.root).as_posix()
-            rec = FileRecord(path=entry.path, size=entry.size, hash_kind=entry.hash_kind,
-                             hash=entry.expected_hash, status="present")
-            if final.is_file() and not final.is_symlink():
-                if manifest.is_verified(key, final, entry):
-                    target.publish(entry)
-                    records.append(rec)
-                    continue
-                if final.stat().st_size == entry.size:
-                    task = progress.add_task(f"verify {entry.path}", total=entry.size)
-                    digest = _hash_file(final, entry,
-                                        on_bytes=lambda n, t=task: progress.advance(t, n)).hexdigest()
-                    progress.remove_task(task)
-                    if digest == entry.expected_hash:
-                        manifest.mark(key, final, entry)
-                        target.publish(entry)
-                        records.append(rec)
-                        continue
-                if not quiet:
-                    err_console.print(f"[yellow]note:[/] replacing {entry.path}: it differs from the hub copy")
-            elif final.is_symlink() or final.exists():
-                raise HubError(f"{final} exists and is not a regular file.",
-                               fix="Remove it or choose another --local-dir.")
-            partial = target.partial_path(entry)
-            task = progress.add_task(entry.path, total=entry.size)
-            n, resumed = transfer.run(entry, partial, task)
-            progress.remove_task(task)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(partial, final)
-            fsync_directory(final.parent)
-            manifest.mark(key, final, entry)
-            target.publish(entry)
-            rec.status = "resumed" if resumed else "downloaded"
-            rec.bytes_transferred = n
-            records.append(rec)
+            transfer.base = done
+            records.append(_place_one(entry, target, manifest, transfer, progress, quiet, err_console))
+            done += entry.size
+            if transfer.overall is not None:
+                progress.update(transfer.overall, completed=done)
     return records
+
+
+def _place_one(entry: RemoteFile, target: _Target, manifest: _Manifest, transfer: _Transfer,
+               progress: Progress, quiet: bool, err_console: Console) -> FileRecord:
+    """Make ``entry`` present and verified in ``target``: trust the manifest, re-hash a file of the
+    right size, or download (resuming partial bytes)."""
+    final = target.complete_path(entry)
+    key = final.relative_to(target.state_dir.parent if isinstance(target, _CacheTarget)
+                            else target.root).as_posix()
+    rec = FileRecord(path=entry.path, size=entry.size, hash_kind=entry.hash_kind,
+                     hash=entry.expected_hash, status="present")
+    if final.is_file() and not final.is_symlink():
+        if manifest.is_verified(key, final, entry):
+            target.publish(entry)
+            return rec
+        if final.stat().st_size == entry.size:
+            task = progress.add_task(f"verify {entry.path}", total=entry.size)
+            digest = _hash_file(final, entry,
+                                on_bytes=lambda n, t=task: progress.advance(t, n)).hexdigest()
+            progress.remove_task(task)
+            if digest == entry.expected_hash:
+                manifest.mark(key, final, entry)
+                target.publish(entry)
+                return rec
+        if not quiet:
+            err_console.print(f"[yellow]note:[/] replacing {entry.path}: it differs from the hub copy")
+    elif final.is_symlink() or final.exists():
+        raise HubError(f"{final} exists and is not a regular file.",
+                       fix="Remove it or choose another --local-dir.")
+    partial = target.partial_path(entry)
+    task = progress.add_task(entry.path, total=entry.size)
+    n, resumed = transfer.run(entry, partial, task)
+    progress.remove_task(task)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(partial, final)
+    fsync_directory(final.parent)
+    manifest.mark(key, final, entry)
+    target.publish(entry)
+    rec.status = "resumed" if resumed else "downloaded"
+    rec.bytes_transferred = n
+    return rec
 
 
 def _offline_result(requested: str, repo_id: str, rev: str, local_dir: str | os.PathLike[str] | None,
