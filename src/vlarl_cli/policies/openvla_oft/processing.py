@@ -245,11 +245,12 @@ class ActionStats:
         if action is None or "q01" not in action or "q99" not in action:
             raise CheckpointError(f'dataset statistics "{key}" lack action q01/q99 (has {sorted(d)}).',
                                   "Use the dataset_statistics.json written with the checkpoint.")
-        q01 = torch.as_tensor(action["q01"], dtype=torch.float64).reshape(-1)
-        q99 = torch.as_tensor(action["q99"], dtype=torch.float64).reshape(-1)
+        cpu = torch.device("cpu")  # explicit: policies are also built under a meta-device context
+        q01 = torch.as_tensor(action["q01"], dtype=torch.float64, device=cpu).reshape(-1)
+        q99 = torch.as_tensor(action["q99"], dtype=torch.float64, device=cpu).reshape(-1)
         mask_raw = action.get("mask")
         mask = (torch.ones_like(q01, dtype=torch.bool) if mask_raw is None
-                else torch.as_tensor(mask_raw, dtype=torch.bool).reshape(-1))
+                else torch.as_tensor(mask_raw, dtype=torch.bool, device=cpu).reshape(-1))
         if not q01.shape == q99.shape == mask.shape:
             raise CheckpointError(f'dataset statistics "{key}": q01 {list(q01.shape)}, q99 {list(q99.shape)} and '
                                   f"mask {list(mask.shape)} differ in length.", "Regenerate the statistics file.")
