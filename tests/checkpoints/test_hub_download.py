@@ -95,6 +95,12 @@ def test_cache_layout(hub, run_download, tmp_path):
     small = snap / "physical-intelligence" / "libero" / "norm_stats.json"
     assert Path(os.path.realpath(small)).name == git_sha1(FILES["physical-intelligence/libero/norm_stats.json"])
     assert str(snap) in res.stdout
+    # huggingface_hub itself (hence transformers and training.rl.resolve_model_path) finds it offline.
+    code = "from huggingface_hub import snapshot_download as s; print(s('acme/tiny-pi05', local_files_only=True))"
+    env = {**run_download.env, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert Path(out.stdout.strip()) == snap
 
 
 @pytest.mark.parametrize("gated_status", [401, 403])
@@ -377,3 +383,19 @@ def test_unwritable_target_is_a_clear_error(hub, run_download, tmp_path):
     res = run_download(REPO_ID, "--local-dir", str(tmp_path / "afile" / "sub"))
     _no_traceback(res)
     assert "Cannot create the download folder" in res.stderr and "--local-dir" in res.stderr
+
+
+def test_python_api_in_process(hub, tmp_path, monkeypatch):
+    """download() as a library call: HF_ENDPOINT is read at call time, not at import time."""
+    from vlarl_cli.checkpoints.hub import download
+
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    res = download(REPO_ID, local_dir=tmp_path / "o", quiet=True, allow_pickle=True)
+    assert res.commit == hub.repos[REPO_ID].refs["main"] and res.path == tmp_path / "o"
+    assert sorted(r.path for r in res.files) == sorted(FILES)
+    assert {r.status for r in res.files} == {"downloaded"} and res.bytes_transferred == sum(map(len, FILES.values()))
+    assert res.info is not None and (res.info.family, res.info.format, res.info.variant) == ("pi0", "openpi", "pi05")
+    assert res.info.num_parameters == TINY_PARAMS and res.info.pickle_files == ["big.bin"]
+    again = download(REPO_ID, local_dir=tmp_path / "o", quiet=True, allow_pickle=True)
+    assert {r.status for r in again.files} == {"present"} and again.bytes_transferred == 0
