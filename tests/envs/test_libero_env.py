@@ -160,3 +160,29 @@ def test_step_before_reset_is_a_clear_error(spatial_env):
     spatial_env.step_chunk(np.full((1, 7), np.nan))  # ends the episode
     with pytest.raises(EnvError, match="reset"):
         spatial_env.step_chunk(noop_chunk(1))
+
+
+def test_video_capture_records_both_cameras_every_step(libero_ready):
+    from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
+
+    env = LiberoEnv(
+        "libero_spatial", 0, EnvOptions(cameras=("main",), record_video=True, max_episode_steps=6)
+    )
+    try:
+        obs = env.reset(0)
+        assert keys.WRIST_IMAGES not in obs  # the policy asked for the main camera only
+        results = [env.step_chunk(noop_chunk(3)) for _ in range(2)]
+        frames = env.pop_frames()
+        assert set(frames) == {"main", "wrist"}
+        assert frames["main"].shape == (7, 128, 128, 3) == frames["wrist"].shape  # first obs + 6 steps
+        np.testing.assert_array_equal(frames["main"][0], obs[keys.MAIN_IMAGES])
+        np.testing.assert_array_equal(frames["main"][3], results[0].obs[keys.MAIN_IMAGES])
+        assert env.pop_frames() == {}
+    finally:
+        env.close()
+
+
+def test_no_frames_kept_when_not_recording(spatial_env):
+    spatial_env.reset(0)
+    spatial_env.step_chunk(noop_chunk(2))
+    assert spatial_env.pop_frames() == {}

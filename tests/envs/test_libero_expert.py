@@ -94,3 +94,19 @@ def test_one_task_of_every_suite_constructs_resets_and_steps(libero_ready):
     finally:
         if env is not None:
             env.close()
+
+
+def test_unstable_physics_fails_episode_and_rebuild_recovers(physics_env):
+    env = physics_env
+    env.reset(2)
+    env.step_chunk(np.zeros((1, 7)))
+    # Blow up the arm's velocities: MuJoCo flags bad accelerations and resets its state.
+    env.raw_env.env.sim.data.qvel[:] = 1e12
+    result = env.step_chunk(np.zeros((3, 7)))
+    assert result.dones.all()
+    assert result.episode["unstable"] is True and "unstable" in result.episode["error"]
+    assert result.episode[keys.SUCCESS_ONCE] is False
+    env.rebuild()
+    env.reset(2)
+    ok = env.step_chunk(np.zeros((2, 7)))
+    assert ok.executed == 2 and ok.episode is None
