@@ -171,3 +171,56 @@ def collect_rollout(
         dones=torch.stack(dones),
         success=env.success.clone(),
     )
+
+
+class ToyVectorEnv:
+    """:class:`ReachEnv` behind the vector-env interface the trainer uses (``LiberoVectorEnv``'s), so
+    ``vlarl rl-train`` runs the toy task through exactly the same collect / advantage / update code.
+
+    Reset states are goals: ``pool`` holds ``pool_size`` ids of goals drawn once from ``seed``; one
+    episode per env per reset, no auto-reset (a finished env reports ``done`` until the next reset).
+    """
+
+    def __init__(
+        self, num_envs: int, *, chunk: int = 4, max_steps: int = 16, seed: int = 0, pool_size: int = 1024
+    ) -> None:
+        import numpy as np
+
+        self._env = ReachEnv(num_envs, chunk=chunk, max_steps=max_steps)
+        self.num_envs = num_envs
+        self.goals = self._env.sample_goals(pool_size, torch.Generator().manual_seed(seed))
+        self.pool = np.arange(pool_size)
+        self._ids = torch.zeros(num_envs, dtype=torch.long)
+        self._return = torch.zeros(num_envs)
+
+    def stage_ids(self, stage: int) -> list[int]:  # pipelining is meaningless for an in-process env
+        raise NotImplementedError("the toy env runs in-process; use rollout.pipeline_stage_num: 1")
+
+    def reset(self, reset_state_ids: Any = None) -> dict[str, Any]:
+        ids = torch.as_tensor(reset_state_ids if reset_state_ids is not None else self.pool[: self.num_envs])
+        self._ids = ids.long().reshape(-1) % len(self.pool)
+        self._return.zero_()
+        return self._env.reset(self.goals[self._ids])
+
+    def step_chunk(self, actions: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, dict[str, Any]]:
+        was_done = self._env.done.clone()
+        out = self._env.step(torch.as_tensor(actions)[..., :2])
+        self._return += out.rewards.sum(-1)
+        ended = out.dones[:, -1] & ~was_done
+        infos = {
+            keys.SUCCESS: out.terminated,
+            keys.TRUNCATED: out.truncated,
+            "episode_done": ended,
+            keys.SUCCESS_ONCE: self._env.success.clone(),
+            keys.SUCCESS_AT_END: self._env.success.clone(),
+            keys.RETURN: self._return.clone(),
+            keys.EPISODE_LEN: self._env.steps.clone(),
+            "errors": {},
+        }
+        return out.obs, out.rewards, out.dones, infos
+
+    def episode_frames(self, env_id: int) -> list[dict[str, Any]]:
+        return []
+
+    def close(self) -> None:
+        return None

@@ -192,9 +192,13 @@ def _obs_layout(spec: VectorEnvSpec) -> dict[str, tuple[tuple[int, ...], str]]:
     return layout
 
 
-def _attach(names: dict[str, str], layout: dict[str, tuple[tuple[int, ...], str]]):
+def _attach(
+    names: dict[str, str], layout: dict[str, tuple[tuple[int, ...], str]]
+) -> tuple[dict[str, shared_memory.SharedMemory], dict[str, np.ndarray]]:
     blocks = {k: shared_memory.SharedMemory(name=names[k]) for k in layout}
-    arrays = {k: np.ndarray(layout[k][0], dtype=layout[k][1], buffer=blocks[k].buf) for k in layout}
+    arrays: dict[str, np.ndarray] = {
+        k: np.ndarray(layout[k][0], dtype=layout[k][1], buffer=blocks[k].buf) for k in layout
+    }
     return blocks, arrays
 
 
@@ -235,10 +239,10 @@ def _worker_main(conn: Any, env_ids: list[int], spec_fields: dict, shm_names: di
             if cmd == "close":
                 break
             if cmd == "reset":
-                reply = {gid: start(gid, task_id, trial_id) for gid, task_id, trial_id in payload}
-                conn.send((tag, reply))
+                descriptions = {gid: start(gid, task_id, trial_id) for gid, task_id, trial_id in payload}
+                conn.send((tag, descriptions))
             elif cmd == "step":
-                reply = {}
+                reply: dict[int, dict[str, Any]] = {}
                 for gid, actions, (task_id, trial_id), auto_reset in payload:
                     env = envs[gid]
                     out: dict[str, Any] = {}
@@ -338,7 +342,7 @@ class LiberoVectorEnv:
             )
             for k, (shape, dt) in self._layout.items()
         }
-        self._arrays = {
+        self._arrays: dict[str, np.ndarray] = {
             k: np.ndarray(shape, dtype=dt, buffer=self._blocks[k].buf)
             for k, (shape, dt) in self._layout.items()
         }

@@ -102,7 +102,7 @@ class PickPlaceExpert:
         for sign in (1.0, -1.0):
             offset = np.array([0.0, sign * rim, 0.0])
             point = obj + offset
-            clear = min((np.linalg.norm((point - o)[:2]) for o in others), default=1.0)
+            clear = float(min((np.linalg.norm((point - o)[:2]) for o in others), default=1.0))
             if clear > best_clear:
                 best, best_clear = offset, clear
         return best
