@@ -245,3 +245,27 @@ def test_pi0_lora_merge_into_vlarl_layout(tmp_path):
     assert not [k for k in load_file(tmp_path / "merged" / "model.safetensors") if "lora" in k]
     saved = json.loads((tmp_path / "merged" / "vlarl_config.json").read_text())
     assert saved["model"]["is_lora"] is False
+
+
+def test_cli_pickle_gate_end_to_end(tmp_path):
+    """`vlarl convert` through the real entry point: a pickle-only source is refused with exit code 2
+    and one paragraph; with --allow-pickle it converts and prints the probe difference."""
+    import subprocess
+
+    ck = pytest.importorskip("vlarl_cli.policies.pi0.checkpoint")
+    from vlarl_cli.policies.pi0 import ModelSettings, build_policy
+
+    torch.manual_seed(0)
+    src = tmp_path / "src"
+    ck.save_policy(build_policy(ModelSettings(model_type="pi0", preset="tiny"), "cpu"), src, format="vlarl")
+    torch.save(load_file(src / "model.safetensors"), src / "model.pt")
+    (src / "model.safetensors").unlink()
+    cmd = [sys.executable, "-m", "vlarl_cli.cli.main", "convert", str(src), str(tmp_path / "out"), "--to", "openpi"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "pickle-based weights (model.pt)" in res.stderr and "--allow-pickle" in res.stderr
+    assert not (tmp_path / "out").exists()
+    res = subprocess.run([*cmd, "--allow-pickle"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "max |diff| actions 0, values 0" in res.stdout
+    assert ck.detect_format(tmp_path / "out") == "openpi"
