@@ -192,3 +192,38 @@ def test_compare_significance(tmp_path: Path) -> None:
     assert not small.rows[0].significant  # 20% vs 26%: the interval contains 0
     with pytest.raises(ResultsError):
         compare(a, tmp_path, show=False)
+
+
+def test_training_eval_maps_the_eval_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vlarl_cli.config.loading import load_config
+    from vlarl_cli.training import evaluation
+
+    seen = {}
+
+    def fake(policy, settings, **kw):
+        seen.update(settings=settings, **kw)
+        plan = plan_episodes(settings.suite, settings.tasks, settings.trials)
+        recs = [record(k.suite, k.task, k.trial, k.trial == 0) for k in plan]
+        return summarize(recs, make_card(settings, _Policy(), None, plan), plan)
+
+    monkeypatch.setattr(evaluation, "evaluate_policy", fake)
+    config = load_config("quickstart", ["env.eval.total_num_envs=4", "env.eval.rollout_epoch=2"]).config
+
+    class P(_Policy):
+        training = True
+
+        def eval(self) -> None:
+            self.training = False
+
+        def train(self) -> None:
+            self.training = True
+
+    policy = P()
+    metrics = evaluation.training_eval_metrics(policy, config, rank=1, world_size=2)
+    s = seen["settings"]
+    assert (s.suite, s.tasks, s.trials) == ("libero_spatial", (0,), 8)  # 4 envs x 2 epochs over 1 task
+    assert (s.max_steps, s.settle_steps, s.num_envs, s.resolution) == (40, 5, 2, 128)
+    assert s.deterministic and seen["rank"] == 1 and seen["world_size"] == 2
+    assert metrics["eval/success_rate"] == pytest.approx(1 / 8)
+    assert metrics["eval/libero_spatial/num_episodes"] == 8.0
+    assert policy.training  # restored

@@ -528,15 +528,19 @@ def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *
     try:
         retried: set[EpisodeKey] = set()
         retry: list[EpisodeKey] = []
+        last: dict[int, EpisodeKey] = {}
         while queue or retry:
             if not queue:  # episodes lost to a worker crash get one more run, packed into fresh waves
                 more = split_blocks(retry, n)
                 queue = [[b[k] if k < len(b) else None for b in more] for k in range(len(more[0]))]
                 retry = []
             wave = queue.pop(0)
-            # envs without an episode this wave restart their previous one and are ended at once
+            # envs without an episode this wave restart their previous one (same task: no rebuild) and
+            # end it at once with a NaN chunk (the env fails a malformed chunk without stepping)
             filler = [wave[e] is None for e in range(n)]
-            keys_ = [w if w is not None else next(x for x in wave if x is not None) for w in wave]
+            fallback = next(x for x in wave if x is not None)
+            keys_ = [w if w is not None else last.get(e, fallback) for e, w in enumerate(wave)]
+            last.update({e: w for e, w in enumerate(wave) if w is not None})
             restarts = vec.restarts
             t0 = time.perf_counter()
             obs = vec.reset([k.libero130_reset_state_id for k in keys_])
@@ -555,7 +559,8 @@ def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *
                 if rows:
                     t0 = time.perf_counter()
                     kwargs = {"generator": gen} if takes_gen else {}
-                    out = policy.sample(_subset(obs, rows), deterministic=settings.deterministic, **kwargs)
+                    with torch.no_grad():
+                        out = policy.sample(_subset(obs, rows), deterministic=settings.deterministic, **kwargs)
                     stats.policy_time_s += time.perf_counter() - t0
                     a = out.actions.detach().to("cpu", torch.float32).numpy()
                     if a.shape != (len(rows), chunk, 7):

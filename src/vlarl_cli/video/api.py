@@ -59,8 +59,8 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
                   compare_checkpoint: Path | None = None, suite: str | None = None, task: int | None = None,
                   trial: int = 0, protocol: str = "standard", max_steps: int | None = None,
                   settle_steps: int | None = None, resolution: int | None = None, out: Path | None = None,
-                  fps: int = 20, montage_max: int = 16) -> list[Path]:
-    """Write MP4s (see module docstring); returns the written paths."""
+                  fps: int = 20, montage_max: int = 16, sims: Any = None) -> list[Path]:
+    """Write MP4s (see module docstring); returns the written paths. ``sims``: reuse these simulators."""
     from vlarl_cli.video import render
     from vlarl_cli.video.resim import Simulators, live_episode, resimulate
 
@@ -72,7 +72,9 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
         out = Path(out) if out is not None else (root or Path(".")) / "videos"
         others = unique_episodes(read_episodes(against)) if against is not None else None
         clips = []
-        with Simulators() as sims:
+        own = sims is None
+        sims = sims or Simulators()
+        try:
             for rec in chosen:
                 ep = resimulate(rec, sims=sims, resolution=resolution)
                 if ep.max_state_drift:
@@ -89,6 +91,9 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
                 written.append(_write(out / f"{rec.label}{'_vs' if others is not None else ''}.mp4", clip, fps))
                 if len(chosen) > 1 and len(clips) < montage_max:
                     clips.append(clip[:, :: 2, :: 2] if clip.shape[1] > 300 else clip)
+        finally:
+            if own:
+                sims.close()
         if len(clips) > 1:
             what = ("failures" if selection.failures else "episodes") + \
                 (f"_task{selection.task:02d}" if selection.task is not None else "")
@@ -108,7 +113,9 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
     kwargs: dict[str, Any] = dict(protocol=protocol, resolution=resolution or 256, max_steps=max_steps,
                                   settle_steps=settle_steps)
     label = f"{suite}_task{task:02d}_trial{trial:02d}"
-    with Simulators() as sims:
+    own = sims is None
+    sims = sims or Simulators()
+    try:
         policy, info, _ = load_policy(checkpoint, config, overrides or [])
         ep = live_episode(policy, suite, task, trial, sims=sims, label=label, **kwargs)
         clip = render.annotate(ep, title=f"{Path(info.path).name} {label}")
@@ -118,4 +125,7 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
             clip = render.side_by_side(clip, render.annotate(ep_b, title=f"{Path(info_b.path).name} {label}"))
             label += "_vs"
         written.append(_write(out / f"live_{label}.mp4", clip, fps))
+    finally:
+        if own:
+            sims.close()
     return written

@@ -103,7 +103,11 @@ class EpisodeRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any], root: Path | None = None) -> EpisodeRecord:
         names = {f for f in cls.__dataclass_fields__ if f != "root"}
-        missing = {"suite", "task", "trial", "success", "steps", "seed"} - d.keys()
+        import dataclasses
+
+        required = {f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        missing = required - d.keys()
         if missing:
             raise ResultsError(f"Episode line lacks {sorted(missing)}: {str(d)[:200]}",
                                "The file is not a vlarl episode log (episodes.jsonl from `vlarl eval`).")

@@ -127,10 +127,13 @@ def _run(env: Any, trial: int, next_chunk: Any) -> tuple[dict[str, np.ndarray], 
 
 
 def resimulate(record: EpisodeRecord, *, sims: Simulators | None = None, resolution: int | None = None,
-               card: dict[str, Any] | None = None) -> SimEpisode:
-    """Replay a recorded episode with both cameras rendered every step."""
+               card: dict[str, Any] | None = None, data: EpisodeData | None = None) -> SimEpisode:
+    """Replay a recorded episode with both cameras rendered every step.
+
+    ``card`` / ``data`` default to the ones stored in the episode's results folder.
+    """
     card = card or read_card(record.root)
-    data = record.load_data()
+    data = data if data is not None else record.load_data()
     own = sims is None
     sims = sims or Simulators()
     try:

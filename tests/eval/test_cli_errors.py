@@ -1,0 +1,37 @@
+"""User errors of `vlarl eval` / `vlarl video` end in one paragraph and exit code 2 (no simulator)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import run_cli
+
+
+def test_eval_unknown_suite(tmp_path: Path) -> None:
+    run = run_cli(["eval", "--suite", "libero_spatail", "--config", "quickstart"], cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and 'Did you mean "libero_spatial"' in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_video_rejects_a_foreign_log(tmp_path: Path) -> None:
+    (tmp_path / "episodes.jsonl").write_text('{"suite":"libero_10","task":0}\n')
+    run = run_cli(["video", str(tmp_path / "episodes.jsonl"), "--episode", "0"], cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and "not a vlarl episode log" in run.stderr
+
+
+def test_eval_needs_a_policy(tmp_path: Path) -> None:
+    run = run_cli(["eval", "--suite", "libero_10"], cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and "--checkpoint" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_eval_not_a_checkpoint(tmp_path: Path) -> None:
+    run = run_cli(["eval", "--checkpoint", str(tmp_path)], cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and "not a vlarl training checkpoint" in run.stderr
+
+
+def test_video_needs_a_selection(tmp_path: Path) -> None:
+    from vlarl_cli.video.episodes import EpisodeLog, EpisodeRecord
+
+    EpisodeLog(tmp_path / "episodes.jsonl").append(EpisodeRecord("libero_10", 0, 0, 0, "n", "l", True, 3, 7, 10, 2))
+    run = run_cli(["video", str(tmp_path / "episodes.jsonl")], cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and "--failures" in run.stderr and "Traceback" not in run.stderr
