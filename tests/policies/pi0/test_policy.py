@@ -196,3 +196,34 @@ def test_gradient_checkpointing_gives_the_same_gradients(make_policy, make_obs):
         (ev.logprobs.sum() + ev.values.sum()).backward()
         grads.append(torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-5, rtol=1e-4)
+
+
+def test_fsdp2_units_match_unsharded(make_policy, make_obs, tmp_path):
+    """FSDP2 (one CPU rank, gloo) with the policy's own wrap classes: same samples and gradients."""
+    import torch.distributed as dist
+
+    from vlarl_cli.distributed.fsdp import shard_model
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this session")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        policy = make_policy("pi05", num_steps=2, train_expert_only=False)
+        ref = make_policy("pi05", num_steps=2, train_expert_only=False)
+        ref.load_state_dict(policy.state_dict())
+        shard_model(policy, device=torch.device("cpu"), class_names=[])
+        wrapped = {type(m).__name__ for m in policy.modules() if type(m).__name__.startswith("FSDP")}
+        assert {"FSDPGemmaMLP", "FSDPSiglipEncoderLayer"} <= wrapped
+        obs = make_obs(batch=2)
+        out = policy.sample(obs, generator=torch.Generator().manual_seed(1))
+        out_ref = ref.sample(obs, generator=torch.Generator().manual_seed(1))
+        assert torch.allclose(out.actions, out_ref.actions, atol=1e-6, rtol=0)
+        for p in (policy, ref):
+            ev = p.evaluate(out.replay)
+            (ev.logprobs.sum() + ev.values.sum()).backward()
+        grad = policy.vlm.language_model.layers[0].mlp.up_proj.weight.grad.full_tensor()
+        assert torch.allclose(grad, ref.vlm.language_model.layers[0].mlp.up_proj.weight.grad, atol=1e-6, rtol=1e-5)
+        attn = policy.expert.layers[1].self_attn.q_proj.weight.grad.full_tensor()  # root unit
+        assert torch.allclose(attn, ref.expert.layers[1].self_attn.q_proj.weight.grad, atol=1e-6, rtol=1e-5)
+    finally:
+        dist.destroy_process_group()

@@ -41,6 +41,13 @@ REPLAY_KEYS = ("images", "image_masks", "tokens", "token_mask", "state", "chain"
 class Pi0Policy(Pi0Model):
     """The pi0 / pi0.5 network plus processing, sampling and log-prob recomputation."""
 
+    #: FSDP units (read by vlarl_cli.distributed.fsdp when the config names none). NOT
+    #: GemmaDecoderLayer: the joint attention drives each layer's submodules directly and never calls
+    #: the layer's forward, so FSDP's hooks on it would never unshard its parameters. The MLPs hold
+    #: ~90% of Gemma's weights; the attention projections stay in the root unit (RLinf makes the same
+    #: choice for openpi with GemmaMLP).
+    fsdp_wrap_classes = ("SiglipEncoderLayer", "GemmaMLP")
+
     def __init__(self, cfg: Pi0Config, *, tokenizer: Tokenizer | None = None,
                  norm_stats: dict[str, NormStats] | None = None) -> None:
         super().__init__(cfg)
@@ -122,7 +129,8 @@ class Pi0Policy(Pi0Model):
 
     def _cut(self, x: Tensor) -> Tensor:
         """``[B, H, 32] -> [B, C, A]``: executed horizon and real action dims."""
-        return x[:, : self.cfg.num_action_chunks, : self.cfg.action_env_dim]
+        # a copy, not a view: FSDP2 warns that in-place ops on returned views would skip its hooks
+        return x[:, : self.cfg.num_action_chunks, : self.cfg.action_env_dim].clone()
 
     # ------------------------------------------------------------------ the contract
     @torch.no_grad()
@@ -160,5 +168,5 @@ class Pi0Policy(Pi0Model):
         logp, entropy = flow_logprobs(self._velocity_fn(cache, state, calls), chain,
                                       replay["denoise_index"].to(self.device), self.flow_config())
         values = self._values(cache, state, chain[:, 0], calls)
-        return EvaluateOutput(logprobs=self._cut(logp).float(), values=values.float(),
+        return EvaluateOutput(logprobs=self._cut(logp).float(), values=values.float().clone(),
                               entropy=None if entropy is None else self._cut(entropy).float())
