@@ -277,6 +277,15 @@ def test_malicious_listing_writes_nothing(hub, run_download, tmp_path, evil):
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_listing_cannot_overwrite_our_records(hub, run_download, tmp_path):
+    hub.add_repo("acme/sneaky", {"config.json": b"{}", ".cache/vlarl/verified.json": b"{}"})
+    res = run_download("acme/sneaky", "--local-dir", str(tmp_path / "o"))
+    _no_traceback(res)
+    assert "download records" in res.stderr
+    res = run_download("acme/sneaky", "--local-dir", str(tmp_path / "o"), "--exclude", ".cache/vlarl/*")
+    assert res.returncode == 0, res.stderr
+
+
 def test_renamed_repo(hub, run_download, tmp_path):
     hub.add_repo("RLinf/RLinf-Pi05-LIBERO-SFT", {"config.json": b"{}"})
     res = run_download("RLinf/RLinf-Pi05-SFT", "--local-dir", str(tmp_path / "r"))

@@ -652,9 +652,15 @@ def download(
         cache = Path(cache_dir).expanduser() if cache_dir is not None else Path(hf_constants.HF_HUB_CACHE)
         target = _CacheTarget(_repo_cache_folder(cache, repo_id), commit)
     # Validate every destination before the first byte moves (a bad name aborts everything).
+    reserved = "/".join(_STATE_DIR) + "/"
     for f in wanted:
         safe_join(target.root, f.path)
         target.partial_path(f)
+        if isinstance(target, _LocalDirTarget) and (f.path + "/").startswith(reserved):
+            raise HubError(f"The repository contains {f.path!r}, inside {reserved}, the folder where vlarl keeps "
+                           "its own download records; vlarl refuses to let a download overwrite them.",
+                           fix="Exclude it with --exclude '.cache/vlarl/*' or download into the cache "
+                           "(no --local-dir).")
     try:
         target.root.mkdir(parents=True, exist_ok=True)
         target.state_dir.mkdir(parents=True, exist_ok=True)
