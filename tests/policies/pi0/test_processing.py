@@ -71,3 +71,11 @@ def test_actions_to_env_unnormalises_cuts_and_maps_gripper():
     assert binar[0, 0, 6] == -1.0 and binar[1, 0, 6] == 1.0
     from01 = _processor(gripper="from_01").actions_to_env(chunk, raw_state)
     assert from01[0, 0, 6] == 1.0 and from01[1, 0, 6] == -1.0  # -sign(2g - 1): -0.5 -> +1, 2.5 -> -1
+
+
+def test_rotated_numpy_views_are_accepted():
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (2, 48, 48, 3), dtype=np.uint8)
+    rotated = img[:, ::-1, ::-1]  # how envs rotate LIBERO frames by 180 degrees
+    out = resize_with_pad(rotated, 32, 32)
+    assert torch.equal(out, resize_with_pad(np.ascontiguousarray(rotated), 32, 32))

@@ -202,12 +202,6 @@ class PrefixCache:
     pad: Tensor
     hidden: Tensor
 
-    def repeat(self, n: int) -> PrefixCache:
-        """Each sample repeated ``n`` times along the batch (``[B] -> [B * n]``, sample-major)."""
-        return PrefixCache([k.repeat_interleave(n, 0) for k in self.keys],
-                           [v.repeat_interleave(n, 0) for v in self.values],
-                           self.pad.repeat_interleave(n, 0), self.hidden.repeat_interleave(n, 0))
-
 
 @dataclass
 class ExpertCache:

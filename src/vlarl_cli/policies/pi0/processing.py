@@ -75,6 +75,7 @@ def resize_with_pad(images: Tensor | np.ndarray, height: int, width: int) -> Ten
             raise ValueError(f"images must be uint8 (or float in [0, 1]), got {arr.dtype}")
     if arr.ndim != 4 or arr.shape[-1] != 3:
         raise ValueError(f"images must be [B, H, W, 3], got {arr.shape}")
+    arr = np.ascontiguousarray(arr)  # rotated views (img[::-1, ::-1]) have negative strides
     if arr.shape[1:3] == (height, width):
         return torch.from_numpy(np.ascontiguousarray(arr))
     return torch.from_numpy(np.stack([_resize_one(im, height, width) for im in arr]))
