@@ -202,3 +202,41 @@ def test_eagle3_unshuffle_merge_loop() -> None:
     # both kinds gather the same 2x2 neighbourhoods, only the channel order differs
     z = merge_patches(x, "eagle2")
     assert torch.equal(z.sort(dim=-1).values, y.sort(dim=-1).values)
+
+
+def _chat_tokenizer():
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+    from vlarl_cli.policies.gr00t.processing import FileTokenizer
+
+    vocab = {"[UNK]": 0, "open": 5, "the": 6, "drawer": 7, "assistant": 8, "user": 9, "system": 10}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens([AddedToken(t, special=True) for t in
+                            ("<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>")])
+    wrapped = FileTokenizer.__new__(FileTokenizer)
+    wrapped._tok = tok
+    return wrapped, {t: tok.token_to_id(t) for t in ("<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>")}
+
+
+def test_eagle_chat_prompt_layout() -> None:
+    tok, special = _chat_tokenizer()
+    ctx = special["<IMG_CONTEXT>"]
+    ids, mask = build_prompt(tok, ["open the drawer", "open " * 40], num_images=2, tokens_per_image=3,
+                             max_text_tokens=40, image_token_id=ctx, pad_token_id=0, style="eagle_chat")
+    assert ids.shape == (2, 46)
+    row = ids[0][mask[0].bool()].tolist()
+    assert row[0] == special["<|im_start|>"] and row.count(ctx) == 6
+    first = row.index(ctx)
+    assert row[first - 1] == special["<img>"] and row[first + 3] == special["</img>"]
+    # ... </img> [instruction] <|im_end|> <|im_start|> assistant
+    assert row[-7:] == [special["</img>"], 5, 6, 7, special["<|im_end|>"], special["<|im_start|>"], 8]
+    assert mask[0, len(row):].eq(0).all() and ids[0, len(row):].eq(0).all()
+    # the long instruction is truncated to the room left by the template, the template survives
+    assert mask[1].all() and ids[1, -3:].tolist() == [special["<|im_end|>"], special["<|im_start|>"], 8]
+    with pytest.raises(ConfigError, match="IMG_CONTEXT"):
+        build_prompt(tok, ["x"], num_images=1, tokens_per_image=1, max_text_tokens=40, image_token_id=ctx + 1,
+                     pad_token_id=0, style="eagle_chat")
+    with pytest.raises(ConfigError, match="max_text_tokens"):
+        build_prompt(tok, ["x"], num_images=2, tokens_per_image=3, max_text_tokens=10, image_token_id=ctx,
+                     pad_token_id=0, style="eagle_chat")

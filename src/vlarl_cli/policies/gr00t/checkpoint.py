@@ -70,6 +70,7 @@ _EAGLE_FIELDS = ("vision_kind", "vision_hidden_size", "vision_intermediate_size"
                  "mlp_connector_layers", "llm_hidden_size", "llm_intermediate_size", "llm_num_heads",
                  "llm_num_kv_heads", "llm_head_dim", "vocab_size", "rope_theta", "rms_norm_eps",
                  "max_position_embeddings", "image_token_id", "pad_token_id", "max_text_tokens", "formalize_language",
+                 "prompt_style",
                  # not Eagle, but absent from N1.6's config.json (no VL self-attention there); kept so that
                  # a round trip reproduces the config exactly
                  "vl_num_heads", "vl_head_dim")

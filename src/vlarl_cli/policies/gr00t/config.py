@@ -80,6 +80,7 @@ class Gr00tConfig:
     project_to_dim: int | None = None  # N1.5 backbone.eagle_linear (None = identity)
     max_text_tokens: int = 58  # prompt tokens after the image tokens (RLinf pads N1.5 to 570 = 512 + 58)
     formalize_language: bool = False  # lower-case + strip punctuation (GR00TTransform; N1.6 default True)
+    prompt_style: str = "eagle_chat"  # "eagle_chat" (Eagle chat template, real tokenizer) | "plain" (tiny)
 
     # --- action head ---
     action_dim: int = 32  # max action dim of the model (7-d LIBERO actions are zero-padded)
@@ -147,6 +148,9 @@ class Gr00tConfig:
         if self.image_token_id >= self.vocab_size or self.pad_token_id >= self.vocab_size:
             raise ConfigError(f"image_token_id {self.image_token_id} / pad_token_id {self.pad_token_id} must be "
                               f"< vocab_size {self.vocab_size}.", "Fix the token ids or the vocabulary size.")
+        if self.prompt_style not in ("plain", "eagle_chat"):
+            raise ConfigError(f'prompt_style must be "plain" or "eagle_chat", got "{self.prompt_style}".',
+                              "Fix prompt_style in the GR00T config.")
         if self.max_text_tokens < 1:
             raise ConfigError(f"max_text_tokens must be >= 1, got {self.max_text_tokens}.",
                               "Reserve at least one prompt token for the task description.")
@@ -195,7 +199,7 @@ _TINY_COMMON: dict[str, Any] = dict(
     image_size=32, patch_size=8,
     llm_hidden_size=64, llm_intermediate_size=128, llm_num_heads=4, llm_num_kv_heads=2, llm_head_dim=16,
     vocab_size=320, image_token_id=300, pad_token_id=0, max_position_embeddings=512, select_layer=2,
-    max_text_tokens=48, hidden_size=32, input_embedding_dim=48, backbone_embedding_dim=64,
+    max_text_tokens=48, prompt_style="plain", hidden_size=32, input_embedding_dim=48, backbone_embedding_dim=64,
     dit_num_layers=4, dit_num_heads=4, dit_head_dim=12, vl_num_heads=4, vl_head_dim=16,
     max_seq_len=64, num_timestep_buckets=1000)
 

@@ -223,7 +223,7 @@ class Gr00tPolicy(nn.Module):
         ids, mask = build_prompt(self.tokenizer, descriptions, num_images=len(self.modality.video_keys),
                                  tokens_per_image=cfg.tokens_per_image, max_text_tokens=cfg.max_text_tokens,
                                  image_token_id=cfg.image_token_id, pad_token_id=cfg.pad_token_id,
-                                 formalize=cfg.formalize_language)
+                                 formalize=cfg.formalize_language, style=cfg.prompt_style)
         state = torch.zeros(b, cfg.state_dim, dtype=torch.float32)
         if self.settings.use_proprio:
             state[:, : self.modality.state_width] = self.modality.normalize_state(states.cpu())

@@ -94,19 +94,62 @@ def formalize_language(text: str) -> str:
     return re.sub(r"[^\w\s]", "", text.lower())
 
 
+#: Eagle 2.5 chat layout (``processing_eagle2_5_vl.py``: ``py_apply_chat_template`` + ``replace_media_placeholder``):
+#: default system turn, user turn = one ``<image {i}><img><IMG_CONTEXT> x 256</img>`` per camera, then the
+#: instruction, then the assistant generation prompt.
+EAGLE_HEADER = "<|im_start|>system\nYou are a helpful assistant.\n<|im_end|>\n<|im_start|>user\n"
+EAGLE_FOOTER = "<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _eagle_chat_rows(tokenizer: PromptTokenizer, texts: list[str], *, num_images: int, tokens_per_image: int,
+                     budget: int, image_token_id: int) -> list[list[int]]:
+    """Token ids of the Eagle chat prompt per text; the instruction is truncated to fit ``budget``
+    non-image tokens. Segments are tokenised separately at special-token / line boundaries."""
+    if tokenizer.encode("<IMG_CONTEXT>") != [image_token_id]:
+        raise ConfigError(f"The prompt tokenizer does not map <IMG_CONTEXT> to image_token_id {image_token_id}.",
+                          "Use the Eagle tokenizer.json shipped with the checkpoint / Isaac-GR00T.")
+    prefix = tokenizer.encode(EAGLE_HEADER)
+    for i in range(num_images):
+        prefix += tokenizer.encode(f"<image {i + 1}><img>") + [image_token_id] * tokens_per_image
+        prefix += tokenizer.encode("</img>")
+    suffix = tokenizer.encode(EAGLE_FOOTER)
+    room = budget - (len(prefix) - num_images * tokens_per_image) - len(suffix)
+    if room < 1:
+        raise ConfigError(f"max_text_tokens {budget} cannot hold the Eagle chat template "
+                          f"({budget - room} tokens) and an instruction.", "Raise max_text_tokens.")
+    return [prefix + tokenizer.encode(t)[:room] + suffix for t in texts]
+
+
 def build_prompt(tokenizer: PromptTokenizer, descriptions: list[str], *, num_images: int, tokens_per_image: int,
                  max_text_tokens: int, image_token_id: int, pad_token_id: int,
-                 formalize: bool = False) -> tuple[Tensor, Tensor]:
+                 formalize: bool = False, style: str = "plain") -> tuple[Tensor, Tensor]:
     """Token ids [B, L] long and attention mask [B, L] long, ``L = num_images * tokens_per_image +
-    max_text_tokens``; text longer than ``max_text_tokens`` is truncated, shorter is right-padded."""
+    max_text_tokens``, right-padded with ``pad_token_id`` (mask 0).
+
+    ``style="plain"``: image placeholders then the instruction (truncated to ``max_text_tokens``).
+    ``style="eagle_chat"``: the Eagle chat template around them (real checkpoints; the template tokens
+    count against ``max_text_tokens``). Upstream left-pads inside a batch, which makes Qwen's position ids
+    depend on the longest prompt of the batch; right padding keeps each row independent of the others.
+    """
     n_img = num_images * tokens_per_image
-    ids = torch.full((len(descriptions), n_img + max_text_tokens), pad_token_id, dtype=torch.long)
+    texts = [(formalize_language(str(t)) if formalize else str(t)).strip() for t in descriptions]
+    ids = torch.full((len(texts), n_img + max_text_tokens), pad_token_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
+    if style == "eagle_chat":
+        rows = _eagle_chat_rows(tokenizer, texts, num_images=num_images, tokens_per_image=tokens_per_image,
+                                budget=max_text_tokens, image_token_id=image_token_id)
+        for row, toks in enumerate(rows):
+            if toks.count(image_token_id) != n_img:
+                raise ValueError("the task description tokenised to the image placeholder id")
+            ids[row, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+            mask[row, : len(toks)] = 1
+        return ids, mask
+    if style != "plain":
+        raise ConfigError(f'Unknown prompt_style "{style}".', 'Use "plain" or "eagle_chat".')
     ids[:, :n_img] = image_token_id
     mask[:, :n_img] = 1
-    for row, text in enumerate(descriptions):
-        text = formalize_language(str(text)) if formalize else str(text)
-        toks = tokenizer.encode(text.strip())[:max_text_tokens]
+    for row, text in enumerate(texts):
+        toks = tokenizer.encode(text)[:max_text_tokens]
         if image_token_id in toks:
             raise ValueError("the task description tokenised to the image placeholder id")
         ids[row, n_img: n_img + len(toks)] = torch.tensor(toks, dtype=torch.long)
