@@ -8,10 +8,10 @@ inputs. Every step is deterministic so the replay can store the raw uint8 images
 Image pipeline (GR00T LIBERO DataConfig at eval time, RLinf ``modality_config.py``): centre crop to 95 %
 of each side, bilinear resize to ``image_size``, scale to [0, 1], SigLIP normalisation ``(x - 0.5) / 0.5``.
 
-Prompt layout: ``[<image> x P for camera 0] [<image> x P for camera 1] [text tokens, right-padded]``
-with a fixed length so replays stack. Tiny presets use :class:`ByteTokenizer` (UTF-8 bytes + 3);
-real checkpoints need a ``tokenizer.json`` (Qwen3) via :class:`FileTokenizer`. Note: upstream wraps the
-instruction in Eagle's chat template; this layout keeps the same tokens-per-image but not the template.
+Prompt layout, fixed length so replays stack, right-padded: ``plain`` (tiny presets, :class:`ByteTokenizer`
+= UTF-8 bytes + 3): ``[<image> x P per camera] [instruction]``; ``eagle_chat`` (real checkpoints, Qwen3
+``tokenizer.json`` via :class:`FileTokenizer`): Eagle 2.5's chat template with
+``<image i><img><IMG_CONTEXT> x P</img>`` per camera before the instruction (see :data:`EAGLE_HEADER`).
 """
 
 from __future__ import annotations
