@@ -50,3 +50,19 @@ def test_file_tokenizer_from_local_tokenizer_json(tmp_path):
     assert ids[0, :5].tolist() == [2, 4, 5, 7, 6] and mask[0].sum() == 5  # "\n" encodes to nothing here
     with pytest.raises(CheckpointError, match="does not exist"):
         FileTokenizer(tmp_path / "nope.json")
+
+
+def test_sentencepiece_model_like_openpi(tmp_path):
+    """openpi: tokens = sp.encode(text, add_bos=True) + sp.encode("\\n")."""
+    spm = pytest.importorskip("sentencepiece")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(["pick up the black bowl", "open the top drawer", "put the bowl on the plate"] * 20))
+    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "sp"), vocab_size=28,
+                                   model_type="unigram", bos_id=2, eos_id=1, pad_id=0, unk_id=3,
+                                   user_defined_symbols=["\n"], minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
+    tok = FileTokenizer(tmp_path / "sp.model")
+    ids, mask = tok.encode(["pick_up the bowl"], max_len=32)
+    expected = sp.encode("pick up the bowl", add_bos=True) + sp.encode("\n")
+    assert ids[0, : len(expected)].tolist() == expected and int(mask.sum()) == len(expected)
+    assert tok.vocab_size == 28

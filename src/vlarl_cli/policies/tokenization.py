@@ -8,9 +8,10 @@ Two implementations:
 * :class:`ByteTokenizer`: built in, no files, no downloads. UTF-8 bytes shifted past four special ids
   (Gemma's numbering: pad 0, eos 1, bos 2, unk 3), so a vocabulary of 260 ids covers every string. The
   tiny presets and the CPU quickstart use it.
-* :class:`FileTokenizer`: wraps a LOCAL tokenizer (a ``tokenizer.json`` for the ``tokenizers`` library,
-  or a folder that ``transformers.AutoTokenizer`` can open offline), e.g. PaliGemma's for real pi0
-  checkpoints. Nothing is downloaded.
+* :class:`FileTokenizer`: wraps a LOCAL tokenizer: a sentencepiece ``.model`` (openpi's
+  ``paligemma_tokenizer.model``; needs the ``sentencepiece`` package), a ``tokenizer.json`` for the
+  ``tokenizers`` library, or a folder that ``transformers.AutoTokenizer`` can open offline. Nothing is
+  downloaded.
 
 Prompt formats (openpi ``models/tokenizer.py``, ``PaligemmaTokenizer.tokenize``): the text is cleaned
 (``strip``, ``_`` and newlines to spaces); pi0 / pi0.5 without discrete state encode
@@ -125,9 +126,9 @@ class FileTokenizer(_CachedEncoder):
     """A local tokeniser file or folder (no network).
 
     Args:
-        path: a ``tokenizer.json`` file (``tokenizers`` library) or a folder holding one (or any folder
-            ``transformers.AutoTokenizer.from_pretrained(..., local_files_only=True)`` can open).
-        bos_id: id prepended to every prompt (PaliGemma: 2).
+        path: a sentencepiece ``.model`` file, a ``tokenizer.json`` file (``tokenizers`` library), or a
+            folder holding one of them (or any folder ``transformers.AutoTokenizer`` can open offline).
+        bos_id: id prepended to every prompt (PaliGemma: 2; a sentencepiece model's own bos id wins).
     """
 
     def __init__(self, path: str | os.PathLike[str], bos_id: int = BOS_ID) -> None:
@@ -135,8 +136,27 @@ class FileTokenizer(_CachedEncoder):
         p = Path(path)
         self.bos_id = bos_id
         self._encode: Callable[[str], list[int]]
-        json_file = p if p.is_file() else p / "tokenizer.json"
-        if json_file.is_file():
+        json_file: Path | None = None
+        sp_file: Path | None = None
+        if p.is_file():
+            sp_file, json_file = (p, None) if p.suffix == ".model" else (None, p)
+        elif p.is_dir():
+            if (p / "tokenizer.json").is_file():
+                json_file = p / "tokenizer.json"
+            else:
+                sp_file = next(iter(sorted(p.glob("*.model"))), None)
+        if sp_file is not None:
+            # openpi's own tokenizer: the PaliGemma sentencepiece model (paligemma_tokenizer.model)
+            try:
+                import sentencepiece
+            except ImportError:
+                raise CheckpointError(f"{sp_file} is a sentencepiece model but the sentencepiece package is "
+                                      "not installed.", "pip install sentencepiece, or use a tokenizer.json.") from None
+            sp = sentencepiece.SentencePieceProcessor(model_file=os.fspath(sp_file))
+            self.vocab_size = int(sp.get_piece_size())
+            self.bos_id = int(sp.bos_id()) if sp.bos_id() >= 0 else bos_id
+            self._encode = lambda s: list(sp.encode(s))
+        elif json_file is not None:
             from tokenizers import Tokenizer as _HFTokenizer
 
             tok = _HFTokenizer.from_file(os.fspath(json_file))

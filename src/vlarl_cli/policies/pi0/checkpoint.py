@@ -409,13 +409,14 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     cfg = _config_from_checkpoint(root, fmt, shapes)
     if overrides:
         cfg = cfg.replace(**overrides)
-    tok_file = root / "tokenizer.json"
-    if cfg.tokenizer == "byte" and tok_file.is_file():
+    tok_file = next((root / n for n in ("tokenizer.json", "paligemma_tokenizer.model", "tokenizer.model")
+                     if (root / n).is_file()), None)
+    if cfg.tokenizer == "byte" and tok_file is not None:
         cfg = cfg.replace(tokenizer=os.fspath(tok_file))
     elif cfg.tokenizer == "byte" and cfg.vocab_size > 1024:
-        warnings.warn(f"{root} has a {cfg.vocab_size}-token vocabulary but no tokenizer.json; prompts will be "
+        warnings.warn(f"{root} has a {cfg.vocab_size}-token vocabulary but no tokenizer file; prompts will be "
                       "byte-tokenised, which the pretrained model does not understand. Set tokenizer_path to "
-                      "the PaliGemma tokenizer.json.", stacklevel=2)
+                      "the PaliGemma tokenizer (paligemma_tokenizer.model or tokenizer.json).", stacklevel=2)
     # norm stats
     ns_file = Path(norm_stats_path) if norm_stats_path else find_norm_stats(root, asset_id or DEFAULT_ASSET_ID)
     norm_stats = load_norm_stats(ns_file) if ns_file is not None else None
