@@ -127,3 +127,22 @@ def test_build_policy_from_settings() -> None:
 def test_build_policy_precision_on_cpu_is_fp32() -> None:
     policy = build_policy(ModelSettings(preset="tiny", precision="bf16"), "cpu")
     assert {p.dtype for p in policy.parameters()} == {torch.float32}
+
+
+@pytest.mark.parametrize(("name", "version", "chunks", "noise"), [("libero_spatial_ppo_gr00t", "n1.5", 5, 0.0),
+                                                                  ("libero_spatial_ppo_gr00t_n1d6", "n1.6", 16, 0.1)])
+def test_recipe_yaml_maps_onto_model_settings(name, version, chunks, noise) -> None:
+    """The shipped RLinf-style recipes, with the tiny preset, build the intended GR00T policy."""
+    from vlarl_cli.config.loading import load_config
+    from vlarl_cli.policies import registry
+
+    cfg = load_config(name, ["actor.model.model_path=null", "actor.model.preset=tiny"]).config
+    policy = registry.build_policy(cfg.actor.model, "cpu")
+    s = policy.settings
+    assert policy.config.version == version and policy.num_action_chunks == chunks and policy.action_dim == 7
+    assert (s.noise_method, s.noise_level, s.denoising_steps, s.joint_logprob) == ("flow_sde", 0.5, 4, False)
+    assert s.disable_dropout and s.detach_critic_input and s.add_value_head and s.train_expert_only
+    assert s.effective_action_noise_scale == noise
+    assert policy.modality.embodiment_tag == ("libero_franka" if version == "n1.5" else "libero_panda")
+    assert not any(isinstance(m, torch.nn.Dropout) for m in policy.modules())
+    assert not any(p.requires_grad for p in policy.backbone.parameters())
