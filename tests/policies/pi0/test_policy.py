@@ -87,6 +87,8 @@ def test_deterministic_sample_is_the_ode_solution(make_policy, make_obs):
     assert torch.equal(out.replay["denoise_index"], torch.full((2,), -1))
     inputs = policy.processor.prepare(obs)
     noise = out.replay["chain"][:, 0]
+    again = policy.sample(obs, deterministic=True, noise=noise)  # explicit initial noise
+    assert torch.equal(again.actions, out.actions)
     with torch.no_grad():
         ode = policy.sample_actions(to_model_images(inputs["images"]), inputs["image_masks"], inputs["tokens"],
                                     inputs["token_mask"], inputs["state"], noise, num_steps=3)

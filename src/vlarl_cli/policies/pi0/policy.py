@@ -135,16 +135,24 @@ class Pi0Policy(Pi0Model):
     # ------------------------------------------------------------------ the contract
     @torch.no_grad()
     def sample(self, obs: dict[str, Any], deterministic: bool = False,
-               generator: torch.Generator | None = None) -> PolicyOutput:
-        """Raw env observation -> :class:`PolicyOutput` (shapes in :mod:`vlarl_cli.policies.base`)."""
+               generator: torch.Generator | None = None, noise: Tensor | None = None) -> PolicyOutput:
+        """Raw env observation -> :class:`PolicyOutput` (shapes in :mod:`vlarl_cli.policies.base`).
+
+        ``generator`` drives the initial noise, the denoise index and the transition noise;
+        ``noise`` ``[B, action_horizon, max_action_dim]`` fixes the initial noise (parity checks,
+        noise-space policies)."""
         from vlarl_cli.policies.flow_matching import sample_flow
 
         inputs = self.processor.prepare(obs)
         cache, state = self._prefix(inputs)
         b = inputs["tokens"].shape[0]
         calls: list[tuple[Tensor, Tensor, Tensor]] = []
-        noise = torch.randn(b, self.cfg.action_horizon, self.cfg.max_action_dim, generator=generator,
-                            device=self.device, dtype=torch.float32)
+        shape = (b, self.cfg.action_horizon, self.cfg.max_action_dim)
+        if noise is None:
+            noise = torch.randn(shape, generator=generator, device=self.device, dtype=torch.float32)
+        elif tuple(noise.shape) != shape:
+            raise ValueError(f"noise must be {list(shape)}, got {list(noise.shape)}")
+        noise = noise.to(device=self.device, dtype=torch.float32)
         fs = sample_flow(self._velocity_fn(cache, state, calls), noise, self.flow_config(),
                          deterministic=deterministic, generator=generator)
         values = self._values(cache, state, noise, calls)
