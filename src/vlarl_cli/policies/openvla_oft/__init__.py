@@ -33,6 +33,8 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Of
     the checkpoint's architecture and weights (``vlarl`` or OpenVLA HF layout), with the recipe's RL
     fields (chunking, temperature, value head, LoRA, unnorm key, ...) applied on top.
     """
+    from typing import cast
+
     import torch
 
     from vlarl_cli.policies.openvla_oft.policy import OftPolicy
@@ -43,9 +45,9 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Of
     if model.model_path:
         from vlarl_cli.policies.openvla_oft.checkpoint import load_policy
 
-        policy = load_policy(model.model_path, format=model.checkpoint_format, device=dev,
+        policy = cast(OftPolicy, load_policy(model.model_path, format=model.checkpoint_format, device=dev,
                              dtype=dtypes[rl["precision"]], overrides=rl,
-                             dataset_statistics_path=model.norm_stats_path)
+                             dataset_statistics_path=model.norm_stats_path))
     else:
         cfg = model.to_oft_config()
         stats = None

@@ -351,17 +351,17 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
 
 
 # ---------------------------------------------------------------------------------------- load
-def _reset_buffers(policy: nn.Module) -> None:
+def _reset_buffers(policy: Any) -> None:
     """Recompute the non-persistent buffers that ``to_empty`` leaves uninitialised."""
-    rot = policy.language_model.model.rotary_emb  # type: ignore[union-attr]
+    rot = policy.language_model.model.rotary_emb
     inv_freq, _ = rot.compute_default_rope_parameters(rot.config)
     rot.inv_freq = inv_freq.to(rot.inv_freq.device)
     rot.original_inv_freq = inv_freq.clone().to(rot.inv_freq.device)
-    emb = policy.vision_backbone.fused_featurizer.embeddings  # type: ignore[union-attr]
+    emb = policy.vision_backbone.fused_featurizer.embeddings
     emb.position_ids = torch.arange(emb.num_positions, device=emb.position_ids.device).expand((1, -1))
 
 
-def _fresh_init(policy: nn.Module, fresh: list[str]) -> None:
+def _fresh_init(policy: Any, fresh: list[str]) -> None:
     """Initialise internal-only parameters a checkpoint did not contain, as a fresh build would."""
     from vlarl_cli.policies.lora import LoRALinear
 
@@ -370,8 +370,8 @@ def _fresh_init(policy: nn.Module, fresh: list[str]) -> None:
         if any(k.startswith("value_head.") for k in miss) and policy.value_head is not None:
             from vlarl_cli.policies.value_head import ValueHead
 
-            cfg: OftConfig = policy.cfg  # type: ignore[assignment]
-            ref = policy.projector.fc1.weight  # type: ignore[union-attr]
+            cfg: OftConfig = policy.cfg
+            ref = policy.projector.fc1.weight
             policy.value_head = ValueHead(cfg.llm_width, cfg.value_hidden).to(device=ref.device, dtype=ref.dtype)
         for name, p in policy.named_parameters():
             if name in miss and name in _FRESH_KEYS:
@@ -445,6 +445,8 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                       "byte-tokenised, which the pretrained model does not understand. Set tokenizer_path to the "
                       "OpenVLA Llama-2 tokenizer.json.", stacklevel=2)
     cfg_json = _read_json(root / "config.json")
+    stats: dict[str, Any] | None
+    stats_src: str | None
     if dataset_statistics_path is not None:
         stats, stats_src = load_dataset_statistics(dataset_statistics_path), os.fspath(dataset_statistics_path)
     else:
@@ -580,10 +582,11 @@ def save_policy(policy: nn.Module, path: str | os.PathLike[str], *, format: str 
         raise CheckpointError(f'Unknown OpenVLA-OFT checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
                               f"Use one of {', '.join(FORMATS)}.")
     cfg: OftConfig = policy.cfg  # type: ignore[assignment]
+    weight: Tensor = policy.projector.fc1.weight  # type: ignore[union-attr, assignment]
     tensors = export_state_dict(policy, format)
     tensors = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous().cpu()
                for k, v in tensors.items()}
-    precision = "bfloat16" if (dtype or policy.projector.fc1.weight.dtype) == torch.bfloat16 else "float32"
+    precision = "bfloat16" if (dtype or weight.dtype) == torch.bfloat16 else "float32"
     stats: dict[str, Any] = getattr(policy, "dataset_statistics", {}) or {}
     with atomic_directory(path) as tmp:
         shards = list(_shards(tensors, max_shard_bytes))

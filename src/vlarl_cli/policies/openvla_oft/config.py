@@ -214,7 +214,7 @@ PRESETS: dict[str, dict[str, Any]] = {"tiny": _TINY, "full": {}}
 def preset(name: str, **overrides: Any) -> OftConfig:
     """A named preset (``tiny`` | ``full``); ``overrides`` replace any :class:`OftConfig` field."""
     if name not in PRESETS:
-        raise ConfigError(f'Unknown OpenVLA-OFT preset "{name}".{did_you_mean(name, PRESETS)}',
+        raise ConfigError(f'Unknown OpenVLA-OFT preset "{name}".{did_you_mean(name, list(PRESETS))}',
                           f"Use one of {', '.join(PRESETS)}.")
     return OftConfig().replace(**{**PRESETS[name], **overrides})
 

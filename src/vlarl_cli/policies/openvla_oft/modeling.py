@@ -60,22 +60,24 @@ class OftVisionBackbone(nn.Module):
             SiglipVisionModel,
         )
 
-        common = {"hidden_size": cfg.dino_width, "num_hidden_layers": cfg.dino_depth,
+        common: dict[str, Any] = {"hidden_size": cfg.dino_width, "num_hidden_layers": cfg.dino_depth,
                   "num_attention_heads": cfg.dino_heads, "mlp_ratio": cfg.dino_mlp_ratio,
                   "image_size": cfg.image_size, "patch_size": cfg.patch_size, "layer_norm_eps": 1e-6,
                   "hidden_act": "gelu", "layerscale_value": 1.0, "attn_implementation": "sdpa"}
         self.num_registers = cfg.dino_registers
-        self.featurizer: nn.Module
+        self.featurizer: Any
         if cfg.dino_registers > 0:
             self.featurizer = Dinov2WithRegistersModel(
                 Dinov2WithRegistersConfig(num_register_tokens=cfg.dino_registers, **common))
         else:
             self.featurizer = Dinov2Model(Dinov2Config(**common))
         # timm's SigLIP blocks use exact GELU (nn.GELU), not transformers' default tanh approximation.
-        self.fused_featurizer = SiglipVisionModel(SiglipVisionConfig(
-            hidden_size=cfg.siglip_width, intermediate_size=cfg.siglip_mlp, num_hidden_layers=cfg.siglip_depth,
-            num_attention_heads=cfg.siglip_heads, image_size=cfg.image_size, patch_size=cfg.patch_size,
-            hidden_act="gelu", layer_norm_eps=1e-6, vision_use_head=cfg.siglip_head, attn_implementation="sdpa"))
+        siglip: dict[str, Any] = {
+            "hidden_size": cfg.siglip_width, "intermediate_size": cfg.siglip_mlp,
+            "num_hidden_layers": cfg.siglip_depth, "num_attention_heads": cfg.siglip_heads,
+            "image_size": cfg.image_size, "patch_size": cfg.patch_size, "hidden_act": "gelu",
+            "layer_norm_eps": 1e-6, "vision_use_head": cfg.siglip_head, "attn_implementation": "sdpa"}
+        self.fused_featurizer: Any = SiglipVisionModel(SiglipVisionConfig(**siglip))
 
     def forward(self, pixels: Tensor) -> Tensor:
         if pixels.dim() != 4 or pixels.shape[1] != 6:
@@ -132,15 +134,15 @@ class OftModel(nn.Module):
         self.cfg = cfg
         self.vision_backbone = OftVisionBackbone(cfg)
         self.projector = OftProjector(cfg.vision_width, cfg.llm_width)
-        lcfg = LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.llm_width, intermediate_size=cfg.llm_mlp,
-                           num_hidden_layers=cfg.llm_depth, num_attention_heads=cfg.llm_heads,
-                           num_key_value_heads=cfg.llm_kv_heads, rms_norm_eps=cfg.rms_norm_eps,
-                           max_position_embeddings=cfg.max_position_embeddings,
-                           rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
-                           tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
-                           bos_token_id=cfg.bos_token_id, pad_token_id=cfg.pad_token_id,
-                           attn_implementation="sdpa")
-        self.language_model = LlamaForCausalLM(lcfg)
+        llama: dict[str, Any] = {
+            "vocab_size": cfg.vocab_size, "hidden_size": cfg.llm_width, "intermediate_size": cfg.llm_mlp,
+            "num_hidden_layers": cfg.llm_depth, "num_attention_heads": cfg.llm_heads,
+            "num_key_value_heads": cfg.llm_kv_heads, "rms_norm_eps": cfg.rms_norm_eps,
+            "max_position_embeddings": cfg.max_position_embeddings,
+            "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+            "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+            "bos_token_id": cfg.bos_token_id, "pad_token_id": cfg.pad_token_id, "attn_implementation": "sdpa"}
+        self.language_model: Any = LlamaForCausalLM(LlamaConfig(**llama))
         self.value_head: nn.Module | None = None
         if cfg.add_value_head:
             from vlarl_cli.policies.value_head import ValueHead

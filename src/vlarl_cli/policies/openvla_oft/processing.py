@@ -184,7 +184,7 @@ def resize_images(images: Tensor | np.ndarray, size: int) -> Tensor:
     arr = _as_uint8(images)
     if arr.shape[1:3] == (size, size):
         return torch.from_numpy(np.ascontiguousarray(arr))
-    out = [np.asarray(Image.fromarray(im).resize((size, size), resample=Image.LANCZOS)) for im in arr]
+    out = [np.asarray(Image.fromarray(im).resize((size, size), resample=Image.Resampling.LANCZOS)) for im in arr]
     return torch.from_numpy(np.stack(out))
 
 
@@ -198,7 +198,7 @@ def center_crop(images: Tensor, scale: float = CROP_SCALE) -> Tensor:
     ch, cw = h * side, w * side
     top, left = (h - ch) / 2, (w - cw) / 2
     box = (left, top, left + cw, top + ch)
-    out = [np.asarray(Image.fromarray(im).resize((w, h), resample=Image.BILINEAR, box=box)) for im in arr]
+    out = [np.asarray(Image.fromarray(im).resize((w, h), resample=Image.Resampling.BILINEAR, box=box)) for im in arr]
     return torch.from_numpy(np.stack(out))
 
 
