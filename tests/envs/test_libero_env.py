@@ -186,3 +186,24 @@ def test_no_frames_kept_when_not_recording(spatial_env):
     spatial_env.reset(0)
     spatial_env.step_chunk(noop_chunk(2))
     assert spatial_env.pop_frames() == {}
+
+
+def test_truncation_inside_a_chunk_renders_the_final_observation(spatial_env):
+    import dataclasses
+
+    env = spatial_env
+    env.options = dataclasses.replace(env.options, max_episode_steps=4)
+    try:
+        env.reset(6)
+        renders = env.render_count
+        result = env.step_chunk(noop_chunk(6))  # the limit is reached at step 4 of 6
+        assert result.executed == 4 and result.truncated[3] and result.dones[3:].all()
+        assert env.render_count - renders == 2  # one control step rendered, two cameras
+        # same final observation as a chunk that ends exactly at the limit (rendered as a chunk boundary)
+        env.reset(6)
+        exact = env.step_chunk(noop_chunk(4))
+        assert exact.executed == 4
+        for key in (keys.MAIN_IMAGES, keys.WRIST_IMAGES, keys.STATES):
+            np.testing.assert_array_equal(result.obs[key], exact.obs[key])
+    finally:
+        env.options = dataclasses.replace(env.options, max_episode_steps=None)

@@ -112,7 +112,9 @@ class ChunkResult:
     """Result of executing one action chunk.
 
     Attributes:
-        obs: observation after the last executed step (see :meth:`LiberoEnv.observation`).
+        obs: observation after the last executed step (see :meth:`LiberoEnv.observation`). Its images are
+            rendered when that step is the chunk's last or reaches the step limit; after an early success
+            they are the last rendered ones (the episode is over, no policy reads them).
         rewards: ``[C]`` float32; positions after the episode ended are 0.
         dones: ``[C]`` bool; True from the step where the episode ended onwards.
         success: ``[C]`` bool, ``check_success()`` after each executed step (False when not executed).
@@ -414,9 +416,10 @@ class LiberoEnv:
         opts = self.options
         limit = self.max_episode_steps
         for c in range(chunk):
-            # Render only in the step whose observation will be read (the chunk's last), or always
-            # while recording. If the episode ends earlier, its final observation is not rendered.
-            self._gate.open = c == chunk - 1 or opts.record_video
+            # Render only in the step whose observation will be read: the chunk's last, or the step that
+            # reaches the step limit (a truncated episode's final observation, for value bootstrapping),
+            # or every step while recording. An episode ending early by success keeps a stale image.
+            self._gate.open = c == chunk - 1 or opts.record_video or self._elapsed + 1 >= limit
             self._raw_obs, _, ok, _ = env.step(a[c])
             self._elapsed += 1
             warnings = _physics_warnings(env.sim)
