@@ -564,6 +564,15 @@ class VlarlConfig(Section):
                              "true, or use loss_type actor (e.g. with adv_type grpo)")
         if self.algorithm.adv_type == "gae" and not self.actor.model.effective_add_value_head:
             raise ValueError("adv_type gae needs value estimates: set actor.model.add_value_head true")
+        toy_env = self.env.train.env_type == "toy_reach"
+        toy_model = self.actor.model.model_type.startswith("toy_")
+        if toy_env != toy_model:
+            raise ValueError(f"the toy policies ({', '.join(t for t in MODEL_TYPES if t.startswith('toy_'))}) "
+                             f"and the toy_reach env only go together (got env_type {self.env.train.env_type} "
+                             f"with model_type {self.actor.model.model_type})")
+        if toy_env and (self.actor.model.action_dim != 2 or self.rollout.pipeline_stage_num != 1):
+            raise ValueError("toy_reach has 2-d actions and runs in-process: set actor.model.action_dim 2 and "
+                             "rollout.pipeline_stage_num 1")
         placement = self.cluster.placement(world_size)
         dp = len(placement["actor"])
         micro, glob = self.actor.micro_batch_size, self.actor.global_batch_size

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -160,3 +161,31 @@ class ToyTokenPolicy(nn.Module):
         states = _states(replay)
         logp, entropy = token_logprobs(self._logits(states), replay[TOKENS], self.temperature)
         return EvaluateOutput(logprobs=logp, values=self.value_head(states), entropy=entropy)
+
+
+@dataclass
+class ModelSettings:
+    """``actor.model`` for the toy policies (``model_type: toy_flow | toy_gaussian``) on the toy reach task."""
+
+    model_type: str = "toy_flow"
+    num_action_chunks: int = 4
+    action_dim: int = 2
+    denoising_steps: int = 4
+    noise_method: str = "flow_sde"
+    noise_level: float = 1.0
+    joint_logprob: bool = False
+    hidden: int = 64
+
+
+def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> nn.Module:
+    """A toy policy for the 2-D reach task (state_dim 4); seeded from the global torch RNG."""
+    seed = int(torch.randint(0, 2**31 - 1, ()).item())
+    kw = {"state_dim": 4, "action_dim": model.action_dim, "chunk": model.num_action_chunks,
+          "hidden": model.hidden, "seed": seed}
+    if model.model_type == "toy_gaussian":
+        policy: nn.Module = ToyGaussianPolicy(**kw)
+    else:
+        flow = FlowConfig(num_steps=model.denoising_steps, method=model.noise_method,
+                          noise_level=model.noise_level, joint_logprob=model.joint_logprob)
+        policy = ToyFlowPolicy(flow=flow, **kw)
+    return policy.to(device)

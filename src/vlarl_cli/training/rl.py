@@ -108,8 +108,11 @@ def num_workers_for(num_envs: int, requested: int | None) -> int:
 def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank: int, group_size: int,
              cameras: tuple[str, ...], record_video: bool, stages: int) -> Any:
     """This rank's vector env for ``split`` (LIBERO subprocess workers)."""
-    if split.env_type != "libero":
-        raise ConfigError(f'env_type "{split.env_type}" cannot run under rl-train yet.', "Use env_type: libero.")
+    if split.env_type == "toy_reach":
+        from vlarl_cli.envs.toy import ToyVectorEnv
+
+        return ToyVectorEnv(num_envs, chunk=config.actor.model.num_action_chunks,
+                            max_steps=split.max_episode_steps, seed=split.seed)
     from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec
 
     spec = VectorEnvSpec(
@@ -383,6 +386,9 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
             # from a checkpoint replays exactly what the uninterrupted run would have done.
             seed_everything(derived_seed(config.actor.seed, ctx.rank, state.iteration))
             generators["shuffle"].manual_seed(derived_seed(config.actor.seed, state.iteration, 1))
+            own = getattr(policy, "generator", None)  # a policy's private sampling stream (toy policies)
+            if isinstance(own, torch.Generator):
+                own.manual_seed(derived_seed(config.actor.seed, ctx.rank, state.iteration, 2))
             policy.eval()
             rollouts = []
             for epoch in range(config.rollout_epoch):
