@@ -258,3 +258,42 @@ def test_rlinf_style_rl_heads_are_reported_not_fatal(make_policy, tmp_path):
     loaded = load_policy(tmp_path / "op", overrides={"add_value_head": True})
     assert loaded.load_report["rl_heads_skipped"] == ["value_head.mlp.0.weight"]
     assert any(k.startswith("value_head.") for k in loaded.load_report["initialized"])
+
+
+def _sparse_safetensors(path, shapes: dict[str, tuple[int, ...]]) -> None:
+    """A valid safetensors file of bf16 tensors whose data region is a sparse hole (headers are all
+    that detection and describe() read, so full-size layouts cost no disk or memory)."""
+    import struct
+
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        n = 2 * int(torch.tensor(shape).prod()) if shape else 2
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.truncate(8 + len(raw) + offset)
+
+
+@pytest.mark.parametrize("variant", ["pi0", "pi05"])
+def test_full_size_openpi_layout_is_described_from_headers(tmp_path, variant):
+    from vlarl_cli.policies.pi0.config import preset
+    from vlarl_cli.policies.pi0.modeling import Pi0Model
+
+    with torch.device("meta"):
+        model = Pi0Model(preset("full", variant, add_value_head=False))
+    shapes = {to_external(k, "openpi"): tuple(v.shape) for k, v in model.state_dict().items()}
+    shapes["paligemma_with_expert.gemma_expert.lm_head.weight"] = (257152, 1024)  # unused upstream tensor
+    root = tmp_path / "pi_full"
+    root.mkdir()
+    _sparse_safetensors(root / "model.safetensors", shapes)
+    (root / "config.json").write_text(json.dumps({"action_dim": 32, "action_horizon": 10 if variant == "pi05" else 50,
+                                                  "paligemma_variant": "gemma_2b",
+                                                  "action_expert_variant": "gemma_300m", "precision": "bfloat16"}))
+    assert detect_format(root) == "openpi"
+    info = describe(root)
+    assert info["variant"] == variant and info["image_size"] == 224
+    assert info["num_parameters"] == model.num_parameters()  # the unused expert lm_head is not counted
+    assert info["action_horizon"] == (10 if variant == "pi05" else 50) and info["dtypes"] == ["BF16"]
