@@ -303,3 +303,11 @@ def test_resolved_yaml_is_plain_data() -> None:
     data = yaml.safe_load(to_yaml(load_config("quickstart").config))
     assert data["actor"]["model"]["preset"] == "tiny"
     assert data["env"]["train"]["task_suite_name"] == "libero_spatial"
+
+
+def test_readme_config_reference_is_current() -> None:
+    from vlarl_cli.config.reference import BEGIN, END, render
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index(BEGIN) + len(BEGIN):readme.index(END)]
+    assert section.strip() == render().strip(), "run: python -m vlarl_cli.config.reference --write"

@@ -308,7 +308,8 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
     generators = {"shuffle": torch.Generator().manual_seed(config.actor.seed)}
 
     model = config.actor.model.model_copy(update={"model_path": resolve_model_path(config.actor.model.model_path)})
-    policy = build_policy(model, ctx.device)
+    # token policies (OpenVLA-OFT) read their sampling temperature from the rollout section
+    policy = build_policy(model, ctx.device, temperature=config.rollout.sampling_params.temperature_train)
     dist.broadcast_module_(policy)
     fsdp_cfg = config.actor.fsdp_config
     use_fsdp = ctx.distributed and fsdp_cfg.sharding_strategy != "no_shard"
