@@ -70,11 +70,11 @@ def test_tiny_builds_fast_and_matches_its_preset():
 def test_model_settings_map_rl_fields():
     s = ModelSettings(preset="tiny", num_action_chunks=4, action_dim=7, add_value_head=True, is_lora=True,
                       lora_rank=4, unnorm_key="libero_10_no_noops", temperature=0.7, precision="bfloat16",
-                      max_prompt_length=200, center_crop=False, attention="action_bidirectional")
+                      max_prompt_length=200, center_crop=True, attention="action_bidirectional")
     cfg = s.to_oft_config()
     assert (cfg.num_action_chunks, cfg.add_value_head, cfg.is_lora, cfg.lora_rank) == (4, True, True, 4)
     assert (cfg.unnorm_key, cfg.temperature, cfg.precision) == ("libero_10_no_noops", 0.7, "bf16")
-    assert (cfg.max_prompt_len, cfg.center_crop, cfg.attention) == (200, False, "action_bidirectional")
+    assert (cfg.max_prompt_len, cfg.center_crop, cfg.attention) == (200, True, "action_bidirectional")
     assert ModelSettings(precision=None).to_oft_config().precision == "fp32"
 
 

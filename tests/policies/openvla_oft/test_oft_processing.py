@@ -154,3 +154,14 @@ def test_prepare_outputs_and_errors():
         proc.prepare({**obs, keys.TASK_DESCRIPTIONS: ["a"]})
     with pytest.raises(KeyError, match="main_images"):
         proc.prepare({keys.TASK_DESCRIPTIONS: ["a"]})
+
+
+@pytest.mark.parametrize("crop", [False, True])
+def test_prepare_crops_only_when_asked(crop):
+    proc = OftProcessor(preset("tiny", image_size=112, patch_size=14, center_crop=crop), PromptTokenizer.byte(), None)
+    framed = torch.zeros(1, 112, 112, 3, dtype=torch.uint8)
+    framed[:, :2], framed[:, -2:], framed[:, :, :2], framed[:, :, -2:] = 255, 255, 255, 255
+    out = proc.prepare({keys.MAIN_IMAGES: framed, keys.TASK_DESCRIPTIONS: ["a"]})["images"]
+    assert (int(out.max()) == 0) is crop  # the 2-px frame lies outside the central sqrt(0.9) crop
+    if not crop:
+        assert torch.equal(out, framed)  # already at the model size: untouched

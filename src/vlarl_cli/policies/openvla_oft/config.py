@@ -49,7 +49,9 @@ class OftConfig:
     # --- images ----------------------------------------------------------------------------------
     image_size: int = 224
     patch_size: int = 14
-    center_crop: bool = True  # RLinf LIBERO recipes: crop sqrt(0.9) of each side, resize back
+    # crop sqrt(0.9) of each side and resize back (openvla-oft LIBERO evaluation). RLinf's LIBERO path
+    # does not crop (its processor only resizes 256 -> 224), hence off by default.
+    center_crop: bool = False
     # --- DINOv2 ViT-L/14 with registers (``featurizer``) -----------------------------------------
     dino_width: int = 1024
     dino_depth: int = 24

@@ -10,9 +10,12 @@ openvla-oft ``experiments/robot/openvla_utils.py``):
 1. prompt: ``"In: What action should the robot take to {task.lower()}?\\nOut: "``, tokenised as
    ``[BOS] + ids`` and LEFT-padded to ``max_prompt_len`` with BOS kept at position 0 (RLinf moves the
    BOS in front of the padding), so the last prompt token always sits right before the action block.
-2. image: resized to ``image_size`` (PIL Lanczos, as openvla-oft's ``lanczos3`` resize), then with
-   ``center_crop`` the central ``sqrt(0.9)`` of each side is cropped and resized back (bilinear, the
-   ``crop_and_resize`` of openvla-oft's ``center_crop_image``). Stored uint8 in the replay.
+2. image: resized to ``image_size`` with antialiased bicubic interpolation (the OpenVLA image
+   processor: timm data config ``bicubic``, ``TVF.resize(..., antialias=True)``, ``resize-naive``; PIL's
+   bicubic is the antialiased reference torchvision matches). Optionally (``center_crop``, the
+   openvla-oft LIBERO evaluation; RLinf's LIBERO path does not crop) the central ``sqrt(0.9)`` of each
+   side is cropped and resized back (bilinear, openvla-oft ``crop_and_resize``). Stored uint8 in the
+   replay, so ``evaluate`` sees exactly what ``sample`` saw.
 3. pixel values: ``x / 255`` normalised twice and channel-stacked ``[B, 6, S, S]``: DINOv2 (ImageNet
    mean/std) first, SigLIP (mean 0.5, std 0.5) second (``preprocessor_config.json`` ``means``/``stds``).
 4. actions: relative bin index ``k`` in ``[0, n_bins)`` (id ``start + k``) -> OpenVLA's bin centre:
@@ -178,13 +181,13 @@ def _as_uint8(images: Tensor | np.ndarray) -> np.ndarray:
 
 
 def resize_images(images: Tensor | np.ndarray, size: int) -> Tensor:
-    """uint8 ``[B, H, W, 3]`` -> uint8 ``[B, size, size, 3]`` (Lanczos; a no-op at the right size)."""
+    """uint8 ``[B, H, W, 3]`` -> uint8 ``[B, size, size, 3]`` (antialiased bicubic; no-op at the right size)."""
     from PIL import Image
 
     arr = _as_uint8(images)
     if arr.shape[1:3] == (size, size):
         return torch.from_numpy(np.ascontiguousarray(arr))
-    out = [np.asarray(Image.fromarray(im).resize((size, size), resample=Image.Resampling.LANCZOS)) for im in arr]
+    out = [np.asarray(Image.fromarray(im).resize((size, size), resample=Image.Resampling.BICUBIC)) for im in arr]
     return torch.from_numpy(np.stack(out))
 
 
