@@ -233,3 +233,24 @@ def test_upstream_extras_are_skipped_and_missing_vision_head_is_detected(tmp_pat
     b = loaded.sample(obs, deterministic=True, generator=torch.Generator().manual_seed(0)).actions
     torch.testing.assert_close(a, b, rtol=0, atol=0)  # the attention-pool head never enters the forward
     assert ck.from_upstream_key("action_head.mask_token", "n1.6") is None
+
+
+@pytest.mark.parametrize(("version", "fmt"), [("n1.5", "gr00t_n15"), ("n1.6", "gr00t_n16")])
+def test_backbone_dimensions_are_read_off_the_weights(version, fmt, tmp_path, policy_factory) -> None:
+    policy = policy_factory(version)
+    path = tmp_path / fmt
+    ck.save_policy(policy, path, format=fmt)
+    cfg_file = path / "config.json"
+    data = json.loads(cfg_file.read_text())
+    block = data["backbone_cfg"] if version == "n1.5" else data
+    # keep only what shapes cannot tell; every other backbone field must come back from the weights
+    keep = ("vision_num_heads", "image_token_id", "pad_token_id", "max_text_tokens", "prompt_style", "rope_theta",
+            "rms_norm_eps", "max_position_embeddings", "formalize_language", "pixel_shuffle_kind", "vl_num_heads",
+            "vl_head_dim")
+    block["eagle_config"] = {k: v for k, v in block["eagle_config"].items() if k in keep}
+    cfg_file.write_text(json.dumps(data))
+    full = ck.preset("full", version)
+    cfg, _ = ck.read_config(path)
+    assert cfg == policy.config
+    assert policy.config.llm_hidden_size != full.llm_hidden_size  # the tiny dims really were inferred
+    assert ck.load_policy(path).load_report.ok

@@ -47,6 +47,7 @@ __all__ = [
     "describe",
     "detect_format",
     "from_upstream_key",
+    "infer_backbone_fields",
     "load_policy",
     "read_config",
     "save_policy",
@@ -205,7 +206,45 @@ def _upstream_config(cfg: Gr00tConfig) -> dict[str, Any]:
             "diffusion_model_cfg": dit, "max_num_embodiments": cfg.num_embodiments, "eagle_config": eagle, **flow}
 
 
-def _config_from_upstream(data: dict[str, Any], version: str) -> Gr00tConfig:
+def infer_backbone_fields(shapes: dict[str, list[int]], version: str) -> dict[str, Any]:
+    """Eagle dimensions read off tensor shapes (our key names -> shape), for upstream folders whose
+    ``config.json`` does not describe the backbone. Fields that shapes cannot tell (attention head counts of
+    the vision tower, token ids, rope theta) are not returned."""
+    eagle = "backbone.eagle_model." if version == "n1.5" else "backbone.model."
+    lm, vis = eagle + "language_model.model.", eagle + "vision_model."
+    out: dict[str, Any] = {}
+    if lm + "embed_tokens.weight" in shapes:
+        out["vocab_size"], out["llm_hidden_size"] = shapes[lm + "embed_tokens.weight"]
+    q, k = shapes.get(lm + "layers.0.self_attn.q_proj.weight"), shapes.get(lm + "layers.0.self_attn.k_proj.weight")
+    qn = shapes.get(lm + "layers.0.self_attn.q_norm.weight")
+    if q and k and qn:
+        out["llm_head_dim"] = qn[0]
+        out["llm_num_heads"], out["llm_num_kv_heads"] = q[0] // qn[0], k[0] // qn[0]
+    if lm + "layers.0.mlp.gate_proj.weight" in shapes:
+        out["llm_intermediate_size"] = shapes[lm + "layers.0.mlp.gate_proj.weight"][0]
+    patch = shapes.get(vis + "embeddings.patch_embedding.weight")
+    pos = shapes.get(vis + "embeddings.position_embedding.weight")
+    if patch and pos:
+        d = patch[0]
+        p = patch[2] if len(patch) == 4 else math.isqrt(patch[1] // 3)
+        out.update(vision_kind="siglip" if len(patch) == 4 else "siglip2", vision_hidden_size=d, patch_size=p,
+                   image_size=math.isqrt(pos[0]) * p)
+        layers = {int(m.group(1)) for key in shapes if (m := re.match(re.escape(vis) + r"encoder\.layers\.(\d+)\.", key))}
+        if layers:
+            out["vision_num_layers"] = max(layers) + 1
+        if vis + "encoder.layers.0.mlp.fc1.weight" in shapes:
+            out["vision_intermediate_size"] = shapes[vis + "encoder.layers.0.mlp.fc1.weight"][0]
+        out["vision_use_head"] = any(key.startswith(vis + "head.") for key in shapes)
+        two = eagle + "mlp1.3.weight" in shapes
+        first = shapes.get(eagle + ("mlp1.1.weight" if two else "mlp1.0.weight"))
+        if first:
+            out["mlp_connector_layers"] = 2 if two else 1
+            out["use_pixel_shuffle"] = first[1] == 4 * d
+    return out
+
+
+def _config_from_upstream(data: dict[str, Any], version: str,
+                          shapes: dict[str, list[int]] | None = None) -> Gr00tConfig:
     base = preset("full", version)
     try:
         if version == "n1.5":
@@ -236,6 +275,8 @@ def _config_from_upstream(data: dict[str, Any], version: str) -> Gr00tConfig:
         changes.update(dit_num_layers=dit["num_layers"], dit_num_heads=dit["num_attention_heads"],
                        dit_head_dim=dit["attention_head_dim"], dropout=dit.get("dropout", 0.2),
                        num_timestep_buckets=(data.get("action_head_cfg") or data).get("num_timestep_buckets", 1000))
+        if shapes is not None:  # dimensions the weights tell; an explicit eagle_config still wins
+            changes.update(infer_backbone_fields(shapes, version))
         changes.update({k: v for k, v in eagle.items() if k in _EAGLE_FIELDS})
     except KeyError as exc:
         raise CheckpointError(f"config.json of a GR00T {version} checkpoint lacks the field {exc}.",
@@ -254,7 +295,19 @@ def read_config(path: Path, fmt: str | None = None) -> tuple[Gr00tConfig, dict[s
                                   f"vlarl reads version {FORMAT_VERSION}.", "Re-save the checkpoint with this vlarl.")
         return Gr00tConfig.from_dict(data["model"]), data.get("settings")
     if fmt in ("gr00t_n15", "gr00t_n16"):
-        return _config_from_upstream(_read_json(path / "config.json"), "n1.5" if fmt == "gr00t_n15" else "n1.6"), None
+        version = "n1.5" if fmt == "gr00t_n15" else "n1.6"
+        data = _read_json(path / "config.json")
+        shapes = None
+        block = (data.get("backbone_cfg") or {}).get("eagle_config") if version == "n1.5" else data.get("eagle_config")
+        if not block or not set(_EAGLE_FIELDS) <= set(block):  # backbone not (fully) described: ask the weights
+            shapes = {}
+            files = _weight_files(path)
+            headers: dict[Path, dict[str, Any]] = {}
+            for name, file in files.items():
+                ours = from_upstream_key(name, version)
+                if ours is not None:
+                    shapes[ours] = headers.setdefault(file, _header(file))[name]["shape"]
+        return _config_from_upstream(data, version, shapes), None
     raise CheckpointError(f"{path} is not a GR00T checkpoint in a known layout.",
                           f"Expected one of {', '.join(FORMATS)}: {VLARL_CONFIG}, or config.json with model_type "
                           f"{N15_MODEL_TYPES[0]} / {N16_MODEL_TYPES[0]}.")
