@@ -370,11 +370,11 @@ def test_free_space_check(tmp_path, monkeypatch):
     import shutil as _shutil
     from collections import namedtuple
 
-    from vlarl_cli.checkpoints import hub as hub_mod
+    from vlarl_cli.checkpoints import transfer as tr
     from vlarl_cli.errors import HubError
 
-    target = hub_mod._LocalDirTarget(tmp_path)
-    files = [hub_mod.RemoteFile("a.bin", 1000, "0" * 64, "0" * 40), hub_mod.RemoteFile("b", 500, None, "1" * 40)]
+    target = tr.LocalDirTarget(tmp_path)
+    files = [tr.RemoteFile("a.bin", 1000, "0" * 64, "0" * 40), tr.RemoteFile("b", 500, None, "1" * 40)]
     (tmp_path / "b").write_bytes(b"x" * 500)  # complete already: not counted
     part = target.partial_path(files[0])
     part.parent.mkdir(parents=True)
@@ -382,9 +382,9 @@ def test_free_space_check(tmp_path, monkeypatch):
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(_shutil, "disk_usage", lambda p: usage(10**6, 0, 699))
     with pytest.raises(HubError, match="needs 700 bytes"):
-        hub_mod._check_free_space(files, target)
+        tr.check_free_space(files, target)
     monkeypatch.setattr(_shutil, "disk_usage", lambda p: usage(10**6, 0, 700))
-    hub_mod._check_free_space(files, target)  # exactly enough
+    tr.check_free_space(files, target)  # exactly enough
 
 
 def test_unwritable_target_is_a_clear_error(hub, run_download, tmp_path):

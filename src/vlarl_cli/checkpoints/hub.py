@@ -4,18 +4,10 @@ Built on ``huggingface_hub`` (2.4.0 here) for everything that talks to the Hub A
 revision info (``HfApi.model_info``), the recursive tree listing (``HfApi.list_repo_tree``), the per-file
 ``HEAD /resolve`` metadata with its redirect rules (``get_hf_file_metadata``), auth headers and error
 classes (``hf_raise_for_status``) - but the byte transfer itself is our own ranged ``GET`` on the
-client's HTTP session, because the client cannot give what we promise (REFERENCE.md section 6):
+client's HTTP session, because the client cannot give what we promise (REFERENCE.md section 6): it
+never hashes and it throws partial files away. Verification (sha256 / git blob sha1 while streaming)
+and resume across runs (kept partial bytes + ``Range``) live in :mod:`vlarl_cli.checkpoints.transfer`.
 
-* **Verification.** The client checks sizes but never hashes. We hash every byte while it streams:
-  sha256 for LFS files (the ``lfs.oid`` of the tree listing) and the git blob sha1
-  (``sha1(b"blob <size>\\0" + content)``, the listing's ``oid``) for small files. A file whose hash
-  differs is deleted and the download fails with a clear message, never silently accepted.
-* **Resume across runs.** The client deletes partial files after a failure and never reuses an
-  ``.incomplete`` file left by a killed process. We keep the partial bytes under a name of our own
-  (``<local-dir>/.cache/vlarl/partial/<path>.part`` or ``blobs/<sha>.vlarl-partial`` in the cache),
-  re-hash them on the next run and continue with ``Range: bytes=<n>-``. If the server ignores the range
-  (200 instead of 206) we start that file over. Files already complete are re-verified (or trusted
-  when size and mtime match our manifest of verified files).
 * **Safety.** Every remote file name goes through :func:`~vlarl_cli.checkpoints.safety.safe_join`
   before anything is requested; one unsafe name aborts the whole download. Pickle-based files are
   skipped unless ``allow_pickle=True``. No remote code is ever imported. Telemetry is disabled.
@@ -33,25 +25,36 @@ from __future__ import annotations
 import contextlib
 import errno
 import fnmatch
-import hashlib
 import json
 import os
 import re
-import shutil
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from vlarl_cli.checkpoints.atomic import atomic_write_json, atomic_write_text, fsync_directory
 from vlarl_cli.checkpoints.detect import CheckpointInfo, configs_using, detect_checkpoint
 from vlarl_cli.checkpoints.safety import check_relative_name, is_pickle_file, safe_join
+from vlarl_cli.checkpoints.transfer import (
+    STATE_DIR,
+    CacheTarget,
+    FileTransfer,
+    LocalDirTarget,
+    Manifest,
+    RemoteFile,
+    Target,
+    check_free_space,
+    exclusive_lock,
+    git_blob_sha1,
+    hash_file,
+    repo_cache_folder,
+)
 from vlarl_cli.errors import HubError, did_you_mean
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.progress import Progress, TaskID
+    from rich.progress import Progress
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -86,39 +89,11 @@ KNOWN_REPOS: tuple[str, ...] = (
 )
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-_CHUNK = 1024 * 1024
-_STATE_DIR = (".cache", "vlarl")
 
 
 # --------------------------------------------------------------------------------------------------
 # Public data types
 # --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RemoteFile:
-    """One file of the repository listing at a fixed commit.
-
-    Attributes:
-        path: repository-relative POSIX name (already validated by ``check_relative_name``).
-        size: size in bytes the Hub reports.
-        sha256: LFS object id (sha256 of the content) or None for files stored in git.
-        git_sha1: git blob id (sha1 of ``b"blob <size>\\0" + content``).
-    """
-
-    path: str
-    size: int
-    sha256: str | None
-    git_sha1: str
-
-    @property
-    def expected_hash(self) -> str:
-        """The hash we verify against: sha256 for LFS files, the git blob sha1 otherwise."""
-        return self.sha256 if self.sha256 else self.git_sha1
-
-    @property
-    def hash_kind(self) -> str:
-        return "sha256" if self.sha256 else "git-sha1"
-
-
 @dataclass
 class FileRecord:
     """Outcome for one file: ``status`` is ``downloaded``, ``resumed`` (continued from partial bytes
@@ -163,128 +138,6 @@ class DownloadResult:
     @property
     def bytes_transferred(self) -> int:
         return sum(f.bytes_transferred for f in self.files)
-
-
-# --------------------------------------------------------------------------------------------------
-# Hashing
-# --------------------------------------------------------------------------------------------------
-def git_blob_sha1(data: bytes) -> str:
-    """Git's object id of a blob: ``sha1(b"blob " + str(len) + b"\\0" + data)`` (git-scm.com, "Git
-    Objects"). The Hub reports this as ``oid`` for files not stored in LFS."""
-    h = hashlib.sha1(b"blob %d\x00" % len(data))
-    h.update(data)
-    return h.hexdigest()
-
-
-def _new_hasher(entry: RemoteFile) -> Any:
-    if entry.sha256:
-        return hashlib.sha256()
-    return hashlib.sha1(b"blob %d\x00" % entry.size)  # header needs the final size: known from listing
-
-
-def _hash_file(path: Path, entry: RemoteFile, hasher: Any | None = None,
-               on_bytes: Any | None = None) -> Any:
-    h = hasher if hasher is not None else _new_hasher(entry)
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-            if on_bytes is not None:
-                on_bytes(len(chunk))
-    return h
-
-
-# --------------------------------------------------------------------------------------------------
-# Where files go
-# --------------------------------------------------------------------------------------------------
-class _Target(Protocol):
-    root: Path
-    state_dir: Path
-
-    def complete_path(self, entry: RemoteFile) -> Path: ...
-    def partial_path(self, entry: RemoteFile) -> Path: ...
-    def publish(self, entry: RemoteFile) -> None: ...
-
-
-class _LocalDirTarget:
-    """Plain tree in a user folder; partials and bookkeeping under ``.cache/vlarl`` inside it."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.state_dir = root.joinpath(*_STATE_DIR)
-
-    def complete_path(self, entry: RemoteFile) -> Path:
-        return safe_join(self.root, entry.path)
-
-    def partial_path(self, entry: RemoteFile) -> Path:
-        return safe_join(self.state_dir / "partial", entry.path + ".part")
-
-    def publish(self, entry: RemoteFile) -> None:  # complete_path is already the final name
-        return None
-
-
-class _CacheTarget:
-    """huggingface_hub cache layout: content-addressed ``blobs/<hash>``, ``snapshots/<commit>/<path>``
-    relative symlinks, ``refs/<revision>`` holding the commit (huggingface_hub file_download.py)."""
-
-    def __init__(self, repo_folder: Path, commit: str) -> None:
-        self.repo_folder = repo_folder
-        self.root = repo_folder / "snapshots" / commit
-        self.state_dir = repo_folder / ".vlarl"
-
-    def complete_path(self, entry: RemoteFile) -> Path:
-        return self.repo_folder / "blobs" / entry.expected_hash
-
-    def partial_path(self, entry: RemoteFile) -> Path:
-        return self.repo_folder / "blobs" / f"{entry.expected_hash}.vlarl-partial"
-
-    def publish(self, entry: RemoteFile) -> None:
-        link = safe_join(self.root, entry.path)
-        blob = self.complete_path(entry)
-        link.parent.mkdir(parents=True, exist_ok=True)
-        rel = os.path.relpath(blob, link.parent)
-        if link.is_symlink() and os.readlink(link) == rel:
-            return
-        tmp = link.with_name(f".{link.name}.vlarl-link")
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        try:
-            os.symlink(rel, tmp)
-        except OSError:  # no symlink support (some Windows setups): fall back to a copy
-            shutil.copyfile(blob, tmp)
-        os.replace(tmp, link)
-
-
-def _repo_cache_folder(cache_dir: Path, repo_id: str) -> Path:
-    return cache_dir / ("models--" + repo_id.replace("/", "--"))
-
-
-# --------------------------------------------------------------------------------------------------
-# Manifest of verified files (lets a re-run skip re-hashing multi-GB files)
-# --------------------------------------------------------------------------------------------------
-class _Manifest:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.data: dict[str, dict[str, Any]] = {}
-        if path.is_file():
-            with contextlib.suppress(OSError, ValueError):
-                loaded = json.loads(path.read_text(encoding="utf-8"))
-                if isinstance(loaded, dict):
-                    self.data = loaded
-
-    def is_verified(self, key: str, file: Path, entry: RemoteFile) -> bool:
-        rec = self.data.get(key)
-        if rec is None or rec.get("hash") != entry.expected_hash:
-            return False
-        try:
-            st = file.stat()
-        except OSError:
-            return False
-        return st.st_size == entry.size and rec.get("mtime_ns") == st.st_mtime_ns
-
-    def mark(self, key: str, file: Path, entry: RemoteFile) -> None:
-        st = file.stat()
-        self.data[key] = {"hash": entry.expected_hash, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        atomic_write_json(self.path, self.data, indent=1, sort_keys=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -413,154 +266,6 @@ def _listing(api: Any, repo_id: str, commit: str) -> list[RemoteFile]:
     return files
 
 
-def _range_starts_at(resp: Any, offset: int) -> bool:
-    """True for a 206 whose ``Content-Range: bytes <offset>-...`` starts where our partial file ends."""
-    if resp.status_code != 206:
-        return False
-    m = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range", ""))
-    return m is not None and int(m.group(1)) == offset
-
-
-# --------------------------------------------------------------------------------------------------
-# Transfer of one file
-# --------------------------------------------------------------------------------------------------
-class _Transfer:
-    """Downloads one file into its partial name with Range resume, hashing as bytes arrive."""
-
-    def __init__(self, *, repo_id: str, commit: str, endpoint: str, token: str | bool | None,
-                 retries: int, retry_wait: float, progress: Progress | None) -> None:
-        self.repo_id, self.commit, self.endpoint, self.token = repo_id, commit, endpoint, token
-        self.retries, self.retry_wait, self.progress = retries, retry_wait, progress
-        self.overall: TaskID | None = None  # the "all files" bar
-        self.base = 0  # bytes of the files before the current one (for the overall bar)
-
-    def _show(self, task: TaskID | None, offset: int) -> None:
-        if self.progress is None or task is None:
-            return
-        self.progress.update(task, completed=offset)
-        if self.overall is not None:
-            self.progress.update(self.overall, completed=self.base + offset)
-
-    def _url_and_headers(self, entry: RemoteFile) -> tuple[str, dict[str, str]]:
-        from huggingface_hub import constants
-        from huggingface_hub.file_download import get_hf_file_metadata, hf_hub_url
-        from huggingface_hub.utils import build_hf_headers
-        from huggingface_hub.utils._http import _is_same_or_hub_host
-
-        url = hf_hub_url(self.repo_id, entry.path, revision=self.commit, endpoint=self.endpoint)
-        # HEAD /resolve: follows redirects that stay on the hub, stops at a CDN redirect (Location).
-        meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint,
-                                    timeout=constants.HF_HUB_ETAG_TIMEOUT,
-                                    retry_on_errors=self.retries > 0)
-        headers = build_hf_headers(token=self.token, library_name="vlarl")
-        headers["Accept-Encoding"] = "identity"  # byte ranges and hashes refer to the raw content
-        location = meta.location or url
-        if not _is_same_or_hub_host(url, location):
-            headers.pop("authorization", None)  # never send the token to a CDN / storage host
-        return location, headers
-
-    def run(self, entry: RemoteFile, partial: Path, task: TaskID | None) -> tuple[int, bool]:
-        """Fetch ``entry`` into ``partial``; returns (bytes transferred now, resumed?).
-
-        The partial file is verified (size + hash) before returning. A mismatch after a *resumed*
-        transfer may come from stale bytes of an earlier run, so the file is fetched once more from
-        byte 0; a mismatch on a fresh transfer deletes the bytes and raises HubError. On a transfer
-        failure the partial bytes are kept for the next run.
-        """
-        transferred, resumed, digest = self._fetch(entry, partial, task)
-        if digest != entry.expected_hash and resumed:
-            partial.unlink()
-            more, _, digest = self._fetch(entry, partial, task)
-            transferred += more
-            resumed = False
-        if digest != entry.expected_hash:
-            partial.unlink()
-            raise HubError(
-                f"{entry.path} arrived corrupted: its {entry.hash_kind} is {digest} but the hub lists "
-                f"{entry.expected_hash} (size {entry.size} bytes matched). The bad copy was deleted.",
-                fix="Run the command again to download it afresh; if it fails again the hub or the "
-                "HF_ENDPOINT mirror serves a damaged file.",
-            )
-        return transferred, resumed
-
-    def _fetch(self, entry: RemoteFile, partial: Path, task: TaskID | None) -> tuple[int, bool, str]:
-        """Append the missing bytes of ``entry`` to ``partial``; (bytes now, resumed?, hex digest)."""
-        import httpx2
-        from huggingface_hub import constants
-        from huggingface_hub.utils import get_session, hf_raise_for_status
-
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        partial.touch()  # exists even for an empty file (no request is made for 0 bytes)
-        offset = partial.stat().st_size
-        if offset > entry.size:
-            partial.unlink()
-            offset = 0
-        resumed = offset > 0
-        hasher = _new_hasher(entry)
-        if offset:
-            _hash_file(partial, entry, hasher)
-        self._show(task, offset)
-        transferred = 0
-        url: str | None = None
-        headers: dict[str, str] = {}
-        failures = 0
-        while offset < entry.size:
-            before = offset
-            try:
-                if url is None:  # (re-)resolve after a failure: CDN URLs are signed and expire
-                    url, headers = self._url_and_headers(entry)
-                req = dict(headers)
-                if offset:
-                    req["Range"] = f"bytes={offset}-"
-                with get_session().stream("GET", url, headers=req, follow_redirects=True,
-                                          timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as resp:
-                    if resp.status_code == 416 and offset:  # our partial no longer matches: start over
-                        partial.unlink()
-                        offset, hasher = 0, _new_hasher(entry)
-                        continue
-                    if resp.status_code >= 400:
-                        resp.read()
-                    hf_raise_for_status(resp)
-                    if offset and not _range_starts_at(resp, offset):
-                        # Range ignored (200: the body is the whole file, take it from byte 0) or
-                        # answered for other bytes (206 elsewhere: drop it and ask again without Range).
-                        partial.unlink()
-                        offset, hasher, resumed = 0, _new_hasher(entry), False
-                        self._show(task, 0)
-                        if resp.status_code != 200:
-                            continue
-                    with open(partial, "ab", buffering=0) as fh:  # unbuffered: a SIGKILL keeps what arrived
-                        for chunk in resp.iter_bytes():  # as received: a cut loses nothing
-                            if offset + len(chunk) > entry.size:
-                                raise HubError(
-                                    f"The server sent more than the {entry.size} bytes the listing gives "
-                                    f"for {entry.path}.",
-                                    fix="The hub or HF_ENDPOINT mirror is inconsistent; try again later.")
-                            fh.write(chunk)
-                            hasher.update(chunk)
-                            offset += len(chunk)
-                            transferred += len(chunk)
-                            self._show(task, offset)
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                if offset < entry.size:
-                    raise httpx2.RemoteProtocolError("connection closed before the end of the file")
-            except httpx2.TransportError as err:
-                url = None
-                failures = 0 if offset > before else failures + 1  # progress resets the budget
-                if failures > self.retries:
-                    raise HubError(
-                        f"The transfer of {entry.path} from {self.endpoint} was interrupted after {offset} of "
-                        f"{entry.size} bytes ({type(err).__name__}: {err}). The {offset} bytes received are "
-                        f"kept in {partial}.",
-                        fix="Run the same command again: it resumes from there. If the hub stays "
-                        "unreachable, check HF_ENDPOINT / your network, or use --local-dir with a copy of "
-                        "the model (HF_HUB_OFFLINE=1 skips the hub).",
-                    ) from err
-                time.sleep(min(self.retry_wait * 2 ** max(failures - 1, 0), 8.0))
-        return transferred, resumed, hasher.hexdigest()
-
-
 # --------------------------------------------------------------------------------------------------
 # Main entry point
 # --------------------------------------------------------------------------------------------------
@@ -645,18 +350,18 @@ def download(
             fix="Loosen --include/--exclude" + (" or pass --allow-pickle" if skipped_pickle else "") + ".",
         )
 
-    target: _Target
+    target: Target
     if local_dir is not None:
-        target = _LocalDirTarget(Path(local_dir).expanduser())
+        target = LocalDirTarget(Path(local_dir).expanduser())
     else:
         cache = Path(cache_dir).expanduser() if cache_dir is not None else Path(hf_constants.HF_HUB_CACHE)
-        target = _CacheTarget(_repo_cache_folder(cache, repo_id), commit)
+        target = CacheTarget(repo_cache_folder(cache, repo_id), commit)
     # Validate every destination before the first byte moves (a bad name aborts everything).
-    reserved = "/".join(_STATE_DIR) + "/"
+    reserved = "/".join(STATE_DIR) + "/"
     for f in wanted:
         safe_join(target.root, f.path)
         target.partial_path(f)
-        if isinstance(target, _LocalDirTarget) and (f.path + "/").startswith(reserved):
+        if isinstance(target, LocalDirTarget) and (f.path + "/").startswith(reserved):
             raise HubError(f"The repository contains {f.path!r}, inside {reserved}, the folder where vlarl keeps "
                            "its own download records; vlarl refuses to let a download overwrite them.",
                            fix="Exclude it with --exclude '.cache/vlarl/*' or download into the cache "
@@ -667,13 +372,13 @@ def download(
     except OSError as err:  # a file in the way, no permission, read-only filesystem
         raise HubError(f"Cannot create the download folder {target.root}: {err.strerror or err}.",
                        fix="Pass a writable folder with --local-dir (or --cache-dir).") from err
-    with _exclusive(target.state_dir / "lock", target.root):
-        _check_free_space(wanted, target)
-        manifest = _Manifest(target.state_dir / "verified.json")
+    with exclusive_lock(target.state_dir / "lock", target.root):
+        check_free_space(wanted, target)
+        manifest = Manifest(target.state_dir / "verified.json")
         records = _fetch_all(repo_id, commit, endpoint, token, retries, retry_wait, quiet, err_console,
                              wanted, target, manifest)
 
-    if isinstance(target, _CacheTarget):
+    if isinstance(target, CacheTarget):
         if not _COMMIT_RE.match(rev):
             ref = safe_join(target.repo_folder / "refs", rev)
             atomic_write_text(ref, commit)
@@ -691,58 +396,13 @@ def download(
     return result
 
 
-@contextlib.contextmanager
-def _exclusive(lock_file: Path, root: Path) -> Iterator[None]:
-    """One writer per target folder: two downloads appending to the same partial file would waste
-    the transfer (the hash check would catch it, but only at the end). POSIX ``flock``; the lock dies
-    with the process, so a killed download never leaves a stale lock behind."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: no advisory locks, accept the risk
-        yield
-        return
-    with open(lock_file, "a+") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as err:
-            fh.seek(0)
-            holder = fh.read().strip() or "?"
-            raise HubError(f"Another vlarl download (pid {holder}) is writing into {root} right now.",
-                           fix="Wait for it to finish, or download into a different --local-dir.") from err
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
-def _check_free_space(wanted: list[RemoteFile], target: _Target) -> None:
-    """Refuse to start when the disk cannot hold the missing bytes (partial bytes count as present)."""
-    needed = 0
-    for f in wanted:
-        final, partial = target.complete_path(f), target.partial_path(f)
-        if final.is_file() and final.stat().st_size == f.size:
-            continue
-        needed += f.size - (partial.stat().st_size if partial.is_file() else 0)
-    free = shutil.disk_usage(target.root).free
-    if needed > free:
-        raise HubError(
-            f"Not enough disk space in {target.root}: the download needs {needed:,} bytes "
-            f"({needed / 1e9:.2f} GB) more, {free:,} bytes ({free / 1e9:.2f} GB) are free.",
-            fix="Free some space, pass --local-dir / --cache-dir on a larger disk, or fetch fewer files "
-            "with --include / --exclude.")
-
-
 def _slug(rev: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", rev)
 
 
 def _fetch_all(repo_id: str, commit: str, endpoint: str, token: str | bool | None, retries: int,
                retry_wait: float, quiet: bool, err_console: Console, wanted: list[RemoteFile],
-               target: _Target, manifest: _Manifest) -> list[FileRecord]:
+               target: Target, manifest: Manifest) -> list[FileRecord]:
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -757,7 +417,7 @@ def _fetch_all(repo_id: str, commit: str, endpoint: str, token: str | bool | Non
                         disable=quiet, transient=False)
     records: list[FileRecord] = []
     with progress, _hub_errors(repo_id, commit, endpoint):
-        transfer = _Transfer(repo_id=repo_id, commit=commit, endpoint=endpoint, token=token,
+        transfer = FileTransfer(repo_id=repo_id, commit=commit, endpoint=endpoint, token=token,
                              retries=retries, retry_wait=retry_wait, progress=progress)
         if len(wanted) > 1:
             transfer.overall = progress.add_task(f"all {len(wanted)} files",
@@ -772,12 +432,12 @@ def _fetch_all(repo_id: str, commit: str, endpoint: str, token: str | bool | Non
     return records
 
 
-def _place_one(entry: RemoteFile, target: _Target, manifest: _Manifest, transfer: _Transfer,
+def _place_one(entry: RemoteFile, target: Target, manifest: Manifest, transfer: FileTransfer,
                progress: Progress, quiet: bool, err_console: Console) -> FileRecord:
     """Make ``entry`` present and verified in ``target``: trust the manifest, re-hash a file of the
     right size, or download (resuming partial bytes)."""
     final = target.complete_path(entry)
-    key = final.relative_to(target.state_dir.parent if isinstance(target, _CacheTarget)
+    key = final.relative_to(target.state_dir.parent if isinstance(target, CacheTarget)
                             else target.root).as_posix()
     rec = FileRecord(path=entry.path, size=entry.size, hash_kind=entry.hash_kind,
                      hash=entry.expected_hash, status="present")
@@ -787,7 +447,7 @@ def _place_one(entry: RemoteFile, target: _Target, manifest: _Manifest, transfer
             return rec
         if final.stat().st_size == entry.size:
             task = progress.add_task(f"verify {entry.path}", total=entry.size)
-            digest = _hash_file(final, entry,
+            digest = hash_file(final, entry,
                                 on_bytes=lambda n, t=task: progress.advance(t, n)).hexdigest()
             progress.remove_task(task)
             if digest == entry.expected_hash:
@@ -818,13 +478,13 @@ def _offline_result(requested: str, repo_id: str, rev: str, local_dir: str | os.
     """HF_HUB_OFFLINE: serve an earlier complete download of the same repo/revision, or fail clearly."""
     state_file: Path | None = None
     if local_dir is not None:
-        state_file = Path(local_dir).expanduser().joinpath(*_STATE_DIR, f"download-rev-{_slug(rev)}.json")
+        state_file = Path(local_dir).expanduser().joinpath(*STATE_DIR, f"download-rev-{_slug(rev)}.json")
         root = Path(local_dir).expanduser()
     else:
         from huggingface_hub import constants as hf_constants
 
         cache = Path(cache_dir).expanduser() if cache_dir is not None else Path(hf_constants.HF_HUB_CACHE)
-        folder = _repo_cache_folder(cache, repo_id)
+        folder = repo_cache_folder(cache, repo_id)
         state_file = folder / ".vlarl" / f"download-rev-{_slug(rev)}.json"
         root = folder / "snapshots"
     state: dict[str, Any] | None = None
