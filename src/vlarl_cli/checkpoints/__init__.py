@@ -6,6 +6,8 @@ Modules (each imports its heavy dependencies - huggingface_hub, torch, rich - on
   temp name in the same folder, fsync, ``os.replace``. Use them for every checkpoint and result file.
 * :mod:`.hub` - ``download(repo_id, revision, local_dir, include, exclude, allow_pickle)``: verified
   (sha256 / git sha1), resumable across runs, safe against hostile listings (``vlarl download``).
+* :mod:`.transfer` - the byte side of a download: hashing while streaming, resume with ``Range`` from
+  kept partial bytes, local-dir / hub-cache layouts, manifest of verified files, one-writer lock.
 * :mod:`.detect` - ``detect_checkpoint(path)``: family / format / parameter count / norm stats from
   file names, config files and safetensors headers; ``configs_using`` for matching presets.
 * :mod:`.convert` - ``convert(src, dst, to_format, dtype, merge_lora, allow_pickle)`` through the family

@@ -89,7 +89,6 @@ class RemoteFile:
         return "sha256" if self.sha256 else "git-sha1"
 
 
-
 # --------------------------------------------------------------------------------------------------
 # Hashing
 # --------------------------------------------------------------------------------------------------
@@ -218,7 +217,6 @@ def range_starts_at(resp: Any, offset: int) -> bool:
         return False
     m = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range", ""))
     return m is not None and int(m.group(1)) == offset
-
 
 
 # --------------------------------------------------------------------------------------------------
