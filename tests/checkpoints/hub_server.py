@@ -90,6 +90,7 @@ class HubServer:
         self.release_stall = threading.Event()
         self.stalled = threading.Event()
         self.ignore_range = False
+        self.fail_status: dict[str, list[int]] = {}  # path -> statuses to answer first (e.g. [503])
         self.misplaced_range = False  # answer a Range with 206 for bytes 0-... (a broken proxy)
         self.gated_status = 403  # the real hub answers 401 or 403, always with X-Error-Code: GatedRepo
         self.log: list[LogEntry] = []
@@ -196,6 +197,12 @@ def _make_handler(state: HubServer, server_name: str) -> type[BaseHTTPRequestHan
         def _send_file(self, entry: LogEntry, key: str, data: bytes, headers: dict[str, str]) -> None:
             """Serve ``data`` (with Range and fault injection); ``key`` is the repo path for knobs."""
             size = len(data)
+            with state._lock:
+                queued = state.fail_status.get(key)
+                status_now = queued.pop(0) if queued else None
+            if status_now is not None:
+                self._error(entry, status_now, "Overloaded", "try again", {"Retry-After": "0"})
+                return
             if key in state.corrupt:
                 data = bytes(b ^ 0xFF for b in data[:16]) + data[16:]  # same size, different content
             start, end = 0, size - 1

@@ -224,6 +224,18 @@ def test_cut_within_one_run_is_retried_with_range(hub, run_download, tmp_path):
     assert (tmp_path / "o" / MODEL).read_bytes() == FILES[MODEL]
 
 
+def test_transient_http_status_is_retried(hub, run_download, tmp_path):
+    hub.fail_status[MODEL] = [503, 429]
+    res = run_download(REPO_ID, "--local-dir", str(tmp_path / "o"), "--retries", "3")
+    assert res.returncode == 0, res.stderr
+    assert [g.status for g in hub.served("cdn", "GET", "")] == [503, 429, 200]
+    assert (tmp_path / "o" / MODEL).read_bytes() == FILES[MODEL]
+    hub.fail_status[MODEL] = [503, 503]
+    res = run_download(REPO_ID, "--local-dir", str(tmp_path / "p"), "--retries", "1")
+    _no_traceback(res)
+    assert "HTTP 503" in res.stderr
+
+
 @pytest.mark.parametrize("fault", ["ignore_range", "misplaced_range"])
 def test_server_mishandling_range_restarts_file(hub, run_download, tmp_path, fault):
     out = tmp_path / "out"

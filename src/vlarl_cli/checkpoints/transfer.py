@@ -60,6 +60,13 @@ __all__ = [
 ]
 
 CHUNK = 1024 * 1024  # read size when hashing files already on disk
+# Answers worth retrying with back-off (timeouts, rate limit, overloaded or restarting servers); the
+# same set huggingface_hub's http_backoff retries on.
+_TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
+
+
+class _TransientStatus(Exception):
+    """A transient HTTP status during a file transfer (retried like a dropped connection)."""
 STATE_DIR = (".cache", "vlarl")  # bookkeeping folder inside a --local-dir
 
 
@@ -318,6 +325,8 @@ class FileTransfer:
                         continue
                     if resp.status_code >= 400:
                         resp.read()
+                    if resp.status_code in _TRANSIENT_STATUS and failures < self.retries:
+                        raise _TransientStatus(f"HTTP {resp.status_code} from {url}")
                     hf_raise_for_status(resp)
                     if offset and not range_starts_at(resp, offset):
                         # Range ignored (200: the body is the whole file, take it from byte 0) or
@@ -343,7 +352,7 @@ class FileTransfer:
                         os.fsync(fh.fileno())
                 if offset < entry.size:
                     raise httpx2.RemoteProtocolError("connection closed before the end of the file")
-            except httpx2.TransportError as err:
+            except (httpx2.TransportError, _TransientStatus) as err:
                 url = None
                 failures = 0 if offset > before else failures + 1  # progress resets the budget
                 if failures > self.retries:
