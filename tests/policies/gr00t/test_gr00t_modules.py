@@ -240,3 +240,16 @@ def test_eagle_chat_prompt_layout() -> None:
     with pytest.raises(ConfigError, match="max_text_tokens"):
         build_prompt(tok, ["x"], num_images=2, tokens_per_image=3, max_text_tokens=10, image_token_id=ctx,
                      pad_token_id=0, style="eagle_chat")
+
+
+def test_siglip_fallback_without_siglip2(monkeypatch) -> None:
+    import vlarl_cli.policies.gr00t.backbone as bb
+
+    monkeypatch.setattr(bb, "_has_siglip2", lambda: False)
+    backbone = bb.EagleBackbone(preset("tiny", "n1.6"))
+    assert type(backbone.eagle.vision_model).__name__ == "SiglipVisionModel"
+    pixels = torch.zeros(1, 2, 3, 32, 32)
+    cfg = preset("tiny", "n1.6")
+    ids = torch.full((1, 2 * cfg.tokens_per_image + 2), cfg.image_token_id)
+    ids[0, -2:] = 5
+    assert backbone(pixels, ids, torch.ones_like(ids)).shape == (1, ids.shape[1], cfg.llm_hidden_size)

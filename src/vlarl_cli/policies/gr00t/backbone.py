@@ -53,6 +53,14 @@ def merge_patches(feats: Tensor, kind: str) -> Tensor:
     return out.reshape(m, -1, out.shape[-1])
 
 
+def _has_siglip2() -> bool:
+    try:
+        from transformers import Siglip2VisionModel  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 class _LanguageModel(nn.Module):
     """Holds the Qwen3 decoder at ``.model`` so keys read ``language_model.model.*`` as upstream."""
 
@@ -79,7 +87,12 @@ class EagleBackbone(nn.Module):
 
         self.cfg = cfg
         self.inner_name = "eagle_model" if cfg.version == "n1.5" else "model"
-        if cfg.vision_kind == "siglip2":
+        self.vision_kind = cfg.vision_kind
+        if cfg.vision_kind == "siglip2" and not _has_siglip2():
+            # older transformers: a fixed-resolution SigLIP tower of the same size (patch embedding is then a
+            # Conv2d, so N1.6 checkpoints will not load strictly; presets and tests still work)
+            self.vision_kind = "siglip"
+        if self.vision_kind == "siglip2":
             from transformers import Siglip2VisionConfig, Siglip2VisionModel
 
             v2cfg = Siglip2VisionConfig(
@@ -126,7 +139,7 @@ class EagleBackbone(nn.Module):
         """[M, 3, H, W] normalised pixels -> [M, tokens_per_image, llm_hidden]."""
         cfg = self.cfg
         vision = self.eagle.vision_model
-        if cfg.vision_kind == "siglip2":
+        if self.vision_kind == "siglip2":
             m, c, h, w = pixel_values.shape
             p = cfg.patch_size
             gh, gw = h // p, w // p
