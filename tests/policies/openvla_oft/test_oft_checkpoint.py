@@ -224,3 +224,51 @@ def test_shared_detector_agrees(make_policy, tmp_path):
     info = detect_checkpoint(tmp_path / "hf")
     assert (info.family, info.format) == ("openvla_oft", "openvla_hf")
     assert detect_checkpoint(tmp_path / "ours").family == "openvla_oft"
+
+
+def _header_only_safetensors(path, shapes: dict[str, tuple[int, ...]]) -> None:
+    """A safetensors file whose header declares ``shapes`` (bf16) but holds no data: enough for
+    detection / describe / architecture inference, which read headers only."""
+    import struct
+
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        n = 2 * int(torch.tensor(shape).prod().item()) if shape else 2
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+
+
+def test_full_size_upstream_folder_is_recognised_from_headers(tmp_path):
+    """The real OpenVLA-7B layout (timm names, 3 shards, upstream config.json without our vlarl_arch and
+    with the short text_config upstream ships) -> the full preset, counted without reading data."""
+    from vlarl_cli.policies.openvla_oft.checkpoint import _config_from_checkpoint
+    from vlarl_cli.policies.openvla_oft.config import preset
+
+    meta = build_policy(ModelSettings(preset="full"), "meta")
+    ext = {k: tuple(v.shape) for k, v in export_state_dict(meta, "openvla_hf").items()}
+    names = sorted(ext)
+    root = tmp_path / "openvla-7b"
+    root.mkdir()
+    weight_map = {}
+    for i, chunk in enumerate((names[: len(names) // 3], names[len(names) // 3: 2 * len(names) // 3],
+                               names[2 * len(names) // 3:])):
+        fname = f"model-{i + 1:05d}-of-00003.safetensors"
+        _header_only_safetensors(root / fname, {k: ext[k] for k in chunk})
+        weight_map.update(dict.fromkeys(chunk, fname))
+    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (root / "config.json").write_text(json.dumps({
+        "model_type": "openvla", "vision_backbone_id": "dinosiglip-vit-so-224px", "use_fused_vision_backbone": True,
+        "n_action_bins": 256, "pad_to_multiple_of": 64, "pad_token_id": 32000,
+        "text_config": {"model_type": "llama", "pad_token_id": 32000, "torch_dtype": "bfloat16", "vocab_size": 32064},
+        "norm_stats": {"libero_10_no_noops": {"action": {"q01": [0.0] * 7, "q99": [1.0] * 7}}}}))
+    assert detect_format(root) == "openvla_hf"
+    shapes = {k: tuple(v) for k, v in ext.items()}
+    assert _config_from_checkpoint(root, "openvla_hf", shapes) == preset("full")
+    info = describe(root)
+    # the file holds no DINOv2 mask token and a CLS-less position table: 1024 + 1024 fewer than ours
+    assert info["num_parameters"] == 7_541_239_232 - 2 * 1024
+    assert info["norm_stats"] and info["unnorm_keys"] == ["libero_10_no_noops"]
+    assert len(info["weight_files"]) == 3 and info["dtypes"] == ["BF16"]
+    assert sum(1 for k in ext if k.endswith("attn.qkv.weight")) == 24 + 27

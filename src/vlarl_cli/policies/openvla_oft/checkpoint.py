@@ -454,7 +454,8 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
 
     with torch.device("meta"):
         policy = OftPolicy(cfg, dataset_statistics=stats)
-    policy = policy.to_empty(device=device).to(dtype)
+    # cast on meta first: materialising fp32 then casting would need 30 GB for the 7.5B model
+    policy = policy.to(dtype).to_empty(device=device)
     _reset_buffers(policy)
     params = dict(policy.state_dict(keep_vars=True))
 

@@ -18,7 +18,7 @@ read for facts only): vision backbone ``dinosiglip-vit-so-224px`` = DINOv2 ViT-L
 heads, MLP 4304, attention-pool head), each read at its SECOND-TO-LAST block (timm
 ``get_intermediate_layers(n={depth - 2})``), patch features concatenated to 1024 + 1152 = 2176 channels
 for 256 patches; fused GELU-MLP projector 2176 -> 8704 (4x) -> 4096 -> 4096; Llama-2-7B (width 4096, 32
-layers, 32 heads, MLP 11008, RMSNorm eps 1e-5, vocabulary 32000 padded to 32064). Action tokens are the
+layers, 32 heads, MLP 11008, vocabulary 32000 padded to 32064). Action tokens are the
 LAST ``n_action_bins`` = 256 ids of the unpadded vocabulary (31744..31999).
 """
 
@@ -72,7 +72,9 @@ class OftConfig:
     llm_mlp: int = 11008
     vocab_size: int = 32064  # embedding rows (padded)
     pad_to_multiple_of: int = 64  # text vocabulary = vocab_size - pad_to_multiple_of (32000)
-    rms_norm_eps: float = 1e-5
+    # OpenVLA's config.json text_config omits rms_norm_eps, so OpenVLA / RLinf run with transformers'
+    # LlamaConfig default 1e-6 (Llama-2 itself was trained with 1e-5).
+    rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
     bos_token_id: int = 1
