@@ -73,6 +73,10 @@ def test_revision_and_filters(hub, run_download, tmp_path):
     assert res.returncode == 0, res.stderr
     assert _tree(tmp_path / "v1") == {"config.json": b'{"pi05": true, "v": 1}', "README.md": b"old\n",
                                       "empty.txt": b""}
+    v1 = hub.repos[REPO_ID].refs["v1"]
+    res = run_download(REPO_ID, "--revision", v1, "--local-dir", str(tmp_path / "sha"))
+    assert res.returncode == 0, res.stderr
+    assert _tree(tmp_path / "sha") == _tree(tmp_path / "v1")  # a commit id works like the tag
     res = run_download(REPO_ID, "--local-dir", str(tmp_path / "j"), "--include", "*.json",
                        "--exclude", "physical-intelligence/")
     assert res.returncode == 0, res.stderr
@@ -101,6 +105,11 @@ def test_cache_layout(hub, run_download, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert Path(out.stdout.strip()) == snap
+    # Our own offline mode serves the cached snapshot too, without contacting the hub.
+    hub.log.clear()
+    res = run_download(REPO_ID, extra_env={"HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 0, res.stderr
+    assert "offline" in res.stdout and str(snap) in res.stdout and hub.log == []
 
 
 @pytest.mark.parametrize("gated_status", [401, 403])
