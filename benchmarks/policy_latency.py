@@ -8,7 +8,7 @@ For each preset (pi0 variant, random weights) and each K:
   * ``uncached_s``: the joint prefix + expert pass recomputed at every step (openpi's training forward);
   * ``speedup`` = uncached / cached, and ``bound_s`` = prefix_s + K * expert_step_s, the cost the cached
     path should not exceed (issue 5: "at most prefix + K x expert").
-Plus ``sample_s`` (end-to-end ``sample`` with image resizing and tokenisation, K = the preset's
+Plus ``build_s`` (construction with random init, imports excluded), ``sample_s`` (end-to-end ``sample`` with image resizing and tokenisation, K = the preset's
 default 4) and ``evaluate_per_sample_s`` (``evaluate`` forward + backward of the log-prob sum, per
 sample). Times are medians over ``--repeats`` runs, in seconds.
 """
@@ -41,6 +41,7 @@ def bench_preset(name: str, batch: int, steps: list[int], repeats: int) -> dict[
     from vlarl_cli.policies.pi0.config import preset
     from vlarl_cli.policies.pi0.policy import Pi0Policy
 
+    Pi0Policy(preset(name, "pi0", num_steps=4))  # warm-up: pays the one-off transformers imports
     t0 = time.perf_counter()
     policy = Pi0Policy(preset(name, "pi0", num_steps=4)).eval()
     build_s = time.perf_counter() - t0
