@@ -118,3 +118,12 @@ def test_configs_using_reads_defaults_and_overrides(tmp_path):
     assert configs_using(info0, "x/y", [cfg]) == {"uses": [], "compatible": ["c_pi0"]}
     # A local copy named like the repo counts as "uses".
     assert configs_using(info0, "org/pi0-base", [cfg])["uses"] == ["c_pi0"]
+
+
+def test_peft_adapter_folder_is_named(tmp_path):
+    root = _folder(tmp_path / "a", {"base_model.model.layers.0.q_proj.lora_A.weight": (4, 16)},
+                   {"adapter_config.json": {"r": 4, "base_model_name_or_path": "openvla/openvla-7b"}},
+                   weights="adapter_model.safetensors")
+    info = detect_checkpoint(root)
+    assert any("PEFT LoRA adapter (rank 4) for openvla/openvla-7b" in n for n in info.notes)
+    assert info.num_parameters == 64

@@ -294,6 +294,11 @@ def detect_checkpoint(path: str | os.PathLike[str], *, refine: bool = False) -> 
     config = _read_json(root / "config.json")
     if config is not None and "auto_map" in config:
         info.has_remote_code = True
+    adapter = _read_json(root / "adapter_config.json")
+    if adapter is not None:  # a PEFT LoRA adapter folder: the weights are deltas for a base model
+        base = adapter.get("base_model_name_or_path") or "an unnamed base model"
+        info.notes.append(f"PEFT LoRA adapter (rank {adapter.get('r', '?')}) for {base}; it needs the base "
+                          "weights to be used")
 
     info.family, info.format, info.variant = _heuristic(root, names, config)
     if info.family is None:  # layouts only a family module knows (e.g. a family added later)
