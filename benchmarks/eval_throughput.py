@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -105,6 +106,10 @@ def main() -> None:
     from vlarl_cli.envs.libero.protocol import get_protocol
     from vlarl_cli.training.evaluation import load_policy, plan_episodes
 
+    # LIBERO and robosuite print to stdout (also in the spawned workers): send fd 1 to stderr while working
+    # so that stdout carries only the JSON line
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)
     protocol = get_protocol("standard")
     per_task = (args.episodes + 1) // 2
     keys_ = plan_episodes("libero_spatial", (0, 1), per_task)[: args.episodes]
@@ -128,7 +133,9 @@ def main() -> None:
         "sim_state_us_per_step": round(plain["sim_state_us_per_step"], 1),
         "sim_state_kib_per_520_steps_float64": round(plain["sim_state_floats_per_step"] * 8 * 520 / 1024, 1),
     }
-    print(json.dumps(line))
+    sys.stdout.flush()
+    os.dup2(real_stdout, 1)
+    print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

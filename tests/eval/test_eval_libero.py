@@ -100,6 +100,12 @@ def test_resimulated_episode_equals_live_recording(eval_run: CliRun, tmp_path: P
             assert np.array_equal(ep.frames[cam], live_frames[cam]), f"{cam} frames differ"
         assert ep.max_state_drift == 0.0 and (ep.success, ep.steps) == (live.success, live.steps)
         paths = render_videos(eval_run.out, selection=Selection(task=0), out=tmp_path / "videos", sims=sims)
+        # A/B on the same init state (here the folder against itself): two annotated clips side by side
+        ab = render_videos(eval_run.out, selection=Selection(episode=0), against=eval_run.out, out=tmp_path / "ab",
+                           sims=sims)
+    assert [p.name for p in ab] == [f"{records[0].label}_vs.mp4"]
+    ab_frames = np.stack(list(imageio.get_reader(ab[0]).iter_data()))
+    assert ab_frames.shape[0] == records[0].steps + 1 and ab_frames.shape[2] == 2 * 512 + 6
     assert [p.name for p in paths] == ["libero_spatial_task00_trial00.mp4", "libero_spatial_task00_trial01.mp4",
                                        "montage_episodes_task00.mp4"]
     reader = imageio.get_reader(paths[0])

@@ -368,14 +368,19 @@ def load_policy(checkpoint: Path | None, config: str | None, overrides: list[str
     if ckpt is not None:
         from safetensors.torch import load_file
 
+        fix = "Evaluate with the config the checkpoint was trained with (drop --config, or fix the overrides)."
         state = load_file(str(ckpt / "model.safetensors"))
-        result = policy.load_state_dict(state, strict=False)
+        try:
+            result = policy.load_state_dict(state, strict=False)
+        except RuntimeError as err:  # shape mismatches raise even when strict=False
+            first = str(err).splitlines()[1:2] or [str(err)[:200]]
+            raise CheckpointError(f"Checkpoint {ckpt} does not match the model built from "
+                                  f"{Path(cfg_source).name}: {first[0].strip()}", fix) from None
         if result.missing_keys or result.unexpected_keys:
             raise CheckpointError(
                 f"Checkpoint {ckpt} does not match the model built from {Path(cfg_source).name}: "
                 f"{len(result.missing_keys)} missing keys (e.g. {result.missing_keys[:3]}), "
-                f"{len(result.unexpected_keys)} unexpected (e.g. {result.unexpected_keys[:3]}).",
-                "Evaluate with the config the checkpoint was trained with (drop --config, or fix overrides).")
+                f"{len(result.unexpected_keys)} unexpected (e.g. {result.unexpected_keys[:3]}).", fix)
         info = PolicyInfo("checkpoint", str(ckpt), _sha256_file(ckpt / "model.safetensors"), "model.safetensors",
                           model_cfg.model_type, str(cfg_source))
     elif model_path is not None and list(Path(model_path).glob("*.safetensors")):
