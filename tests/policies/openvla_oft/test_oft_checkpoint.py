@@ -272,3 +272,54 @@ def test_full_size_upstream_folder_is_recognised_from_headers(tmp_path):
     assert info["norm_stats"] and info["unnorm_keys"] == ["libero_10_no_noops"]
     assert len(info["weight_files"]) == 3 and info["dtypes"] == ["BF16"]
     assert sum(1 for k in ext if k.endswith("attn.qkv.weight")) == 24 + 27
+
+
+def _timm_vit_features(ext: dict[str, torch.Tensor], prefix: str, img: torch.Tensor, heads: int,
+                       n_prefix: int, layer_scale: bool) -> torch.Tensor:
+    """A hand-written timm ViT ``get_intermediate_layers(n={depth - 2})`` on the EXTERNAL (timm-named)
+    tensors: patch conv, + pos_embed (patches only), prepend CLS/register tokens, pre-norm blocks with
+    fused qkv and exact GELU, stop before the last block, drop the prefix tokens."""
+    import torch.nn.functional as F
+
+    def t(name: str) -> torch.Tensor:
+        return ext[prefix + name]
+
+    x = F.conv2d(img, t("patch_embed.proj.weight"), t("patch_embed.proj.bias"), stride=t("patch_embed.proj.weight").shape[-1])
+    x = x.flatten(2).transpose(1, 2) + t("pos_embed")
+    b, _, d = x.shape
+    tokens = []
+    if n_prefix:
+        tokens.append(t("cls_token").expand(b, -1, -1))
+        if n_prefix > 1:
+            tokens.append(t("reg_token").expand(b, -1, -1))
+    x = torch.cat([*tokens, x], dim=1)
+    depth = 1 + max(int(k[len(prefix) + 7:].split(".")[0]) for k in ext if k.startswith(prefix + "blocks."))
+    for n in range(depth - 1):
+        def w(name: str, n: int = n) -> torch.Tensor:
+            return t(f"blocks.{n}.{name}")
+
+        h = F.layer_norm(x, (d,), w("norm1.weight"), w("norm1.bias"), eps=1e-6)
+        qkv = F.linear(h, w("attn.qkv.weight"), w("attn.qkv.bias")).reshape(b, -1, 3, heads, d // heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        att = torch.softmax(q @ k.transpose(-1, -2) * (d // heads) ** -0.5, dim=-1)
+        a = F.linear((att @ v).transpose(1, 2).reshape(b, -1, d), w("attn.proj.weight"), w("attn.proj.bias"))
+        x = x + (a * w("ls1.scale_factor") if layer_scale else a)
+        h = F.layer_norm(x, (d,), w("norm2.weight"), w("norm2.bias"), eps=1e-6)
+        m = F.linear(F.gelu(F.linear(h, w("mlp.fc1.weight"), w("mlp.fc1.bias"))), w("mlp.fc2.weight"), w("mlp.fc2.bias"))
+        x = x + (m * w("ls2.scale_factor") if layer_scale else m)
+    return x[:, n_prefix:]
+
+
+def test_vision_tower_matches_a_timm_style_reference_on_exported_tensors(make_policy, make_obs):
+    """Parity (atol 1e-5) between our transformers towers and a timm-semantics forward on the
+    openvla_hf tensors: validates the key map (qkv split, CLS position, LayerScale) functionally."""
+    policy = make_policy()
+    ext = export_state_dict(policy, "openvla_hf")
+    inputs = policy.processor.prepare(make_obs(batch=2))
+    px = pixel_values(inputs["images"])
+    cfg = policy.cfg
+    with torch.no_grad():
+        ours = policy.vision_backbone(px)
+        dino = _timm_vit_features(ext, DINO, px[:, :3], cfg.dino_heads, 1 + cfg.dino_registers, True)
+        siglip = _timm_vit_features(ext, SIGLIP, px[:, 3:], cfg.siglip_heads, 0, False)
+    torch.testing.assert_close(ours, torch.cat([dino, siglip], dim=-1), atol=1e-5, rtol=1e-5)

@@ -213,3 +213,11 @@ def test_missing_statistics_or_wrong_dims_are_reported(make_policy, oft_stats):
         policy.set_dataset_statistics(bad)
     policy.set_dataset_statistics(oft_stats)
     assert policy.processor.stats.key == "libero_10_no_noops"
+
+
+def test_bf16_policy_recomputes_its_own_logprobs(make_policy, make_obs):
+    policy = make_policy(precision="bf16").to(torch.bfloat16)
+    out = policy.sample(make_obs(batch=2), generator=torch.Generator().manual_seed(0))
+    ev = policy.evaluate(out.replay)
+    assert out.logprobs.dtype == ev.logprobs.dtype == torch.float32
+    assert torch.allclose(ev.logprobs, out.logprobs, atol=1e-5, rtol=0)
