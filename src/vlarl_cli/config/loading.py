@@ -169,7 +169,7 @@ def check_keys(model: type[BaseModel], data: Any, prefix: str = "") -> tuple[Any
     if not isinstance(data, dict):
         return data, []
     fields = model.model_fields
-    ignored_names = getattr(model, "rlinf_ignored", frozenset())
+    ignored_names: frozenset[str] = getattr(model, "rlinf_ignored", frozenset())
     cleaned: dict[str, Any] = {}
     ignored: list[str] = []
     unknown: list[str] = []

@@ -64,7 +64,7 @@ def parse_device_set(spec: str | int, world_size: int) -> list[int]:
 class ClusterConfig(Section):
     num_nodes: int = Field(1, ge=1, description="Number of nodes (machines) in the job.")
     component_placement: dict[str, str | int] = Field(
-        default_factory=lambda: {"env,rollout,actor": "all"},
+        default_factory=lambda: dict[str, str | int]({"env,rollout,actor": "all"}),
         description='Devices of each component: keys are component names (env, rollout, actor) or '
         'comma-joined names; values are "all", "N", "A-B" or comma lists of those.',
     )

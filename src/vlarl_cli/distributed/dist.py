@@ -102,7 +102,7 @@ def broadcast_module_(module: torch.nn.Module, src: int = 0) -> None:
             torch_dist.broadcast(tensor.data, src=src)
 
 
-def print0(*args: object, **kwargs: object) -> None:
+def print0(*args: object) -> None:
     """print on the main process only."""
     if env_world()[0] == 0:
-        print(*args, **kwargs)  # noqa: T201
+        print(*args, flush=True)

@@ -80,7 +80,9 @@ def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
         return model.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state: dict[str, Any] = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                                  cpu_offload=True))
+    return state
 
 
 def load_full_model_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
@@ -90,7 +92,7 @@ def load_full_model_state(model: nn.Module, state: dict[str, torch.Tensor]) -> N
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    set_model_state_dict(model, dict(state), options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
 
 
 def _by_name(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -44,8 +44,8 @@ def checkpoint_dir(run_dir: Path, iteration: int) -> Path:
 
 
 def _rng_state(generators: dict[str, torch.Generator]) -> dict[str, Any]:
-    np_state = np.random.get_state()
-    py_state = random.getstate()
+    np_state: Any = np.random.get_state()
+    py_state: Any = random.getstate()
     return {
         "torch": torch.get_rng_state(),
         "numpy": {"name": np_state[0], "keys": torch.from_numpy(np_state[1].astype(np.int64)),
@@ -90,7 +90,7 @@ def save_checkpoint(run_dir: Path, *, model_state: dict[str, torch.Tensor], opti
 
 def _untie(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """safetensors refuses tensors that share memory (tied weights): store a copy of each alias."""
-    seen: dict[tuple[int, int], str] = {}
+    seen: dict[tuple[int, Any], str] = {}
     out = {}
     for name, t in tensors.items():
         key = (t.untyped_storage().data_ptr(), t.storage_offset())

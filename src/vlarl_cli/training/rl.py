@@ -144,7 +144,8 @@ def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank:
 def build_optimizer(policy: torch.nn.Module, config: VlarlConfig) -> torch.optim.Optimizer:
     """AdamW with the value head at ``value_lr`` and everything else trainable at ``lr``."""
     optim = config.actor.optim
-    value, rest = [], []
+    value: list[torch.nn.Parameter] = []
+    rest: list[torch.nn.Parameter] = []
     for name, p in policy.named_parameters():
         if p.requires_grad:
             (value if "value_head" in name else rest).append(p)
@@ -397,7 +398,8 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
                                      ordered=split.use_ordered_reset_state_ids, seed=split.seed, rank=ctx.rank,
                                      world_size=ctx.world_size,
                                      epoch_index=state.iteration * config.rollout_epoch + epoch)
-                rollouts.append(collect(policy, env, num_chunk_steps, stages=stages, reset_state_ids=ids))
+                rollouts.append(collect(policy, env, num_chunk_steps,  # type: ignore[arg-type]
+                                        stages=stages, reset_state_ids=ids))
             t_adv = time.perf_counter()
             batch, adv_metrics = build_batch(config, rollouts, critic=critic)
             t_update = time.perf_counter()
@@ -498,7 +500,7 @@ def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, rank: int
     try:
         policy.eval()
         steps = split.max_steps_per_rollout_epoch // config.actor.model.num_action_chunks
-        rollout = collect(policy, env, steps, deterministic=True)
+        rollout = collect(policy, env, steps, deterministic=True)  # type: ignore[arg-type]
     finally:
         env.close()
     metrics = rollout_metrics([rollout])

@@ -44,7 +44,7 @@ def write_mp4(path: Path, frames: np.ndarray, fps: int = 20) -> Path:
     with imageio.get_writer(tmp, fps=fps, codec="libx264", quality=7, macro_block_size=1,
                             ffmpeg_log_level="error") as writer:
         for frame in frames[:, :h, :w]:
-            writer.append_data(frame)
+            writer.append_data(frame)  # type: ignore[attr-defined]
     os.replace(tmp, path)
     return path
 
