@@ -221,3 +221,12 @@ def test_bf16_policy_recomputes_its_own_logprobs(make_policy, make_obs):
     ev = policy.evaluate(out.replay)
     assert out.logprobs.dtype == ev.logprobs.dtype == torch.float32
     assert torch.allclose(ev.logprobs, out.logprobs, atol=1e-5, rtol=0)
+
+
+def test_train_mode_has_no_dropout(make_policy, make_obs):
+    policy = make_policy(add_value_head=True)
+    out = policy.sample(make_obs(batch=2), generator=torch.Generator().manual_seed(0))
+    policy.train()
+    ev = policy.evaluate(out.replay)
+    assert torch.equal(torch.exp(ev.logprobs - out.logprobs), torch.ones_like(out.logprobs))
+    assert torch.allclose(ev.values, out.values, atol=1e-6, rtol=0)

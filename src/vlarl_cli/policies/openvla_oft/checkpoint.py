@@ -440,6 +440,8 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     tok_file = root / "tokenizer.json"
     if cfg.tokenizer == "byte" and tok_file.is_file():
         cfg = cfg.replace(tokenizer=os.fspath(tok_file))
+    elif cfg.tokenizer == "byte" and (root / "tokenizer_config.json").is_file():
+        cfg = cfg.replace(tokenizer=os.fspath(root))  # e.g. only tokenizer.model: AutoTokenizer, offline
     elif cfg.tokenizer == "byte" and cfg.vocab_size > 4096:
         warnings.warn(f"{root} has a {cfg.vocab_size}-token vocabulary but no tokenizer.json; prompts will be "
                       "byte-tokenised, which the pretrained model does not understand. Set tokenizer_path to the "
