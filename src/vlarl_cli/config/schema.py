@@ -370,6 +370,8 @@ class ModelConfig(Section):
     train_expert_only: bool = Field(True, description="pi0: train the action expert only (VLM frozen).")
     disable_dropout: bool = Field(True, description="Replace dropout by identity so log-probs are exact.")
     embodiment_tag: str | None = Field(None, description="GR00T embodiment tag, e.g. libero_franka.")
+    tokenizer_path: str | None = Field(None, description="Tokenizer file/folder for real checkpoints when the "
+                                       "checkpoint folder has none (tiny presets use a built-in byte tokenizer).")
     unnorm_key: str | None = Field(None, description="Key of the action statistics to un-normalise with "
                                    "(OpenVLA dataset_statistics.json, e.g. libero_10_no_noops).")
     use_proprio: bool = Field(True, description="Feed the robot state to the policy.")

@@ -78,6 +78,7 @@ def settings_values(model: ModelConfig) -> dict[str, Any]:
         "action_noise_scale": model._nested("action_noise_scale") or model.action_noise_scale,
         "embodiment_tag": model.embodiment_tag,
         "unnorm_key": model.unnorm_key,
+        "tokenizer_path": model.tokenizer_path,
         "use_proprio": model.use_proprio,
         "config_name": openpi.config_name if openpi else None,
         "gradient_checkpointing": model.gradient_checkpointing,
