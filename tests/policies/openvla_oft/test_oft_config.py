@@ -111,3 +111,17 @@ def test_config_dict_round_trip():
     assert OftConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ConfigError, match="saved config"):
         OftConfig.from_dict({**cfg.to_dict(), "bogus": 1})
+
+
+def test_registry_builds_the_tiny_policy_from_the_pydantic_config():
+    from vlarl_cli.config.schema import ModelConfig
+    from vlarl_cli.policies.registry import build_policy as registry_build
+
+    model = ModelConfig(model_type="openvla_oft", preset="tiny", use_proprio=False, num_action_chunks=8,
+                        add_value_head=True, precision="fp32", unnorm_key="libero_10_no_noops", is_lora=False)
+    policy = registry_build(model, "cpu", temperature=1.3)  # the runner passes temperature_train as an extra
+    assert type(policy).__name__ == "OftPolicy"
+    assert policy.cfg.num_action_chunks == 8 and policy.value_head is not None and policy.temperature == 1.3
+    assert policy.cfg.unnorm_key == "libero_10_no_noops"
+    meta = registry_build(model.model_copy(update={"preset": "full"}), "meta")
+    assert sum(p.numel() for p in meta.parameters()) > 7.5e9
