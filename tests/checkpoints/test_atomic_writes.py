@@ -124,3 +124,18 @@ def test_directory_no_overwrite(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     with pytest.raises(FileExistsError), atomic_directory(tmp_path / "d", overwrite=False):
         pass
+
+
+def test_modes_follow_umask_not_tempfile(tmp_path):
+    import os
+    import stat
+
+    mask = os.umask(0)
+    os.umask(mask)
+    f = atomic_write_text(tmp_path / "a.txt", "x")
+    assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~mask  # not mkstemp's 0600
+    with atomic_directory(tmp_path / "d") as tmp:
+        (tmp / "x").write_text("1")
+    assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o777 & ~mask  # not mkdtemp's 0700
+    st = atomic_save_safetensors({"w": torch.zeros(1)}, tmp_path / "m.safetensors").stat()
+    assert stat.S_IMODE(st.st_mode) == 0o666 & ~mask

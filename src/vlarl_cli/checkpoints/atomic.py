@@ -49,6 +49,20 @@ __all__ = [
 TMP_PREFIX = ".vlarl-tmp-"
 
 
+def _read_umask() -> int:
+    # tempfile creates 0600 files / 0700 folders; final files should get the usual umask-derived mode
+    # (0644 / 0755 typically) so other users and containers can read checkpoints. Read once at import
+    # (os.umask can only be read by setting it, which is not thread-safe later on).
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+_FILE_MODE = 0o666 & ~_UMASK
+_DIR_MODE = 0o777 & ~_UMASK
+
+
 def fsync_directory(path: str | os.PathLike[str]) -> None:
     """Flush a directory entry table to disk so renames/creations in it are durable.
 
@@ -71,6 +85,10 @@ def fsync_directory(path: str | os.PathLike[str]) -> None:
 def _tmp_path_for(path: Path) -> Path:
     """A fresh, unique temporary file name next to ``path`` (same folder, same filesystem)."""
     fd, name = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, _FILE_MODE)
+    except (AttributeError, OSError):  # pragma: no cover - no fchmod on Windows
+        pass
     os.close(fd)
     return Path(name)
 
@@ -142,6 +160,8 @@ def atomic_save_safetensors(tensors: Mapping[str, torch.Tensor], path: str | os.
     try:
         contiguous = {k: v.contiguous() for k, v in tensors.items()}
         save_file(contiguous, os.fspath(tmp), metadata=dict(metadata) if metadata else None)
+        with contextlib.suppress(OSError):
+            os.chmod(tmp, _FILE_MODE)  # save_file may recreate the file with its own mode
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -190,6 +210,8 @@ def atomic_directory(path: str | os.PathLike[str], *, overwrite: bool = True) ->
     if final.exists() and not overwrite:
         raise FileExistsError(f"{final} already exists")
     tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{final.name}.", dir=final.parent))
+    with contextlib.suppress(OSError):
+        os.chmod(tmp, _DIR_MODE)
     old: Path | None = None
     try:
         yield tmp
