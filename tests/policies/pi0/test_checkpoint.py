@@ -297,3 +297,21 @@ def test_full_size_openpi_layout_is_described_from_headers(tmp_path, variant):
     assert info["variant"] == variant and info["image_size"] == 224
     assert info["num_parameters"] == model.num_parameters()  # the unused expert lm_head is not counted
     assert info["action_horizon"] == (10 if variant == "pi05" else 50) and info["dtypes"] == ["BF16"]
+
+
+def test_hf_pi0_architecture_read_from_transformers_config(make_policy, make_obs, tmp_path):
+    """Without our vlarl_arch hint, the architecture comes from transformers' vlm_config / dit_config."""
+    policy = make_policy("pi0", add_value_head=False)
+    save_policy(policy, tmp_path / "hf", format="hf_pi0")
+    cfg_file = tmp_path / "hf" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    del cfg["vlarl_arch"]
+    cfg_file.write_text(json.dumps(cfg))
+    loaded = load_policy(tmp_path / "hf", overrides={"max_token_len": policy.cfg.max_token_len,
+                                                     "add_value_head": False})
+    for name in ("vlm_width", "vlm_depth", "vlm_mlp", "num_heads", "num_kv_heads", "head_dim", "vocab_size",
+                 "vision_width", "vision_depth", "vision_heads", "patch_size", "image_size", "expert_width",
+                 "expert_mlp", "action_horizon"):
+        assert getattr(loaded.cfg, name) == getattr(policy.cfg, name), name
+    obs = make_obs(batch=2)
+    assert torch.equal(_sample(loaded, obs).actions, _sample(policy, obs).actions)
