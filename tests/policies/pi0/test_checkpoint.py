@@ -315,3 +315,14 @@ def test_hf_pi0_architecture_read_from_transformers_config(make_policy, make_obs
         assert getattr(loaded.cfg, name) == getattr(policy.cfg, name), name
     obs = make_obs(batch=2)
     assert torch.equal(_sample(loaded, obs).actions, _sample(policy, obs).actions)
+
+
+def test_precision_defaults_to_fp32_on_cpu_and_stored_dtype_elsewhere(make_policy, tmp_path):
+    from vlarl_cli.policies.pi0 import _stored_precision
+
+    save_policy(make_policy("pi0"), tmp_path / "bf", format="openpi", dtype=torch.bfloat16)
+    assert _stored_precision(str(tmp_path / "bf")) == "bf16"
+    policy = build_policy(ModelSettings(model_type="pi0", model_path=str(tmp_path / "bf")), "cpu")
+    assert policy.action_in_proj.weight.dtype == torch.float32  # CPU always computes in fp32
+    save_policy(make_policy("pi0"), tmp_path / "f32", format="openpi")
+    assert _stored_precision(str(tmp_path / "f32")) == "fp32"

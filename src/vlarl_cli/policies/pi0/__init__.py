@@ -44,6 +44,8 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi
 
     _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     cfg = model.to_pi0_config()
+    if model.precision is None and model.model_path and torch.device(device).type not in ("cpu", "meta"):
+        cfg = cfg.replace(precision=_stored_precision(model.model_path))
     if model.model_path:
         from vlarl_cli.policies.pi0.checkpoint import load_policy
 
@@ -70,3 +72,20 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi
             policy.set_norm_stats(load_norm_stats(model.norm_stats_path))
     policy.gradient_checkpointing = model.gradient_checkpointing
     return policy
+
+
+def _stored_precision(path: str) -> str:
+    """``bf16`` / ``fp16`` when every floating tensor of the checkpoint is stored so, else ``fp32``."""
+    from pathlib import Path
+
+    from vlarl_cli.checkpoints.detect import read_safetensors_header, weight_files
+
+    dtypes: set[str] = set()
+    for f in weight_files(Path(path)) if Path(path).is_dir() else []:
+        try:
+            header = read_safetensors_header(f)
+        except (OSError, ValueError):
+            continue
+        dtypes |= {str(m["dtype"]) for k, m in header.items() if k != "__metadata__"}
+    floats = dtypes & {"F32", "F16", "BF16", "F64"}
+    return {frozenset({"BF16"}): "bf16", frozenset({"F16"}): "fp16"}.get(frozenset(floats), "fp32")

@@ -251,7 +251,7 @@ class ModelSettings:
     preset: str = "tiny"
     model_path: str | None = None
     checkpoint_format: str | None = None  # None: detect
-    precision: str = "fp32"
+    precision: str | None = None  # None: fp32 on CPU, else the checkpoint's stored dtype (bf16 for openpi)
     num_action_chunks: int = 5
     action_dim: int = 7
     action_horizon: int | None = None
@@ -288,7 +288,7 @@ class ModelSettings:
 
     def to_pi0_config(self) -> Pi0Config:
         values: dict[str, Any] = {
-            "precision": _PRECISION_ALIASES.get(self.precision, self.precision),
+            "precision": _PRECISION_ALIASES.get(self.precision or "fp32", self.precision or "fp32"),
             "detach_critic_input": self.detach_critic_input, "num_action_chunks": self.num_action_chunks,
             "action_env_dim": self.action_dim, "num_steps": self.num_steps, "noise_method": self.noise_method,
             "noise_level": self.noise_level, "joint_logprob": self.joint_logprob,
