@@ -66,3 +66,13 @@ def test_sentencepiece_model_like_openpi(tmp_path):
     expected = sp.encode("pick up the bowl", add_bos=True) + sp.encode("\n")
     assert ids[0, : len(expected)].tolist() == expected and int(mask.sum()) == len(expected)
     assert tok.vocab_size == 28
+
+
+def test_discrete_state_prompt_like_openpi_pi05():
+    tok = ByteTokenizer()
+    states = torch.tensor([[-1.0, 0.0, 0.999, 1.0]])
+    ids, mask = tok.encode_with_state(["open_the drawer"], states, max_len=80)
+    # np.digitize(x, linspace(-1, 1, 257)[:-1]) - 1: -1 -> 0, 0 -> 128, 0.999 -> 255, 1.0 -> 255
+    expected = "Task: open the drawer, State: 0 128 255 255;\nAction: "
+    n = int(mask.sum())
+    assert ids[0, 0] == BOS_ID and tok.decode(ids[0, 1:n].tolist()) == expected

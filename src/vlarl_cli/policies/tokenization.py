@@ -101,6 +101,28 @@ class _CachedEncoder:
             raise TypeError("encode expects a list of strings, got one string")
         return pad_batch([self._ids(t) for t in texts], max_len)
 
+    bos_id: int = BOS_ID
+
+    def encode_text(self, text: str) -> list[int]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def encode_with_state(self, texts: Sequence[str], states: Tensor, max_len: int) -> tuple[Tensor, Tensor]:
+        """pi0.5 with ``discrete_state_input`` (openpi ``PaligemmaTokenizer.tokenize`` with a state):
+        ``[bos] + tokens("Task: {text}, State: {s_1 ... s_D};\nAction: ")`` where each normalised state
+        value is binned into 256 bins on [-1, 1] (``np.digitize(x, linspace(-1, 1, 257)[:-1]) - 1``).
+
+        ``states``: ``[B, D]`` normalised (not padded) state.
+        """
+        import numpy as np
+
+        bins = np.linspace(-1, 1, 256 + 1)[:-1]
+        seqs = []
+        for text, state in zip(texts, states.detach().cpu().double().numpy(), strict=True):
+            discretized = np.digitize(state, bins=bins) - 1
+            prompt = f"Task: {clean_prompt(text)}, State: {' '.join(map(str, discretized))};\nAction: "
+            seqs.append([self.bos_id, *self.encode_text(prompt)])
+        return pad_batch(seqs, max_len)
+
 
 class ByteTokenizer(_CachedEncoder):
     """UTF-8 byte tokeniser with Gemma's special ids; ``vocab_size`` = 260 (needs a model vocab >= 260)."""
@@ -175,6 +197,9 @@ class FileTokenizer(_CachedEncoder):
         else:
             raise CheckpointError(f"Tokenizer path {p} does not exist.",
                                   "Point tokenizer_path at a local tokenizer.json (e.g. PaliGemma's).")
+
+    def encode_text(self, text: str) -> list[int]:
+        return self._encode(text)
 
     def prompt_ids(self, text: str) -> list[int]:
         return openpi_prompt(self._encode, text, self.bos_id)

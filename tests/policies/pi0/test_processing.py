@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from vlarl_cli import keys
+from vlarl_cli.errors import ConfigError
 from vlarl_cli.policies.normalization import Normalizer, NormStats
 from vlarl_cli.policies.pi0.config import preset
 from vlarl_cli.policies.pi0.processing import Pi0Processor, resize_with_pad, to_model_images
@@ -79,3 +80,16 @@ def test_rotated_numpy_views_are_accepted():
     rotated = img[:, ::-1, ::-1]  # how envs rotate LIBERO frames by 180 degrees
     out = resize_with_pad(rotated, 32, 32)
     assert torch.equal(out, resize_with_pad(np.ascontiguousarray(rotated), 32, 32))
+
+
+def test_pi05_discrete_state_prompt_depends_on_state():
+    cfg = preset("tiny", "pi05", discrete_state_input=True, max_token_len=96)
+    proc = Pi0Processor(cfg, ByteTokenizer(), Normalizer(None, "identity"))
+    obs = {keys.MAIN_IMAGES: torch.zeros(2, 32, 32, 3, dtype=torch.uint8), keys.WRIST_IMAGES: None,
+           keys.STATES: torch.tensor([[0.0] * 8, [0.5] * 8]), keys.TASK_DESCRIPTIONS: ["go", "go"]}
+    inp = proc.prepare(obs)
+    assert not torch.equal(inp["tokens"][0], inp["tokens"][1])
+    text = ByteTokenizer().decode(inp["tokens"][1][inp["token_mask"][1]].tolist()[1:])
+    assert text == "Task: go, State: " + " ".join(["192"] * 8) + ";\nAction: "
+    with pytest.raises(ConfigError, match=r"pi0\.5 option"):
+        preset("tiny", "pi0", discrete_state_input=True)

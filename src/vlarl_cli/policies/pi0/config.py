@@ -90,6 +90,7 @@ class Pi0Config:
     # --- processing -----------------------------------------------------------------------------
     normalization: str | None = None  # None: variant default (pi0 mean_std, pi05 quantile)
     extra_delta_transform: bool = False  # openpi pi0_libero: actions[:6] += state[:6] on output
+    discrete_state_input: bool = False  # pi0.5 only: state binned into the prompt (pi05_base / DROID style)
     gripper: str = "none"  # "none" (openpi LIBERO models already emit -1 open/+1 close) | "binarize" | "from_01"
     tokenizer: str = "byte"  # "byte" (built in) or a path to a local tokenizer.json / folder
     precision: str = "fp32"
@@ -135,6 +136,9 @@ class Pi0Config:
             bad(f"num_steps (denoising steps) must be >= 1, got {self.num_steps}.", "Use 4 to 10.")
         if self.is_lora and self.lora_rank < 1:
             bad(f"lora_rank must be >= 1 when is_lora is set, got {self.lora_rank}.", "Use e.g. 32.")
+        if self.discrete_state_input and not self.is_pi05:
+            bad("discrete_state_input is a pi0.5 option (pi0 feeds the state as a continuous token).",
+                "Set discrete_state_input: false for pi0.")
         if self.noise_method == "flow_cps" and self.num_steps < 2:
             bad("flow_cps needs num_steps >= 2.", "Use more steps or flow_sde.")
 

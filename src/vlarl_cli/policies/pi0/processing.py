@@ -12,7 +12,8 @@ for facts):
    camera slots ``[main, wrist]``, a missing wrist camera is a zero image with mask False. The model
    sees ``x / 255 * 2 - 1``.
 2. prompt: tokenised by the policy's :class:`~vlarl_cli.policies.tokenization.Tokenizer`
-   (``[bos] + text + "\\n"``, padded to ``max_token_len``).
+   (``[bos] + text + "\\n"``, padded to ``max_token_len``); pi0.5 with ``discrete_state_input`` uses
+   openpi's ``"Task: ..., State: <256-bin state>;\\nAction: "`` prompt instead.
 3. state: normalised (pi0 mean/std, pi0.5 q01/q99) then zero-padded to ``max_state_dim`` (32). pi0.5
    on LIBERO does not feed the state to the network (``discrete_state_input=False``).
 4. output: the ``[B, H, 32]`` chunk is un-normalised, optionally made absolute
@@ -119,12 +120,19 @@ class Pi0Processor:
         texts = list(obs[keys.TASK_DESCRIPTIONS])
         if len(texts) != b:
             raise ValueError(f"{len(texts)} task descriptions for a batch of {b} observations")
-        tokens, token_mask = self.tokenizer.encode(texts, self.cfg.max_token_len)
         raw = torch.as_tensor(np.asarray(obs[keys.STATES]), dtype=torch.float32)
         if raw.dim() != 2 or raw.shape[0] != b:
             raise ValueError(f"states must be [B={b}, D], got {tuple(raw.shape)}")
         raw = raw[:, : self.cfg.state_env_dim]
         state = self.normalizer.normalize(raw, "state")
+        if self.cfg.discrete_state_input:
+            encode_with_state = getattr(self.tokenizer, "encode_with_state", None)
+            if encode_with_state is None:
+                raise ConfigError("discrete_state_input needs a tokenizer with encode_with_state.",
+                                  "Use the built-in or a file tokenizer from vlarl_cli.policies.tokenization.")
+            tokens, token_mask = encode_with_state(texts, state, self.cfg.max_token_len)
+        else:
+            tokens, token_mask = self.tokenizer.encode(texts, self.cfg.max_token_len)
         state = torch.nn.functional.pad(state, (0, self.cfg.max_state_dim - state.shape[-1]))
         return {"images": images, "image_masks": image_masks, "tokens": tokens, "token_mask": token_mask,
                 "state": state, "raw_state": raw}
