@@ -119,3 +119,24 @@ def test_resimulated_episode_equals_live_recording(eval_run: CliRun, tmp_path: P
         assert np.abs(frames[3, :256].astype(int) - ref).mean() < 6
     Image.fromarray(frames[min(5, len(frames) - 1)]).save(tmp_path / "frame.png")
     EpisodeData.load(first.root / first.data)  # the data file is readable on its own
+
+
+@pytest.mark.slow  # 2 ranks x (policy + 1 simulator worker): more processes than the default run should start
+def test_two_ranks_split_the_episodes(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "results"
+    i = EVAL_ARGS.index("--live-video")
+    args = EVAL_ARGS[:i] + EVAL_ARGS[i + 2 :]  # no live video
+    args[args.index("--num-envs") + 1] = "1"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+                           "vlarl_cli.cli.main", *args, "--out", str(out)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = read_episodes(out)
+    assert sorted(r.key for r in records) == [("libero_spatial", t, i) for t in (0, 1) for i in (0, 1)]
+    assert {r.rank for r in records} == {0, 1}  # contiguous halves: rank 0 task 0, rank 1 task 1
+    assert {(r.task, r.rank) for r in records} == {(0, 0), (1, 1)}
+    assert json.loads((out / "summary.json").read_text())["complete"]
