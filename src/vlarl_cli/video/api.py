@@ -90,7 +90,7 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
                                                                      title=f"B {other.label}"))
                 written.append(_write(out / f"{rec.label}{'_vs' if others is not None else ''}.mp4", clip, fps))
                 if len(chosen) > 1 and len(clips) < montage_max:
-                    clips.append(clip[:, :: 2, :: 2] if clip.shape[1] > 300 else clip)
+                    clips.append(render.annotate(ep, scale=1, title=rec.label, compact=True))
         finally:
             if own:
                 sims.close()

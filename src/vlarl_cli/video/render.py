@@ -43,12 +43,14 @@ def upscale(frames: np.ndarray, factor: int) -> np.ndarray:
     return frames.repeat(factor, axis=1).repeat(factor, axis=2)
 
 
-def annotate(episode: Any, *, scale: int | None = None, title: str = "") -> np.ndarray:
+def annotate(episode: Any, *, scale: int | None = None, title: str = "", compact: bool = False) -> np.ndarray:
     """Frames of a :class:`~vlarl_cli.video.resim.SimEpisode` with an info panel underneath.
 
     Panel: the task instruction, ``step t / S``, the action that led to the frame
     (dx dy dz | droll dpitch dyaw | gripper, LIBERO convention), and the status (green SUCCESS from the
     step it succeeded, red FAILED on the last frame of a failed episode).
+
+    ``compact`` (montage tiles): only the title, the step and the status, in a font sized for small tiles.
 
     Returns:
         ``[S + 1, H * scale + panel, 2 * W * scale, 3]`` uint8.
@@ -60,12 +62,12 @@ def annotate(episode: Any, *, scale: int | None = None, title: str = "") -> np.n
     scale = scale if scale is not None else max(1, 256 // h)
     images = upscale(images, scale)
     t_total, height, width = images.shape[:3]
-    size = max(12, width // 36)
+    size = max(11 if compact else 12, width // (24 if compact else 36))
     font = _font(size)
     probe = ImageDraw.Draw(Image.new("RGB", (width, 10)))
-    header = ([title] if title else []) + _wrap(f'"{episode.language}"', font, width - 12, probe)
+    header = ([title] if title else []) + ([] if compact else _wrap(f'"{episode.language}"', font, width - 12, probe))
     line_h = size + 5
-    panel_h = line_h * (len(header) + 3) + 8
+    panel_h = line_h * (len(header) + (2 if compact else 3)) + 8
     first_success = int(np.argmax(episode.step_success)) + 1 if episode.step_success.any() else None
     out = np.empty((t_total, height + panel_h, width, 3), np.uint8)
     for t in range(t_total):
@@ -78,14 +80,15 @@ def annotate(episode: Any, *, scale: int | None = None, title: str = "") -> np.n
             y += line_h
         draw.text((6, y), f"step {t} / {episode.steps}", fill=WHITE, font=font)
         y += line_h
-        if t >= 1 and t - 1 < len(episode.actions):
-            a = episode.actions[t - 1]
-            text = (f"action  {a[0]:+.2f} {a[1]:+.2f} {a[2]:+.2f} | {a[3]:+.2f} {a[4]:+.2f} {a[5]:+.2f} | "
-                    f"grip {a[6]:+.2f}")
-        else:
-            text = "action  (settled start)"
-        draw.text((6, y), text, fill=GREY, font=font)
-        y += line_h
+        if not compact:
+            if t >= 1 and t - 1 < len(episode.actions):
+                a = episode.actions[t - 1]
+                text = (f"action  {a[0]:+.2f} {a[1]:+.2f} {a[2]:+.2f} | {a[3]:+.2f} {a[4]:+.2f} {a[5]:+.2f} | "
+                        f"grip {a[6]:+.2f}")
+            else:
+                text = "action  (settled start)"
+            draw.text((6, y), text, fill=GREY, font=font)
+            y += line_h
         if first_success is not None and t >= first_success:
             draw.text((6, y), f"SUCCESS at step {first_success}", fill=GREEN, font=font)
         elif t == t_total - 1 and not episode.success:
