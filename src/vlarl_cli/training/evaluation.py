@@ -170,8 +170,7 @@ def plan_episodes(suite: str, tasks: tuple[int, ...] | None, trials: int) -> lis
                 if not 0 <= t < n:
                     raise EnvError(f"task id {t} is out of range for {s} ({n} tasks).", fix=f"Use 0..{n - 1}.")
                 pairs.append((s, t))
-    seen: set[tuple[str, int]] = set()
-    ordered = [p for p in pairs if not (p in seen or seen.add(p))]  # keep order, drop repeats
+    ordered = list(dict.fromkeys(pairs))  # keep order, drop repeats
     return [EpisodeKey(s, t, i) for s, t in ordered for i in range(trials)]
 
 

@@ -71,7 +71,7 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
         root = chosen[0].root
         out = Path(out) if out is not None else (root or Path(".")) / "videos"
         others = unique_episodes(read_episodes(against)) if against is not None else None
-        clips = []
+        clips: list[np.ndarray] = []
         own = sims is None
         sims = sims or Simulators()
         try:
