@@ -43,7 +43,7 @@ def test_train_then_resume_reproduces_the_uninterrupted_run(tmp_path: Path) -> N
     # checkpoints are complete and `latest` points at the last one
     last = ckpt.resolve_checkpoint(full_dir, "auto")
     assert last.name == "global_step_2"
-    for name in ("model.safetensors", "optimizer.pt", "rng.pt", "trainer_state.json", "config.yaml"):
+    for name in ("model.safetensors", "vlarl_config.json", "optimizer.pt", "rng.pt", "trainer_state.json", "config.yaml"):
         assert (last / name).is_file()
     assert json.loads((last / "trainer_state.json").read_text())["iteration"] == 2
 

@@ -342,8 +342,7 @@ class RlHeadOptions(Section):
 class ModelConfig(Section):
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
         {"trust_remote_code", "policy_setup", "obs_converter_type", "no_split_modules", "implement_version",
-         "attn_implementation", "low_cpu_mem_usage", "vocab_size", "hidden_size", "max_prompt_length",
-         "center_crop", "use_film", "num_images_in_input", "image_size", "value_type", "lora_path",
+         "attn_implementation", "low_cpu_mem_usage", "vocab_size", "hidden_size", "use_film", "num_images_in_input", "image_size", "value_type", "lora_path",
          "sharding_strategy"})
 
     model_type: str = Field("openpi", description=f"Policy family: {', '.join(MODEL_TYPES)}.")
@@ -374,7 +373,11 @@ class ModelConfig(Section):
                                        "checkpoint folder has none (tiny presets use a built-in byte tokenizer).")
     unnorm_key: str | None = Field(None, description="Key of the action statistics to un-normalise with "
                                    "(OpenVLA dataset_statistics.json, e.g. libero_10_no_noops).")
-    use_proprio: bool = Field(True, description="Feed the robot state to the policy.")
+    use_proprio: bool | None = Field(None, description="Feed the robot state to the policy (null: the family's "
+                                     "default; OpenVLA-OFT's RL variant takes no state).")
+    max_prompt_length: int | None = Field(None, ge=1, description="Prompt token budget (null: the family's).")
+    center_crop: bool | None = Field(None, description="OpenVLA-OFT: centre-crop images as in augmented "
+                                     "training (null: the family's default, off).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
     openpi: OpenpiOptions | None = Field(None, description="RLinf's openpi block (overrides flat fields).")
     rl_head_config: RlHeadOptions | None = Field(None, description="RLinf's GR00T RL head block.")

@@ -80,6 +80,8 @@ def settings_values(model: ModelConfig) -> dict[str, Any]:
         "unnorm_key": model.unnorm_key,
         "tokenizer_path": model.tokenizer_path,
         "use_proprio": model.use_proprio,
+        "max_prompt_length": model.max_prompt_length,
+        "center_crop": model.center_crop,
         "config_name": openpi.config_name if openpi else None,
         "gradient_checkpointing": model.gradient_checkpointing,
     }

@@ -2,7 +2,9 @@
 
 Layout of ``<log_path>/checkpoints/global_step_<k>/``::
 
-    model.safetensors      the policy's full state dict (gathered from FSDP shards: loads at any world size)
+    model.safetensors      the policy's full state dict (gathered from FSDP shards: loads at any world size),
+    vlarl_config.json ...  written by the family's ``save_policy(format="vlarl")``, so the folder is also a
+                           policy folder for ``vlarl eval`` / ``vlarl convert`` (large models: shards + index)
     optimizer.pt           optimizer state keyed by parameter name (full, unsharded) + LR-scheduler state
                            (torch.save; read back with weights_only=True)
     rng.pt                 torch / numpy / python RNG states and the trainer's generators
@@ -68,16 +70,31 @@ def _set_rng_state(state: dict[str, Any], generators: dict[str, torch.Generator]
 
 def save_checkpoint(run_dir: Path, *, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any],
                     scheduler: Any, generators: dict[str, torch.Generator], trainer_state: TrainerState,
-                    config_yaml: str) -> Path:
-    """Write a complete checkpoint atomically and point ``latest`` at it. Main process only."""
+                    config_yaml: str, export: Any = None) -> Path:
+    """Write a complete checkpoint atomically and point ``latest`` at it. Main process only.
+
+    ``export(folder)``, when given, writes the policy in its family's own "vlarl" layout (weights,
+    ``vlarl_config.json``, norm stats) into ``folder``; its files become the checkpoint's weight files,
+    so the checkpoint folder is also a policy folder that ``vlarl eval`` and ``vlarl convert`` read.
+    Without it the state dict is written as ``model.safetensors``.
+    """
+    import shutil
+
     from safetensors.torch import save_file
 
     from vlarl_cli.checkpoints.atomic import atomic_directory, atomic_write_text
 
     final = checkpoint_dir(run_dir, trainer_state.iteration)
     with atomic_directory(final) as tmp:
-        tensors = {k: v.detach().to("cpu").contiguous() for k, v in model_state.items()}
-        save_file(_untie(tensors), str(tmp / "model.safetensors"))
+        if export is not None:
+            staging = tmp / "_policy"
+            export(staging)
+            for item in staging.iterdir():
+                shutil.move(str(item), tmp / item.name)
+            staging.rmdir()
+        else:
+            tensors = {k: v.detach().to("cpu").contiguous() for k, v in model_state.items()}
+            save_file(_untie(tensors), str(tmp / "model.safetensors"))
         torch.save({"optimizer": optimizer_state,
                     "scheduler": scheduler.state_dict() if scheduler is not None else None},
                    tmp / "optimizer.pt")
@@ -125,11 +142,23 @@ class LoadedCheckpoint:
     rng_state: dict[str, Any]
 
 
-def load_checkpoint(path: Path) -> LoadedCheckpoint:
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """All tensors of ``model.safetensors`` or of the shards listed in ``model.safetensors.index.json``."""
     from safetensors.torch import load_file
 
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        state: dict[str, torch.Tensor] = {}
+        for name in files:
+            state.update(load_file(str(folder / name)))
+        return state
+    return load_file(str(folder / "model.safetensors"))
+
+
+def load_checkpoint(path: Path) -> LoadedCheckpoint:
     try:
-        model_state = load_file(str(path / "model.safetensors"))
+        model_state = read_weights(path)
         opt = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
         rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=True)
         state = TrainerState(**json.loads((path / "trainer_state.json").read_text()))

@@ -82,6 +82,9 @@ def resolve_model_path(path: str | None) -> str | None:
     if path is None or Path(path).expanduser().exists():
         return None if path is None else str(Path(path).expanduser())
     if path.count("/") == 1 and not path.startswith(("/", ".", "~")):
+        from vlarl_cli.checkpoints.hub import resolve_repo_id
+
+        path, _ = resolve_repo_id(path)  # a renamed repo is cached under its new name
         try:
             from huggingface_hub import snapshot_download
 
@@ -470,11 +473,37 @@ def _save(run_dir: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimiz
     optimizer_state = fsdp.full_optimizer_state(policy, optimizer)
     path = None
     if ctx.is_main:
-        path = ckpt.save_checkpoint(run_dir, model_state=model_state, optimizer_state=optimizer_state,
+        export = _family_exporter(policy, model_state, config)
+        path = ckpt.save_checkpoint(run_dir, model_state=model_state, optimizer_state=optimizer_state, export=export,
                                     scheduler=scheduler, generators=generators, trainer_state=state,
                                     config_yaml=to_yaml(config))
     dist.barrier()
     return path
+
+
+def _family_exporter(policy: torch.nn.Module, model_state: dict[str, torch.Tensor], config: VlarlConfig) -> Any:
+    """``folder -> None`` writing the policy with its family's ``save_policy(format="vlarl")``, or None when
+    the family has no checkpoint module (the toy policies). A sharded policy is first rebuilt on the CPU from
+    the gathered full state."""
+    import importlib
+
+    from vlarl_cli.distributed import fsdp
+    from vlarl_cli.policies.registry import build_policy, family_module
+
+    try:
+        module = importlib.import_module(f"{family_module(config.actor.model.model_type).__name__}.checkpoint")
+    except ImportError:
+        return None
+    target = policy
+    if fsdp.is_sharded(policy):
+        model = config.actor.model.model_copy(update={"model_path": resolve_model_path(config.actor.model.model_path)})
+        target = build_policy(model, "cpu")
+        target.load_state_dict(model_state)
+
+    def export(folder: Path) -> None:
+        module.save_policy(target, folder, format="vlarl")
+
+    return export
 
 
 def _write_videos(env: Any, run_dir: Path, video: Any, iteration: int, config: VlarlConfig) -> None:
