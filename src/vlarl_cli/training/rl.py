@@ -267,6 +267,17 @@ def build_batch(config: VlarlConfig, rollouts: list[Rollout], *, critic: bool) -
     return batch, metrics
 
 
+def offload_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device | str | None) -> None:
+    """``actor.enable_offload``: AdamW moments live on the host while envs and rollout run (no-op for None
+    or when they are already there, e.g. on a CPU-only machine)."""
+    if device is None:
+        return
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and key != "step" and value.device != torch.device(device):
+                state[key] = value.to(device, non_blocking=True)
+
+
 def update_settings(config: VlarlConfig, world_size: int) -> Any:
     from vlarl_cli.training.update import UpdateSettings
 
@@ -307,6 +318,13 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
 
     config = loaded.config
     ctx = dist.init_distributed()
+    placement = config.cluster.placement(ctx.world_size)
+    if not (placement["env"] == placement["rollout"] == placement["actor"] == list(range(ctx.world_size))):
+        raise ConfigError(
+            f"This version of vlarl trains with every component on every device (component_placement "
+            f"'env,rollout,actor: all'); the configured placement {config.cluster.component_placement} "
+            "separates them, which is not implemented yet (--dry-run does plan it).",
+            "Set cluster.component_placement to {env,rollout,actor: all}.")
     run_dir = Path(config.runner.logger.log_path).expanduser()
     seed_everything(config.actor.seed + ctx.rank)
     generators = {"shuffle": torch.Generator().manual_seed(config.actor.seed)}
@@ -395,6 +413,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
             if isinstance(own, torch.Generator):
                 own.manual_seed(derived_seed(config.actor.seed, ctx.rank, state.iteration, 2))
             policy.eval()
+            offload_optimizer_state(optimizer, "cpu" if config.actor.enable_offload else None)
             rollouts = []
             for epoch in range(config.rollout_epoch):
                 ids = draw_reset_ids(env.pool, n_envs, config.train_group_size,
@@ -406,6 +425,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
             t_adv = time.perf_counter()
             batch, adv_metrics = build_batch(config, rollouts, critic=critic)
             t_update = time.perf_counter()
+            offload_optimizer_state(optimizer, ctx.device if config.actor.enable_offload else None)
             # The update stays in eval mode: dropout would make the first ratio != 1 (families also
             # replace dropout by identity where RLinf's disable_dropout asks for it).
             update_metrics = ppo_update(policy, optimizer, batch, settings, generator=generators["shuffle"],
@@ -453,14 +473,20 @@ _SUMMED = ("env/num_episodes",)
 
 
 def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
-    """Average every metric over ranks (counts in ``_SUMMED`` are added up instead)."""
+    """Average every metric over the ranks that report it (counts in ``_SUMMED`` are added up).
+
+    Ranks may report different keys (no finished episode on a rank, an undefined explained variance), so
+    the dicts are gathered as objects rather than reduced as one fixed-length tensor.
+    """
     if not torch.distributed.is_initialized():
         return metrics
-    names = sorted(metrics)
-    values = torch.tensor([metrics[k] for k in names], dtype=torch.float64)
-    dist.all_reduce_mean_(values)
-    world = torch.distributed.get_world_size()
-    return {k: v * world if k in _SUMMED else v for k, v in zip(names, values.tolist(), strict=True)}
+    gathered: list[dict[str, float]] = [{} for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather_object(gathered, metrics)
+    out: dict[str, float] = {}
+    for key in sorted({k for m in gathered for k in m}):
+        values = [float(m[key]) for m in gathered if key in m]
+        out[key] = sum(values) if key in _SUMMED else sum(values) / len(values)
+    return out
 
 
 def _save(run_dir: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
