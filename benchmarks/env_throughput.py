@@ -93,6 +93,46 @@ def single_env(resolution: int, chunks: list[int], steps: int, cameras: tuple[st
     return out
 
 
+def paired_c1(resolution: int, steps: int, block: int = 3) -> dict:
+    """Raw LIBERO and vlarl (C = 1) in one process, timed in alternating blocks of ``block`` steps.
+
+    Pairing puts both under the same machine load, which drifts on a shared machine; the ratio of the
+    summed times is the overhead of vlarl at C = 1 (gating, rotation, state assembly, checks).
+    """
+    from libero.libero.envs import OffScreenRenderEnv
+
+    from vlarl_cli.envs.libero import suites
+    from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
+
+    ours = LiberoEnv(SUITE, TASK, EnvOptions(resolution=resolution, max_episode_steps=10_000))
+    task = suites.get_task(SUITE, TASK)
+    raw = OffScreenRenderEnv(
+        bddl_file_name=str(task.bddl_file), camera_heights=resolution, camera_widths=resolution
+    )
+    raw.seed(7)
+    raw.reset()
+    raw.set_init_state(suites.init_states(SUITE, TASK)[TRIAL])
+    ours.reset(TRIAL)
+    actions = _actions(steps)
+    t_raw = t_ours = 0.0
+    for i in range(0, steps, block):
+        start = time.perf_counter()
+        for a in actions[i : i + block]:
+            raw.step(a)
+        t_raw += time.perf_counter() - start
+        start = time.perf_counter()
+        for a in actions[i : i + block]:
+            ours.step_chunk(a[None])
+        t_ours += time.perf_counter() - start
+    raw.close()
+    ours.close()
+    return {
+        "raw_steps_per_s": round(steps / t_raw, 2),
+        "vlarl_C1_steps_per_s": round(steps / t_ours, 2),
+        "vlarl_vs_raw": round(t_raw / t_ours, 3),
+    }
+
+
 def hard_reset_s(resolution: int) -> float:
     from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
 
@@ -156,17 +196,20 @@ def main() -> None:
         "cameras": cams,
         "workers": w,
     }
-    phys = physics_steps_per_s(100)
-    result["physics_only_steps_per_s"] = phys
     result["reset_hard_s"] = hard_reset_s(resolutions[0])
     per_res: dict = {}
     for res in resolutions:
         entry: dict = {}
+        # Physics and the raw baseline are measured next to the vlarl figures they are compared with:
+        # on a shared machine the load drifts within a run.
+        phys = physics_steps_per_s(100)
+        entry["physics_only_steps_per_s"] = phys
         raw1 = raw_steps_per_s(res, args.steps, 1)
         entry["raw_1proc_steps_per_s"] = round(raw1, 2)
         if w > 1:
             entry[f"raw_{w}proc_steps_per_s"] = round(raw_steps_per_s(res, args.steps, w), 2)
         entry["vlarl_single"] = single_env(res, chunks, args.steps, ("main", "wrist"))
+        entry["paired_C1"] = paired_c1(res, args.steps)
         if not args.skip_vector:
             entry["vlarl_vector_1w"] = vector_env(res, chunks, args.steps, 1)
             if w > 1:
@@ -192,9 +235,8 @@ def main() -> None:
                     ratios[f"C{chunk}_vector{w}w_vs_raw{w}"] = round(
                         entry[f"vlarl_vector_{w}w"][f"C{chunk}"] / raw_w, 3
                     )
-        targets = {
-            "C1_within_5pct_of_raw": ratios.get("C1_single_vs_raw", 0) >= 0.95 if 1 in chunks else None
-        }
+        # C = 1 parity uses the paired measurement (same load for both); the unpaired ratios above drift.
+        targets = {"C1_within_5pct_of_raw_paired": entry["paired_C1"]["vlarl_vs_raw"] >= 0.95}
         for chunk in chunks:
             if chunk > 1:
                 targets[f"C{chunk}_at_least_0.8_bound"] = ratios[f"C{chunk}_single_vs_bound"] >= 0.8
