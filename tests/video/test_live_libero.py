@@ -36,3 +36,18 @@ def test_live_rollout_resimulates_exactly(tmp_path: Path) -> None:
     clip = render.annotate(live, title="live")
     Image.fromarray(clip[6]).save(tmp_path / "live_frame.png")
     assert clip.shape[0] == 13
+
+
+def test_video_cli_live_rollout(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import imageio.v2 as imageio
+
+    proc = subprocess.run([sys.executable, "-m", "vlarl_cli.cli.main", "video", "--config", "quickstart",
+                           "--suite", "libero_spatial", "--task", "0", "--trial", "2", "--max-steps", "5",
+                           "--resolution", "128", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = tmp_path / "live_libero_spatial_task00_trial02.mp4"
+    frames = np.stack(list(imageio.get_reader(path).iter_data()))
+    assert frames.shape[0] == 6 and frames.shape[2] == 512  # 5 steps + the first frame; 2 x 128 px upscaled x2
