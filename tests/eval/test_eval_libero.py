@@ -61,7 +61,7 @@ def test_resume_skips_finished_episodes(eval_run: CliRun, tmp_path: Path) -> Non
     assert run.returncode == 0, run.stderr[-3000:]
     assert "4 episodes planned, 2 already finished, 2 to run" in run.stdout
     assert "torn last line" in run.stdout
-    assert run.stdout.count("[rank 0] libero_spatial_") == 2
+    assert run.stdout.count("[rank 0] ") == 2 and "[rank 0] 2/2 libero_spatial_task01_trial01" in run.stdout
     before = {r.key: r for r in read_episodes(eval_run.out)}
     after = read_episodes(copy)
     assert len(after) == 4 and {r.key for r in after} == set(before)

@@ -624,7 +624,9 @@ def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *
                     on_episode(rec)
                 if log:
                     status = "success" if rec.success else ("ERROR " + error if error else "fail")
-                    print(f"[rank {rank}] {rec.label}: {status} ({steps} steps)", flush=True)
+                    rate = 60 * stats.episodes / max(wall, 1e-9)
+                    print(f"[rank {rank}] {stats.episodes}/{len(items)} {rec.label}: {status} ({steps} steps) "
+                          f"| {rate:.2f} episodes/min", flush=True)
     finally:
         vec.close()
     stats.wall_s = time.perf_counter() - start
