@@ -35,3 +35,13 @@ def test_video_needs_a_selection(tmp_path: Path) -> None:
     EpisodeLog(tmp_path / "episodes.jsonl").append(EpisodeRecord("libero_10", 0, 0, 0, "n", "l", True, 3, 7, 10, 2))
     run = run_cli(["video", str(tmp_path / "episodes.jsonl")], cwd=tmp_path, timeout=120)
     assert run.returncode == 2 and "--failures" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_compare_cli(tmp_path: Path) -> None:
+    from test_results import _folder
+
+    a = _folder(tmp_path / "a", [i < 10 for i in range(50)], "aaa")
+    b = _folder(tmp_path / "b", [i < 40 for i in range(50)], "bbb")
+    run = run_cli(["eval", "--compare", str(a), str(b)], cwd=tmp_path, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "+60.0%" in run.stdout and "Newcombe" in run.stdout and "yes" in run.stdout
