@@ -59,3 +59,19 @@ def test_mismatching_model_is_refused(checkpoint: tuple[Path, dict[str, torch.Te
     path, _ = checkpoint
     with pytest.raises(CheckpointError, match="does not match"):
         load_policy(path, None, ["actor.model.model_type=pi05"])
+
+
+def test_family_policy_folder_checkpoint(checkpoint: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path) -> None:
+    """rl-train exports checkpoints with the family's save_policy(format="vlarl") (weights + side files)."""
+    from vlarl_cli.policies.pi0.checkpoint import save_policy
+
+    path, state = checkpoint
+    policy, _, _ = load_policy(path, None, [])
+    folder = tmp_path / "global_step_3"
+    save_policy(policy, folder, format="vlarl")
+    (folder / "config.yaml").write_text((path / "config.yaml").read_text())
+    assert (folder / "vlarl_config.json").is_file()
+    again, info, _ = load_policy(folder, None, [])
+    loaded = again.state_dict()
+    assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], state[k]) for k in state)
+    assert info.path == str(folder) and len(info.sha256) == 64

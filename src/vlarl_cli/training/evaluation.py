@@ -326,12 +326,29 @@ def resolve_checkpoint_folder(path: Path) -> Path:
     if not path.is_dir():
         raise CheckpointError(f"Checkpoint folder {path} does not exist.",
                               "Pass a folder like runs/<name>/checkpoints/global_step_<k> (or the run folder).")
-    missing = [f for f in ("model.safetensors", "config.yaml") if not (path / f).is_file()]
+    has_weights = (path / "model.safetensors").is_file() or bool(list(path.glob("*.safetensors")))
+    missing = [f for f, ok in (("model.safetensors", has_weights), ("config.yaml", (path / "config.yaml").is_file()))
+               if not ok]
     if missing:
         raise CheckpointError(f"{path} is not a vlarl training checkpoint (missing {', '.join(missing)}).",
                               "Pass a folder written by `vlarl rl-train` (it holds model.safetensors and "
                               "config.yaml), or use --config to build the policy from a config.")
     return path
+
+
+def _weights_sha256(folder: Path) -> tuple[str, str]:
+    """(sha256, what it covers) of a folder's weights: model.safetensors itself, or all shards."""
+    if (folder / "model.safetensors").is_file():
+        return _sha256_file(folder / "model.safetensors"), "model.safetensors"
+    h = hashlib.sha256()
+    for f in sorted(folder.glob("*.safetensors")):
+        h.update(f.name.encode() + _sha256_file(f).encode())
+    return h.hexdigest(), "sha256 of the *.safetensors files' sha256s"
+
+
+#: A family policy folder (``save_policy(format="vlarl")``): the family loads weights AND side files (norm
+#: stats, tokenizer) from it, which a bare state dict lacks.
+FAMILY_POLICY_MARKER = "vlarl_config.json"
 
 
 def load_policy(checkpoint: Path | None, config: str | None, overrides: list[str] | tuple[str, ...] = (),
@@ -360,11 +377,18 @@ def load_policy(checkpoint: Path | None, config: str | None, overrides: list[str
     cfg_source = config if config is not None else str(ckpt / "config.yaml")  # type: ignore[operator]
     loaded = load_config(cfg_source, list(overrides))
     model_cfg = loaded.config.actor.model
-    model_path = resolve_model_path(model_cfg.model_path)
+    family_folder = ckpt is not None and (ckpt / FAMILY_POLICY_MARKER).is_file()
+    # a family policy folder is loaded by the family itself (weights + norm stats + tokenizer); otherwise the
+    # model is rebuilt from the config (its original model_path provides the side files) and the state dict
+    # of model.safetensors is loaded strictly on top
+    model_path = str(ckpt) if family_folder else resolve_model_path(model_cfg.model_path)
     model = model_cfg.model_copy(update={"model_path": model_path})
     torch.manual_seed(loaded.config.actor.seed)
     policy = build_policy(model, device)
-    if ckpt is not None:
+    if ckpt is not None and family_folder:
+        sha, hash_of = _weights_sha256(ckpt)
+        info = PolicyInfo("checkpoint", str(ckpt), sha, hash_of, model_cfg.model_type, str(cfg_source))
+    elif ckpt is not None:
         from safetensors.torch import load_file
 
         fix = "Evaluate with the config the checkpoint was trained with (drop --config, or fix the overrides)."
@@ -383,11 +407,8 @@ def load_policy(checkpoint: Path | None, config: str | None, overrides: list[str
         info = PolicyInfo("checkpoint", str(ckpt), _sha256_file(ckpt / "model.safetensors"), "model.safetensors",
                           model_cfg.model_type, str(cfg_source))
     elif model_path is not None and list(Path(model_path).glob("*.safetensors")):
-        h = hashlib.sha256()
-        for f in sorted(Path(model_path).glob("*.safetensors")):
-            h.update(f.name.encode() + _sha256_file(f).encode())
-        info = PolicyInfo("config", model_path, h.hexdigest(), "sha256 of the *.safetensors files' sha256s",
-                          model_cfg.model_type, str(loaded.source))
+        sha, hash_of = _weights_sha256(Path(model_path))
+        info = PolicyInfo("config", model_path, sha, hash_of, model_cfg.model_type, str(loaded.source))
     else:
         info = PolicyInfo("config", model_path or f"preset={model_cfg.preset}", state_dict_sha256(policy),
                           "state dict", model_cfg.model_type, str(loaded.source))
