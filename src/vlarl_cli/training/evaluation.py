@@ -326,6 +326,7 @@ def resolve_checkpoint_folder(path: Path) -> Path:
     if not path.is_dir():
         raise CheckpointError(f"Checkpoint folder {path} does not exist.",
                               "Pass a folder like runs/<name>/checkpoints/global_step_<k> (or the run folder).")
+    path = path.resolve()
     has_weights = (path / "model.safetensors").is_file() or bool(list(path.glob("*.safetensors")))
     missing = [f for f, ok in (("model.safetensors", has_weights), ("config.yaml", (path / "config.yaml").is_file()))
                if not ok]
@@ -909,7 +910,10 @@ def evaluate(checkpoint: Path | None = None, config: str | None = None, override
     try:
         policy, info, _ = load_policy(checkpoint, config, overrides or [], ctx.device)
         if out_dir is None:
-            name = Path(info.path).name if info.source == "checkpoint" else Path(info.config).stem
+            path = Path(info.path)
+            # runs/<run>/checkpoints/global_step_<k> -> <run>_global_step_<k>
+            name = (f"{path.parent.parent.name}_{path.name}" if path.parent.name == "checkpoints" else path.name) \
+                if info.source == "checkpoint" else Path(info.config).stem
             out_dir = Path("eval") / name / f"{settings.suite}_{settings.protocol}"
         return evaluate_policy(policy, settings, info=info, out_dir=Path(out_dir), resume=resume,
                                rank=ctx.rank, world_size=ctx.world_size)
