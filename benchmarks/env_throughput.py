@@ -99,10 +99,12 @@ def paired_c1(resolution: int, steps: int, block: int = 3) -> dict:
     Pairing puts both under the same machine load, which drifts on a shared machine; the ratio of the
     summed times is the overhead of vlarl at C = 1 (gating, rotation, state assembly, checks).
     """
-    from libero.libero.envs import OffScreenRenderEnv
-
     from vlarl_cli.envs.libero import suites
-    from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
+    from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv, close_libero_env
+    from vlarl_cli.envs.libero.setup import prepare_libero
+
+    prepare_libero(check_assets=False)  # before importing libero: no prompt
+    from libero.libero.envs import OffScreenRenderEnv
 
     ours = LiberoEnv(SUITE, TASK, EnvOptions(resolution=resolution, max_episode_steps=10_000))
     task = suites.get_task(SUITE, TASK)
@@ -124,7 +126,7 @@ def paired_c1(resolution: int, steps: int, block: int = 3) -> dict:
         for a in actions[i : i + block]:
             ours.step_chunk(a[None])
         t_ours += time.perf_counter() - start
-    raw.close()
+    close_libero_env(raw)  # frees its GL objects in its own context
     ours.close()
     return {
         "raw_steps_per_s": round(steps / t_raw, 2),

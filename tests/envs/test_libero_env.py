@@ -82,6 +82,7 @@ def test_images_are_raw_render_rotated_180(spatial_env):
     # Force a fresh sample of every observable at the current state (gate open) and render directly.
     env._gate.open = True
     raw = inner._get_observations(force_update=True)
+    inner.sim._render_context_offscreen.gl_ctx.make_current()  # robosuite's render does not
     direct = inner.sim.render(camera_name="agentview", width=128, height=128)
     env._gate.open = False
     np.testing.assert_array_equal(raw["agentview_image"], direct)
@@ -99,6 +100,8 @@ def test_images_are_raw_render_rotated_180(spatial_env):
 def test_chunk_boundary_rendering_equals_raw_libero_every_step(spatial_env):
     """vlarl (soft reset, cameras gated) vs LIBERO's OffScreenRenderEnv (hard reset, renders every step)."""
     from libero.libero.envs import OffScreenRenderEnv
+
+    from vlarl_cli.envs.libero.env import close_libero_env
 
     actions = random_chunks(seed=2, steps=15)
     trial = 3
@@ -126,7 +129,7 @@ def test_chunk_boundary_rendering_equals_raw_libero_every_step(spatial_env):
             if i % 5 == 4:
                 theirs.append(o)
     finally:
-        ref.close()
+        close_libero_env(ref)  # frees its GL objects in its own context, not in spatial_env's
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(a[keys.MAIN_IMAGES], b["agentview_image"][::-1, ::-1])
         np.testing.assert_array_equal(a[keys.WRIST_IMAGES], b["robot0_eye_in_hand_image"][::-1, ::-1])
@@ -162,9 +165,12 @@ def test_step_before_reset_is_a_clear_error(spatial_env):
         spatial_env.step_chunk(noop_chunk(1))
 
 
-def test_video_capture_records_both_cameras_every_step(libero_ready):
+def test_video_capture_records_both_cameras_every_step(spatial_env):
+    """Also: a second simulator in the same process must not disturb the first one's rendering
+    (robosuite renders into whichever GL context is current; env.py makes its own current)."""
     from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
 
+    before = spatial_env.reset(0)
     env = LiberoEnv(
         "libero_spatial", 0, EnvOptions(cameras=("main",), record_video=True, max_episode_steps=6)
     )
@@ -178,8 +184,13 @@ def test_video_capture_records_both_cameras_every_step(libero_ready):
         np.testing.assert_array_equal(frames["main"][0], obs[keys.MAIN_IMAGES])
         np.testing.assert_array_equal(frames["main"][3], results[0].obs[keys.MAIN_IMAGES])
         assert env.pop_frames() == {}
+        during = spatial_env.reset(0)  # the other env's GL context was the current one here
     finally:
         env.close()
+    after = spatial_env.reset(0)  # ... and here it has been freed
+    for obs in (during, after):
+        np.testing.assert_array_equal(obs[keys.MAIN_IMAGES], before[keys.MAIN_IMAGES])
+        np.testing.assert_array_equal(obs[keys.WRIST_IMAGES], before[keys.WRIST_IMAGES])
 
 
 def test_no_frames_kept_when_not_recording(spatial_env):

@@ -140,6 +140,40 @@ class _Gate:
         self.renders = 0  # real camera renders since construction (for tests and benchmarks)
 
 
+def _make_current(context: Any) -> None:
+    """Make a robosuite render context's GL context current before rendering with it.
+
+    robosuite's ``MjRenderContext.render`` (utils/binding_utils.py) does not do it, so with several
+    simulators in one process the last one constructed is rendered into. Freeing an EGL context
+    (renderers/context/egl_context.py ``free``) also calls ``eglReleaseThread``, which resets the thread's
+    bound API to OpenGL ES, so the OpenGL API is bound again first. Measured: without both, a second env
+    built and closed in the same process turns the first env's images into garbage.
+    """
+    if context is None:
+        return
+    gl_ctx = context.gl_ctx
+    if type(gl_ctx).__name__ == "EGLGLContext":
+        from OpenGL import EGL
+
+        EGL.eglBindAPI(EGL.EGL_OPENGL_API)
+    gl_ctx.make_current()
+
+
+def close_libero_env(env: Any) -> None:
+    """Close a LIBERO ``ControlEnv`` without damaging other simulators' rendering in this process.
+
+    robosuite frees the render context's GL objects (``MjRenderContext.__del__``: ``con.free()``) in
+    whatever GL context is current; if another env's context is current, that env's textures and buffers
+    are deleted instead. Making this env's context current first keeps the others intact. Use it for raw
+    ``OffScreenRenderEnv`` instances too (tests, benchmarks).
+    """
+    inner = getattr(env, "env", env)
+    sim = getattr(inner, "sim", None)
+    if sim is not None:
+        _make_current(getattr(sim, "_render_context_offscreen", None))
+    env.close()
+
+
 def _install_gates(inner_env: Any, observable_names: list[str], gate: _Gate) -> None:
     """Wrap each camera observable's sensor so it renders only while ``gate.open`` (idempotent)."""
     for name in observable_names:
@@ -151,6 +185,7 @@ def _install_gates(inner_env: Any, observable_names: list[str], gate: _Gate) -> 
         def gated(obs_cache: dict, _real=real, _observable=observable) -> Any:
             if gate.open:
                 gate.renders += 1
+                _make_current(inner_env.sim._render_context_offscreen)
                 return _real(obs_cache)
             return _observable._current_observed_value
 
@@ -501,6 +536,6 @@ class LiberoEnv:
         """Free the simulator and its GL context (avoids EGL errors printed at interpreter exit)."""
         if self._env is not None:
             try:
-                self._env.close()
+                close_libero_env(self._env)
             finally:
                 self._env = None
