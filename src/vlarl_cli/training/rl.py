@@ -452,7 +452,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
             if ctx.is_main and video.save_video:
                 _write_videos(env, run_dir, video, state.iteration, config)
             if config.runner.val_check_interval > 0 and state.iteration % config.runner.val_check_interval == 0:
-                metrics.update(evaluate_in_training(policy, config, ctx.rank, cameras))
+                metrics.update(evaluate_in_training(policy, config, ctx, state.iteration, run_dir))
             logger.log(metrics, step=state.iteration)
             last_metrics = metrics
             progress.update(state.iteration, metrics)
@@ -545,21 +545,25 @@ def _write_videos(env: Any, run_dir: Path, video: Any, iteration: int, config: V
                 written += 1
 
 
-def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, rank: int,
-                         cameras: tuple[str, ...]) -> dict[str, float]:
-    """``eval/*`` metrics with deterministic actions on ``env.eval`` (same code as ``vlarl eval``)."""
+def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, ctx: dist.DistContext,
+                         iteration: int, run_dir: Path) -> dict[str, float]:
+    """``eval/*`` metrics with deterministic actions on ``env.eval``: the same code as ``vlarl eval``
+    (protocol, fixed init states, results folder ``<run>/eval/iter_<k>``); the toy task uses its own env."""
     split = config.env.eval
-    n = max(1, (split.total_num_envs or 1))
-    env = make_env(config, split, num_envs=n, rank=rank, group_size=1, cameras=cameras, record_video=False,
-                   stages=1)
+    if split.env_type == "libero":
+        from vlarl_cli.training.evaluation import training_eval_metrics
+
+        return training_eval_metrics(policy, config, rank=ctx.rank, world_size=ctx.world_size,
+                                     out_dir=run_dir / "eval" / f"iter_{iteration:05d}")
+    env = make_env(config, split, num_envs=max(1, split.total_num_envs or 1), rank=ctx.rank, group_size=1,
+                   cameras=(), record_video=False, stages=1)
     try:
         policy.eval()
         steps = split.max_steps_per_rollout_epoch // config.actor.model.num_action_chunks
         rollout = collect(policy, env, steps, deterministic=True)  # type: ignore[arg-type]
     finally:
         env.close()
-    metrics = rollout_metrics([rollout])
-    return {k.replace("env/", "eval/"): v for k, v in metrics.items()}
+    return {k.replace("env/", "eval/"): v for k, v in rollout_metrics([rollout]).items()}
 
 
 def _print_plan(config: VlarlConfig, world_size: int, policy: torch.nn.Module, run_dir: Path) -> None:
