@@ -31,13 +31,14 @@ GRIPPER_CONVENTIONS: dict[str, str] = {
 #: - pi0 / pi0.5 (openpi examples/libero/main.py): actions are sent to env.step unchanged.
 #: - OpenVLA-OFT (openvla-oft experiments/robot/libero/run_libero_eval.py): normalize_gripper_action
 #:   ([0,1] -> [-1,1], binarised) then invert_gripper_action (x -1), i.e. the model emits 1 = open.
-#: - GR00T N1.5 (Isaac-GR00T examples/Libero/eval/run_libero_eval.py): normalize_gripper_action with
-#:   binarize=True and no inversion, i.e. the model emits [0, 1] with 1 = close.
+#: - GR00T N1.5 / N1.6 as RLinf runs them on LIBERO (rlinf/models/embodiment/gr00t/simulation_io.py,
+#:   normalize_gripper_action): y = sign(1 - 2g), i.e. the model emits [0, 1] with 1 = open. (vlarl's GR00T
+#:   policy applies this itself and already returns LIBERO's convention.)
 FAMILY_GRIPPER_CONVENTION: dict[str, GripperConvention] = {
     "pi0": "libero",
     "pi05": "libero",
     "openvla_oft": "unit_open1",
-    "gr00t": "unit_close1",
+    "gr00t": "unit_open1",
 }
 
 #: The no-op action LIBERO evaluators send during settle steps: no motion, gripper open.
