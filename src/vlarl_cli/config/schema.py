@@ -347,9 +347,9 @@ class ModelConfig(Section):
 
     model_type: str = Field("openpi", description=f"Policy family: {', '.join(MODEL_TYPES)}.")
     model_path: str | None = Field(None, description="Checkpoint folder (or hub id after `vlarl download`).")
-    preset: Literal["tiny", "full"] | None = Field(
-        None, description="Build the family's preset instead of loading weights: tiny (CPU tests) or full "
-        "(real size). With model_path set, the preset is ignored.")
+    preset: Literal["tiny", "small", "full"] | None = Field(
+        None, description="Build the family's preset instead of loading weights: tiny (CPU tests), small "
+        "(pi0 only: a mid-size model for benchmarks) or full (real size). With model_path set, it is ignored.")
     precision: str | None = Field(None, description="bf16, fp16 or fp32 (null: the checkpoint's; CPU uses fp32).")
     action_dim: int = Field(7, ge=1, description="Env action dimensionality.")
     num_action_chunks: int = Field(5, ge=1, description="Env steps executed per sampled chunk.")
