@@ -127,6 +127,8 @@ def main() -> None:
         "load_avg_1m": round(os.getloadavg()[0], 2),
         **{f"{name}_episodes_per_min": round(r["episodes_per_min"], 2) for name, r in results.items()},
         **{f"{name}_wall_s": round(r["wall_s"], 1) for name, r in results.items()},
+        **{f"{name}_{part}_s": round(results[name][part + "_s"], 1) for name in ("vlarl_1w", "vlarl_2w")
+           for part in ("env", "policy")},
         "speedup_1w_vs_plain": round(results["vlarl_1w"]["episodes_per_min"] / plain["episodes_per_min"], 2),
         "speedup_2w_vs_plain": round(results["vlarl_2w"]["episodes_per_min"] / plain["episodes_per_min"], 2),
         "sim_state_floats_per_step": plain["sim_state_floats_per_step"],
