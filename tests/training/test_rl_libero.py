@@ -75,3 +75,29 @@ def test_reset_ids_are_a_pure_function_of_the_iteration() -> None:
     # ranks take consecutive slices, epochs continue where the last one stopped
     assert [list(x) for x in ordered] == [[100, 100, 101, 101], [102, 102, 103, 103],
                                           [104, 104, 105, 105], [106, 106, 107, 107]]
+
+
+TINY_RUN = ["actor.model.model_path=null", "actor.model.preset=tiny", "env.train.total_num_envs=2",
+            "env.train.num_workers=1", "env.train.rollout_epoch=1", "env.train.max_episode_steps=10",
+            "env.train.max_steps_per_rollout_epoch=10", "env.train.settle_steps=2", "env.train.task_ids=[0]",
+            "env.train.video_cfg.save_video=false", "env.train.init_params.camera_heights=128",
+            "env.train.init_params.camera_widths=128", "runner.max_epochs=1", "runner.logger.logger_backends=[]",
+            "actor.global_batch_size=2", "actor.micro_batch_size=1", "algorithm.update_epoch=1"]
+
+
+@pytest.mark.parametrize(("recipe", "extra"), [
+    ("libero_spatial_ppo_gr00t", []),
+    ("libero_spatial_ppo_gr00t_n1d6", ["actor.model.num_action_chunks=5"]),
+    ("libero_10_grpo_openvlaoft", ["algorithm.group_size=2", "algorithm.filter_rewards=false",
+                                   "env.train.max_episode_steps=16", "env.train.max_steps_per_rollout_epoch=16"]),
+])
+def test_seed_recipe_runs_with_its_tiny_model(recipe: str, extra: list[str], tmp_path: Path) -> None:
+    """The published recipes train for an iteration on real LIBERO with the family's tiny preset."""
+    config = load_config(recipe, [*TINY_RUN, *extra, f"runner.logger.log_path={tmp_path}"])
+    result = train(config)
+    assert result.iterations == 1
+    metrics = result.last_metrics
+    assert metrics["env/episode_len"] == config.config.env.train.max_episode_steps
+    assert metrics["actor/skipped_steps"] == 0
+    assert abs(metrics["actor/ratio"] - 1.0) < 0.5  # one mini-batch step from the sampling weights
+    assert (result.checkpoint / "vlarl_config.json").is_file()  # a family policy folder (vlarl eval/convert)
