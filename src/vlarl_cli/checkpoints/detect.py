@@ -167,12 +167,36 @@ def count_parameters(path: str | os.PathLike[str]) -> int | None:
     return _tensor_names_and_count(weight_files(path))[1]
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON file's top-level object, or None when it is missing, unreadable or not an object."""
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return obj if isinstance(obj, dict) else None
+
+
+_read_json = read_json_object
+
+
+def tensor_table(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Path]]:
+    """``name -> (shape, dtype, file)`` for every tensor of the safetensors ``files`` (headers only, no data).
+
+    Raises CheckpointError naming an unreadable file (families call this while loading).
+    """
+    from vlarl_cli.errors import CheckpointError
+
+    out: dict[str, tuple[tuple[int, ...], str, Path]] = {}
+    for f in files:
+        try:
+            header = read_safetensors_header(f)
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"{f} is not a readable safetensors file ({err}).",
+                                  "Re-download the checkpoint.") from None
+        for name, meta in header.items():
+            if name != "__metadata__":
+                out[name] = (tuple(int(d) for d in meta["shape"]), str(meta["dtype"]), f)
+    return out
 
 
 def _find_files(root: Path, names: tuple[str, ...], max_depth: int = 4) -> list[str]:

@@ -51,7 +51,6 @@ or unexpected key, or a shape mismatch, raises :class:`CheckpointError` naming t
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import warnings
@@ -63,6 +62,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vlarl_cli.checkpoints.detect import read_json_object as _read_json
+from vlarl_cli.checkpoints.detect import tensor_table as _header
 from vlarl_cli.errors import CheckpointError, did_you_mean
 from vlarl_cli.policies.openvla_oft.config import OftConfig, preset
 from vlarl_cli.policies.openvla_oft.processing import DATASET_STATISTICS_FILE, load_dataset_statistics
@@ -242,30 +243,6 @@ def _weight_files(root: Path) -> list[Path]:
     from vlarl_cli.checkpoints.detect import weight_files
 
     return weight_files(root)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _header(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Path]]:
-    from vlarl_cli.checkpoints.detect import read_safetensors_header
-
-    out: dict[str, tuple[tuple[int, ...], str, Path]] = {}
-    for f in files:
-        try:
-            header = read_safetensors_header(f)
-        except (OSError, ValueError) as err:
-            raise CheckpointError(f"{f} is not a readable safetensors file ({err}).",
-                                  "Re-download the checkpoint.") from None
-        for name, meta in header.items():
-            if name != "__metadata__":
-                out[name] = (tuple(int(d) for d in meta["shape"]), str(meta["dtype"]), f)
-    return out
 
 
 def detect_format(path: str | os.PathLike[str]) -> str | None:
