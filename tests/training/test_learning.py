@@ -8,26 +8,10 @@ margin below what the fixed seeds reach (flow PPO ~0.9, flow GRPO ~0.8, Gaussian
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-_BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "learning_curve.py"
-
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("vlarl_learning_curve", _BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+from vlarl_cli.training import toy as bench
 
 
 @pytest.fixture(autouse=True, scope="module")
