@@ -123,6 +123,7 @@ def weight_files(path: str | os.PathLike[str]) -> list[Path]:
 
     Order of preference: ``*.safetensors.index.json`` shard lists (all shards they name), then every
     ``*.safetensors`` file in the folder itself (not sub-folders: those hold e.g. optimizer shards).
+    LeRobot >= 0.4's ``policy_*processor*.safetensors`` hold normalisation statistics, not weights.
     """
     root = Path(path)
     files: list[Path] = []
@@ -137,7 +138,8 @@ def weight_files(path: str | os.PathLike[str]) -> list[Path]:
                 files.append(p)
     if files:
         return files
-    return sorted(p for p in root.glob("*.safetensors") if p.is_file())
+    return sorted(p for p in root.glob("*.safetensors")
+                  if p.is_file() and not (p.name.startswith("policy_") and "processor" in p.name))
 
 
 def _tensor_names_and_count(files: Iterable[Path]) -> tuple[set[str], int | None]:

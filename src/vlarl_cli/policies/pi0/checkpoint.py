@@ -177,8 +177,7 @@ def _is_known_unused(key: str, fmt: str) -> bool:
 def _weight_files(root: Path) -> list[Path]:
     from vlarl_cli.checkpoints.detect import weight_files
 
-    # LeRobot >= 0.4 keeps normalisation statistics in policy_*processor*.safetensors: not weights
-    return [f for f in weight_files(root) if not (f.name.startswith("policy_") and "processor" in f.name)]
+    return weight_files(root)  # skips LeRobot's policy_*processor*.safetensors statistics files
 
 
 def detect_format(path: str | os.PathLike[str]) -> str | None:
