@@ -8,6 +8,7 @@ import socket
 from datetime import timedelta
 from typing import Any
 
+import pytest
 import torch
 import torch.distributed as torch_dist
 import torch.multiprocessing as mp
@@ -56,20 +57,25 @@ def _message(seed: int) -> dict[str, Any]:
 def test_encode_decode_round_trip_is_bitwise_and_never_pickles_tensors() -> None:
     msg = _message(3)
     assert not msg["states"].is_contiguous()
-    header, payload = encode(msg)
-    _assert_same(decode(header, payload), msg)
-    # the header carries structure and small values only: the image bytes live in the payload
-    assert len(header) < 1500
-    assert payload.dtype == torch.uint8 and payload.numel() >= 2 * 4 * 4 * 3 + 5 + 12 * 4 + 4 * 8
+    header_bytes, message = encode(msg)
+    _assert_same(decode(header_bytes, message), msg)
+    header = message[:header_bytes].numpy().tobytes()
+    # the header carries structure and small values only: the tensor bytes follow it, 64-byte aligned
     assert b"_rebuild_tensor" not in header  # how pickle spells a tensor (torch/_utils.py)
     assert not any(isinstance(v, torch.Tensor) for v in pickle.loads(header)["tree"].values())
+    assert header_bytes < 1500 and message.dtype == torch.uint8
+    sizes = [96, 5, 12 * 4, 4 * 8, 3 * 2, 4, 0, 4 * 8]  # images, dones, states, steps, half, scalar, empty, deep
+    assert message.numel() == -(-header_bytes // 64) * 64 + sum(-(-n // 64) * 64 for n in sizes)
 
 
-def test_decode_places_tensors_on_device_and_views_the_payload() -> None:
-    header, payload = encode({"x": torch.arange(6.0).view(2, 3)})
-    out = decode(header, payload, device="cpu")["x"]
-    assert out.data_ptr() == payload.data_ptr()  # no copy when the payload is already on the device
+def test_decode_places_tensors_on_device_and_views_the_message() -> None:
+    header_bytes, message = encode({"x": torch.arange(6.0).view(2, 3)})
+    out = decode(header_bytes, message, device="cpu")["x"]
+    assert out.untyped_storage().data_ptr() == message.data_ptr()  # no copy when already on the device
+    assert out.data_ptr() % 64 == 0
     assert out.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    with pytest.raises(TypeError, match="sends a mapping"):
+        encode([torch.ones(1)])  # type: ignore[arg-type]
 
 
 def _run(rank: int, port: int) -> None:
