@@ -3,30 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
+from launcher import run_vlarl as _vlarl
 from safetensors.torch import load_file
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _vlarl(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for _ in range(3):  # the free port can be taken by another process before the launcher binds it
-        launch = [a if a != "{port}" else str(_free_port()) for a in args]
-        out = subprocess.run([sys.executable, "-m", "vlarl_cli.cli.main", *launch], capture_output=True,
-                             text=True, timeout=600, env=env)
-        if "ddress already in use" not in out.stderr:
-            break
-    return out
 
 
 def test_two_process_fsdp_run_resumes_in_one_process(tmp_path: Path) -> None:

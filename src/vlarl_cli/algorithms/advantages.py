@@ -23,10 +23,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from vlarl_cli.algorithms.reduction import LOCAL, Reduce, masked_moments
 from vlarl_cli.errors import ConfigError, did_you_mean
 
 __all__ = [
     "ADVANTAGES",
+    "BATCH_NORMALIZED",
     "REWARD_TYPES",
     "AdvantageFn",
     "AdvantageResult",
@@ -44,6 +46,7 @@ __all__ = [
     "loss_mask_from_dones",
     "masked_mean",
     "masked_normalize",
+    "normalize_pieces",
     "raw",
     "register_advantage",
     "reinpp",
@@ -51,6 +54,11 @@ __all__ = [
 ]
 
 REWARD_TYPES = ("chunk_level", "action_level")
+
+#: estimators whose ``normalize`` standardises over the whole batch (GRPO normalises within groups):
+#: a runner holding the batch in pieces (rollout epochs, processes) normalises them together with
+#: :func:`normalize_pieces` instead.
+BATCH_NORMALIZED = frozenset({"gae", "reinpp", "raw"})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -65,22 +73,31 @@ def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
     return (x * m).sum() / m.sum().clamp(min=1.0)
 
 
-def masked_normalize(x: Tensor, mask: Tensor | None, eps: float = 1e-5) -> Tensor:
+def masked_normalize(x: Tensor, mask: Tensor | None, eps: float = 1e-5, reduce: Reduce = LOCAL) -> Tensor:
     """``(x - mean) / (std + eps)`` with mean and UNBIASED std over valid entries; masked entries -> 0.
 
     RLinf's convention for GAE advantages (REFERENCE.md section 2). With one valid entry the std is
-    taken as 0, so the entry becomes 0 instead of NaN.
+    taken as 0, so the entry becomes 0 instead of NaN. ``reduce`` takes the statistics over every
+    process's part of the batch (:mod:`vlarl_cli.algorithms.reduction`).
     """
-    if mask is None:
-        mask = torch.ones_like(x, dtype=torch.bool)
-    m = mask.expand_as(x).bool()
-    n = m.sum()
-    if n == 0:
-        return torch.zeros_like(x)
-    valid = x[m]
-    mean = valid.mean()
-    std = valid.std(unbiased=True) if n > 1 else torch.zeros((), dtype=x.dtype, device=x.device)
-    return torch.where(m, (x - mean) / (std + eps), torch.zeros_like(x))
+    return normalize_pieces([(x, mask)], eps, reduce)[0]
+
+
+def normalize_pieces(pieces: list[tuple[Tensor, Tensor | None]], eps: float = 1e-5, reduce: Reduce = LOCAL
+                     ) -> list[Tensor]:
+    """:func:`masked_normalize` with one mean and std over several ``(x, mask)`` pieces (e.g. the
+    rollout epochs of one iteration, on every process)."""
+    count, mean, var = masked_moments(pieces, reduce)
+    out = []
+    for x, mask in pieces:
+        m = torch.ones_like(x, dtype=torch.bool) if mask is None else mask.expand_as(x).bool()
+        if count == 0:
+            out.append(torch.zeros_like(x))
+            continue
+        std = var.sqrt().to(x.device)
+        normed = ((x.double() - mean.to(x.device)) / (std + eps)).to(x.dtype)
+        out.append(torch.where(m, normed, torch.zeros_like(x)))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -177,14 +194,19 @@ def _expand_mask(mask: Tensor, like: Tensor) -> Tensor:
     raise ValueError(f"loss_mask shape {tuple(mask.shape)} does not fit {tuple(like.shape)}")
 
 
-def advantage_metrics(advantages: Tensor, loss_mask: Tensor | None) -> dict[str, float]:
-    """``advantages_mean/min/max`` over valid entries (the names the seed recipes log)."""
+def advantage_metrics(advantages: Tensor, loss_mask: Tensor | None, reduce: Reduce = LOCAL) -> dict[str, float]:
+    """``advantages_mean/min/max`` over valid entries (the names the seed recipes log), over every
+    process's part of the batch."""
     m = torch.ones_like(advantages, dtype=torch.bool) if loss_mask is None else _expand_mask(loss_mask, advantages)
-    valid = advantages[m.bool()]
-    if valid.numel() == 0:
+    valid = advantages[m.bool()].double().cpu()
+    big = torch.finfo(torch.float64).max
+    local = torch.stack([valid.max() if valid.numel() else torch.tensor(-big, dtype=torch.float64),
+                         -valid.min() if valid.numel() else torch.tensor(-big, dtype=torch.float64)])
+    count, mean, _ = masked_moments([(valid, None)], reduce)
+    if count == 0:
         return {"advantages_mean": 0.0, "advantages_min": 0.0, "advantages_max": 0.0}
-    return {"advantages_mean": valid.mean().item(), "advantages_min": valid.min().item(),
-            "advantages_max": valid.max().item()}
+    high, neg_low = reduce.max(local).tolist()
+    return {"advantages_mean": float(mean), "advantages_min": -neg_low, "advantages_max": high}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from vlarl_cli.algorithms.reduction import LOCAL, Reduce, masked_moments
 from vlarl_cli.errors import ConfigError, did_you_mean
 
 __all__ = [
@@ -298,15 +299,13 @@ def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, weight: Tens
     return loss, metrics
 
 
-def explained_variance(values: Tensor, returns: Tensor, mask: Tensor | None = None) -> float:
-    """``1 - Var(R - V) / Var(R)`` over valid entries (cleanrl's definition); NaN when Var(R) == 0."""
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor | None = None, reduce: Reduce = LOCAL) -> float:
+    """``1 - Var(R - V) / Var(R)`` over valid entries (cleanrl's definition), over every process's part
+    of the batch; NaN when Var(R) == 0 or fewer than 2 entries."""
     if values.shape != returns.shape:
         raise ValueError(f"values {tuple(values.shape)} and returns {tuple(returns.shape)} must match")
-    if mask is not None:
-        values, returns = values[mask.bool()], returns[mask.bool()]
-    if returns.numel() < 2:
+    count, _, var_r = masked_moments([(returns.float(), mask)], reduce)
+    _, _, var_e = masked_moments([(returns.float() - values.float(), mask)], reduce)
+    if count < 2 or var_r == 0:
         return float("nan")
-    var_r = returns.float().var()
-    if var_r == 0:
-        return float("nan")
-    return float(1.0 - (returns.float() - values.float()).var() / var_r)
+    return float(1.0 - var_e / var_r)

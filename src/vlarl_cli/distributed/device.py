@@ -27,8 +27,9 @@ def default_device(local_rank: int | None = None) -> torch.device:
 
 
 def default_backend(device: torch.device) -> str:
-    """torch.distributed backend for a device: NCCL on CUDA, gloo elsewhere."""
-    return "nccl" if device.type == "cuda" else "gloo"
+    """torch.distributed backend for a device: NCCL for CUDA tensors (plus gloo for the few CPU tensors:
+    metrics, object messages) on GPUs, gloo elsewhere."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

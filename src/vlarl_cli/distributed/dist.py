@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as torch_dist
@@ -75,6 +76,30 @@ def all_reduce_sum_(tensor: torch.Tensor) -> torch.Tensor:
     if torch_dist.is_initialized() and torch_dist.get_world_size() > 1:
         torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
     return tensor
+
+
+class CrossRank:
+    """:class:`vlarl_cli.algorithms.reduction.Reduce` over a process group (the data-parallel ranks).
+
+    Reductions run on a CPU copy (gloo even where the default group also has NCCL, see
+    ``device.default_backend``): the tensors are a few numbers."""
+
+    def __init__(self, group: Any = None) -> None:
+        self.group = group
+        self.world = torch_dist.get_world_size(group) if torch_dist.is_initialized() else 1
+
+    def _reduce(self, t: torch.Tensor, op: Any) -> torch.Tensor:
+        if self.world == 1:
+            return t
+        out = t.detach().cpu().clone()
+        torch_dist.all_reduce(out, op=op, group=self.group)
+        return out.to(t.device)
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        return self._reduce(t, torch_dist.ReduceOp.SUM)
+
+    def max(self, t: torch.Tensor) -> torch.Tensor:
+        return self._reduce(t, torch_dist.ReduceOp.MAX)
 
 
 def gradient_all_reduce(module: torch.nn.Module) -> None:

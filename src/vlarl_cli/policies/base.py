@@ -24,9 +24,12 @@ its log-probs are zeros.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:
+    from vlarl_cli.policies.noise import AnyGenerator
 
 Replay = dict[str, torch.Tensor]
 Observation = dict[str, Any]  # keys from vlarl_cli.keys; images uint8 tensors, descriptions list[str]
@@ -60,7 +63,8 @@ class Policy(Protocol):
     #: env action dimensionality (7 on LIBERO)
     action_dim: int
 
-    def sample(self, obs: Observation, deterministic: bool = False) -> PolicyOutput: ...
+    def sample(self, obs: Observation, deterministic: bool = False,
+               generator: AnyGenerator = None) -> PolicyOutput: ...
 
     def evaluate(self, replay: Replay) -> EvaluateOutput: ...
 

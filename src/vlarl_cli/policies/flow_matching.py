@@ -51,6 +51,8 @@ import torch
 from torch import Tensor
 
 from vlarl_cli.errors import ConfigError, did_you_mean
+from vlarl_cli.policies import noise as noise_lib
+from vlarl_cli.policies.noise import AnyGenerator
 
 __all__ = [
     "METHODS",
@@ -213,14 +215,15 @@ def _std_normal_logprob(x: Tensor) -> Tensor:
 
 
 def sample_flow(velocity_fn: VelocityFn, noise: Tensor, cfg: FlowConfig, *, deterministic: bool = False,
-                generator: torch.Generator | None = None) -> FlowSample:
+                generator: AnyGenerator = None) -> FlowSample:
     """Denoise ``noise`` [B, H, D] in ``cfg.num_steps`` steps, recording the chain and log-probs.
 
     ``deterministic=True`` (evaluation) or ``cfg.method == "ode"`` runs pure Euler steps with zero
     log-probs and ``denoise_index = -1``. Otherwise, in non-joint mode each sample gets its own
     uniformly drawn stochastic transition (drawn per sample, which REFERENCE.md notes is equally valid
     and lowers variance vs. RLinf's one index per call), and in joint mode all transitions are
-    stochastic. ``generator`` (on ``noise.device``) drives the index and the transition noise.
+    stochastic. ``generator`` (on ``noise.device``, or a per-row
+    :class:`~vlarl_cli.policies.noise.RowGenerator`) drives the index and the transition noise.
     """
     if noise.dim() != 3:
         raise ValueError(f"noise must be [B, H, D], got shape {tuple(noise.shape)}")
@@ -231,7 +234,7 @@ def sample_flow(velocity_fn: VelocityFn, noise: Tensor, cfg: FlowConfig, *, dete
     if stochastic and not cfg.joint_logprob:
         # flow_cps's last step has std 0; never pick it (it would give a zero log-prob "sample").
         num_choices = k - 1 if cfg.method == "flow_cps" else k
-        denoise_index = torch.randint(0, num_choices, (b,), generator=generator, device=device)
+        denoise_index = noise_lib.randint(num_choices, (b,), generator, device=device)
     else:
         denoise_index = torch.full((b,), -1, dtype=torch.long, device=device)
 
@@ -248,7 +251,7 @@ def sample_flow(velocity_fn: VelocityFn, noise: Tensor, cfg: FlowConfig, *, dete
             x_next = tr.ode_mean.to(noise.dtype)
         else:
             active = torch.ones(b, dtype=torch.bool, device=device) if cfg.joint_logprob else denoise_index == i
-            eps = torch.randn(noise.shape, generator=generator, device=device, dtype=lp_dtype)
+            eps = noise_lib.randn(noise.shape, generator, device=device, dtype=lp_dtype)
             noisy = tr.mean + tr.std * eps
             x_next = torch.where(active.view(-1, 1, 1), noisy, tr.ode_mean).to(noise.dtype)
             # log-prob of the value actually stored in the chain, exactly as flow_logprobs sees it

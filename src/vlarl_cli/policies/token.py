@@ -12,6 +12,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from vlarl_cli.policies import noise as noise_lib
+from vlarl_cli.policies.noise import AnyGenerator
+
 __all__ = ["actions_to_tokens", "bin_centers", "sample_tokens", "token_logprobs", "tokens_to_actions"]
 
 
@@ -40,14 +43,13 @@ def _check_temperature(temperature: float) -> None:
 
 
 def sample_tokens(logits: Tensor, temperature: float = 1.0, *, deterministic: bool = False,
-                  generator: torch.Generator | None = None) -> Tensor:
+                  generator: AnyGenerator = None) -> Tensor:
     """Sample ids ``[...]`` from ``logits [..., V]`` at ``temperature``; argmax when ``deterministic``."""
     if deterministic:
         return logits.argmax(-1)
     _check_temperature(temperature)
     probs = torch.softmax(logits.float() / temperature, dim=-1)
-    flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+    return noise_lib.multinomial(probs, generator)
 
 
 def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> tuple[Tensor, Tensor]:

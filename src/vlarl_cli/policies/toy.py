@@ -26,8 +26,10 @@ import torch
 from torch import Tensor, nn
 
 from vlarl_cli import keys
+from vlarl_cli.policies import noise as noise_lib
 from vlarl_cli.policies.base import EvaluateOutput, Observation, PolicyOutput, Replay
 from vlarl_cli.policies.flow_matching import FlowConfig, VelocityOutput, flow_logprobs, sample_flow
+from vlarl_cli.policies.noise import AnyGenerator
 from vlarl_cli.policies.token import sample_tokens, token_logprobs, tokens_to_actions
 from vlarl_cli.policies.value_head import ValueHead
 
@@ -84,11 +86,12 @@ class ToyFlowPolicy(nn.Module):
 
         return fn
 
-    def sample(self, obs: Observation, deterministic: bool = False) -> PolicyOutput:
+    def sample(self, obs: Observation, deterministic: bool = False, generator: AnyGenerator = None
+               ) -> PolicyOutput:
         states = _states(obs)
-        noise = torch.randn(states.shape[0], self.num_action_chunks, self.action_dim, generator=self.generator)
-        fs = sample_flow(self._velocity_fn(states), noise, self.flow, deterministic=deterministic,
-                         generator=self.generator)
+        g = generator if generator is not None else self.generator
+        noise = noise_lib.randn((states.shape[0], self.num_action_chunks, self.action_dim), g)
+        fs = sample_flow(self._velocity_fn(states), noise, self.flow, deterministic=deterministic, generator=g)
         return PolicyOutput(actions=fs.actions, logprobs=fs.logprobs, values=self.value_head(states),
                             replay={keys.STATES: states, CHAIN: fs.chain, DENOISE_INDEX: fs.denoise_index})
 
@@ -115,13 +118,15 @@ class ToyGaussianPolicy(nn.Module):
         mean = self.mean(states).view(-1, self.num_action_chunks, self.action_dim)
         return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
 
-    def sample(self, obs: Observation, deterministic: bool = False) -> PolicyOutput:
+    def sample(self, obs: Observation, deterministic: bool = False, generator: AnyGenerator = None
+               ) -> PolicyOutput:
         states = _states(obs)
         dist = self._dist(states)
         if deterministic:
             actions, logp = dist.mean, torch.zeros_like(dist.mean)
         else:
-            actions = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=self.generator)
+            g = generator if generator is not None else self.generator
+            actions = dist.mean + dist.stddev * noise_lib.randn(dist.mean.shape, g)
             logp = dist.log_prob(actions)
         return PolicyOutput(actions=actions, logprobs=logp, values=self.value_head(states),
                             replay={keys.STATES: states, RAW_ACTIONS: actions})
@@ -149,10 +154,12 @@ class ToyTokenPolicy(nn.Module):
     def _logits(self, states: Tensor) -> Tensor:
         return self.logits(states).view(-1, self.num_action_chunks, self.action_dim, self.n_bins)
 
-    def sample(self, obs: Observation, deterministic: bool = False) -> PolicyOutput:
+    def sample(self, obs: Observation, deterministic: bool = False, generator: AnyGenerator = None
+               ) -> PolicyOutput:
         states = _states(obs)
         logits = self._logits(states)
-        tokens = sample_tokens(logits, self.temperature, deterministic=deterministic, generator=self.generator)
+        tokens = sample_tokens(logits, self.temperature, deterministic=deterministic,
+                               generator=generator if generator is not None else self.generator)
         logp = torch.zeros(tokens.shape) if deterministic else token_logprobs(logits, tokens, self.temperature)[0]
         return PolicyOutput(actions=tokens_to_actions(tokens, self.n_bins), logprobs=logp,
                             values=self.value_head(states), replay={keys.STATES: states, TOKENS: tokens})

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from vlarl_cli import __version__, keys
+from vlarl_cli.algorithms.reduction import LOCAL, Reduce, masked_moments
 from vlarl_cli.config.loading import LoadedConfig, to_yaml
 from vlarl_cli.config.schema import EnvSplitConfig, VlarlConfig
 from vlarl_cli.distributed import dist
@@ -61,20 +62,30 @@ def derived_seed(*parts: int) -> int:
 
 def draw_reset_ids(pool: np.ndarray, num_envs: int, group_size: int, *, ordered: bool, seed: int,
                    rank: int, world_size: int, epoch_index: int) -> np.ndarray:
-    """Flat reset-state ids ``[num_envs]`` for rollout epoch ``epoch_index`` on ``rank``.
+    """Flat reset-state ids ``[num_envs]`` of ``rank``'s envs for rollout epoch ``epoch_index``.
 
     A pure function of its arguments (no hidden generator state), so a resumed run draws exactly the
-    init states the uninterrupted run would have. Consecutive ``group_size`` envs share one state (GRPO).
-    Ordered: the pool is walked group by group, ranks taking consecutive slices; random: uniform draws.
+    init states the uninterrupted run would have. The ids of all ``world_size * num_envs`` envs are drawn
+    together and ``rank`` takes its slice, so env ``g`` (global index) gets the same state whatever the
+    number of processes. Consecutive ``group_size`` envs share one state (GRPO). Ordered: the pool is
+    walked group by group; random: uniform draws.
     """
     groups = num_envs // group_size
+    total = groups * world_size
     if ordered:
-        start = (epoch_index * world_size + rank) * groups
-        picks = pool[(start + np.arange(groups)) % len(pool)]
+        picks = pool[(epoch_index * total + np.arange(total)) % len(pool)]
     else:
-        rng = np.random.default_rng(derived_seed(seed, rank, epoch_index, 7))
-        picks = rng.choice(pool, size=groups, replace=True)
-    return np.repeat(picks, group_size)
+        rng = np.random.default_rng(derived_seed(seed, epoch_index, 7))
+        picks = rng.choice(pool, size=total, replace=True)
+    return np.repeat(picks[rank * groups:(rank + 1) * groups], group_size)
+
+
+def sampling_generator(seed: int, epoch_index: int, env_ids: range) -> Any:
+    """One sampling stream per env (``policies.noise.RowGenerator``), seeded by (seed, rollout epoch,
+    global env id): the actions of env ``g`` do not depend on the world size or the pipeline stages."""
+    from vlarl_cli.policies.noise import RowGenerator
+
+    return RowGenerator.from_seeds([derived_seed(seed, epoch_index, g, 3) for g in env_ids])
 
 
 def resolve_model_path(path: str | None) -> str | None:
@@ -183,32 +194,41 @@ def build_scheduler(optimizer: torch.optim.Optimizer, config: VlarlConfig, total
 # iteration steps
 
 
-def rollout_metrics(rollouts: list[Rollout]) -> dict[str, float]:
-    out: dict[str, float] = {}
+def rollout_metrics(rollouts: list[Rollout], reduce: Reduce = LOCAL) -> dict[str, float]:
+    """``env/*`` means over the finished episodes and env steps of every process (``reduce``)."""
     episodes: dict[str, list[float]] = {}
     for r in rollouts:
         for k, v in r.episodes.items():
             episodes.setdefault(k, []).extend(v)
-    for name in (keys.SUCCESS_ONCE, keys.SUCCESS_AT_END, keys.RETURN, keys.EPISODE_LEN):
-        values = episodes.get(name, [])
-        if values:
-            out[f"env/{name}"] = float(np.mean(values))
-    out["env/num_episodes"] = float(len(episodes.get(keys.SUCCESS_ONCE, [])))
-    rewards = torch.cat([r.rewards.flatten() for r in rollouts])
-    out["env/reward"] = float(rewards.mean())
-    # Also per chunk step: did any env succeed at some point of this rollout (incl. unfinished episodes)
-    out["env/success_any_step"] = float(torch.stack([r.success.any(dim=(0, 2)).float().mean() for r in rollouts]).mean())
+    names = (keys.SUCCESS_ONCE, keys.SUCCESS_AT_END, keys.RETURN, keys.EPISODE_LEN)
+    rewards = torch.cat([r.rewards.flatten() for r in rollouts]).double()
+    # did an env succeed at some step of the rollout (incl. unfinished episodes)
+    any_success = torch.cat([r.success.any(dim=(0, 2)).double() for r in rollouts])
+    sums = torch.tensor([sum(episodes.get(k, [])) for k in names] + [len(episodes.get(keys.SUCCESS_ONCE, [])),
+                        float(rewards.sum()), rewards.numel(), float(any_success.sum()), any_success.numel()],
+                        dtype=torch.float64)
+    sums = reduce.sum(sums).tolist()
+    count = sums[len(names)]
+    out = {f"env/{k}": sums[i] / count for i, k in enumerate(names) if count > 0}
+    out["env/num_episodes"] = count
+    out["env/reward"] = sums[-4] / max(1.0, sums[-3])
+    out["env/success_any_step"] = sums[-2] / max(1.0, sums[-1])
     return out
 
 
-def build_batch(config: VlarlConfig, rollouts: list[Rollout], *, critic: bool) -> tuple[Any, dict[str, float]]:
-    """Advantages and returns per rollout epoch, flattened into one ``RolloutBatch`` of E*T*N samples."""
+def build_batch(config: VlarlConfig, rollouts: list[Rollout], *, critic: bool, reduce: Reduce = LOCAL
+                ) -> tuple[Any, dict[str, float]]:
+    """Advantages and returns per rollout epoch, flattened into one ``RolloutBatch`` of E*T*N samples
+    (row ``(e * T + t) * N + n``). Batch-wide normalisation and the metrics cover every rollout epoch
+    and, through ``reduce``, every process."""
     from vlarl_cli.algorithms.advantages import (
+        BATCH_NORMALIZED,
         advantage_metrics,
         aggregate_dones,
         aggregate_rewards,
         compute_advantages,
         loss_mask_from_dones,
+        normalize_pieces,
         trajectory_valid_fraction,
     )
     from vlarl_cli.training.update import RolloutBatch
@@ -218,12 +238,13 @@ def build_batch(config: VlarlConfig, rollouts: list[Rollout], *, critic: bool) -
         raise ConfigError("adv_type gae needs one value per chunk: reward_type action_level is not supported "
                           "with gae yet.", "Use reward_type: chunk_level with gae (or adv_type grpo).")
     bounds = (algo.rewards_lower_bound, algo.rewards_upper_bound) if algo.filter_rewards else None
+    normalize_later = algo.normalize_advantages and algo.adv_type in BATCH_NORMALIZED
     t, n, c = rollouts[0].rewards.shape
 
     def flat(x: torch.Tensor) -> torch.Tensor:  # [T, N, ...] -> [T*N, ...] (t-major, like the replay)
         return x.reshape(t * n, *x.shape[2:])
 
-    adv, ret, masks, fractions, old_values, metrics_adv = [], [], [], [], [], []
+    results = []
     for r in rollouts:
         rewards = aggregate_rewards(r.rewards, algo.reward_type)  # [T, N] or [T, N, C]
         dones = aggregate_dones(r.dones, algo.reward_type)  # [T+1, N] or [T+1, N, C]
@@ -236,7 +257,14 @@ def build_batch(config: VlarlConfig, rollouts: list[Rollout], *, critic: bool) -
         result = compute_advantages(
             algo.adv_type, rewards, dones, step_mask, values=r.values if critic else None, gamma=algo.gamma,
             gae_lambda=algo.gae_lambda, group_size=config.train_group_size,
-            normalize=algo.normalize_advantages, filter_bounds=bounds)
+            normalize=algo.normalize_advantages and not normalize_later, filter_bounds=bounds)
+        results.append(result)
+    if normalize_later:  # one mean / std over all rollout epochs on all processes
+        normalized = normalize_pieces([(x.advantages, x.loss_mask) for x in results], reduce=reduce)
+        for x, a in zip(results, normalized, strict=True):
+            x.advantages = a
+    adv, ret, masks, fractions, old_values, metrics_adv = [], [], [], [], [], []
+    for r, result in zip(rollouts, results, strict=True):
         valid = result.loss_mask if result.loss_mask.dim() == 2 else result.loss_mask.any(-1)  # [T, N]
         adv.append(flat(result.advantages))
         masks.append(flat(valid.unsqueeze(-1).expand(t, n, c)))
@@ -257,13 +285,17 @@ def build_batch(config: VlarlConfig, rollouts: list[Rollout], *, critic: bool) -
     )
     all_adv = torch.cat([a.flatten() for a, _ in metrics_adv])
     all_mask = torch.cat([m.flatten() for _, m in metrics_adv])
-    metrics = {f"rollout/{k}": v for k, v in advantage_metrics(all_adv, all_mask).items()}
+    metrics = {f"rollout/{k}": v for k, v in advantage_metrics(all_adv, all_mask, reduce).items()}
+
+    def mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+        count, value, _ = masked_moments([(x.float(), mask)], reduce)
+        return float(value) if count else 0.0
+
     if ret:
-        returns = torch.cat(ret)[torch.cat([m.flatten() for _, m in metrics_adv])]
-        metrics["rollout/returns_mean"] = float(returns.mean()) if returns.numel() else 0.0
-        metrics["rollout/values_mean"] = float(torch.cat(old_values).mean())
-    metrics["rollout/rewards"] = float(torch.cat([r.rewards.sum(-1).flatten() for r in rollouts]).mean())
-    metrics["rollout/valid_fraction"] = float(batch.loss_mask.float().mean())
+        metrics["rollout/returns_mean"] = mean(torch.cat(ret), torch.cat([m.flatten() for _, m in metrics_adv]))
+        metrics["rollout/values_mean"] = mean(torch.cat(old_values))
+    metrics["rollout/rewards"] = mean(torch.cat([r.rewards.sum(-1).flatten() for r in rollouts]))
+    metrics["rollout/valid_fraction"] = mean(batch.loss_mask)
     return batch, metrics
 
 
@@ -352,6 +384,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
                                  param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype,
                                  cpu_offload=fsdp_cfg.cpu_offload)
     settings = update_settings(config, ctx.world_size)
+    reduce = dist.CrossRank()
     critic = config.algorithm.loss_type == "actor_critic" and config.actor.model.effective_add_value_head
     samples = config.samples_per_iteration() // ctx.world_size
     steps_per_iter = settings.update_epoch * max(1, samples // settings.global_batch_size)
@@ -416,14 +449,16 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
             offload_optimizer_state(optimizer, "cpu" if config.actor.enable_offload else None)
             rollouts = []
             for epoch in range(config.rollout_epoch):
+                epoch_index = state.iteration * config.rollout_epoch + epoch
                 ids = draw_reset_ids(env.pool, n_envs, config.train_group_size,
                                      ordered=split.use_ordered_reset_state_ids, seed=split.seed, rank=ctx.rank,
-                                     world_size=ctx.world_size,
-                                     epoch_index=state.iteration * config.rollout_epoch + epoch)
+                                     world_size=ctx.world_size, epoch_index=epoch_index)
+                streams = sampling_generator(config.actor.seed, epoch_index,
+                                             range(ctx.rank * n_envs, (ctx.rank + 1) * n_envs))
                 rollouts.append(collect(policy, env, num_chunk_steps,  # type: ignore[arg-type]
-                                        stages=stages, reset_state_ids=ids))
+                                        stages=stages, reset_state_ids=ids, generator=streams))
             t_adv = time.perf_counter()
-            batch, adv_metrics = build_batch(config, rollouts, critic=critic)
+            batch, adv_metrics = build_batch(config, rollouts, critic=critic, reduce=reduce)
             t_update = time.perf_counter()
             offload_optimizer_state(optimizer, ctx.device if config.actor.enable_offload else None)
             # The update stays in eval mode: dropout would make the first ratio != 1 (families also
@@ -432,12 +467,12 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
                                         scheduler=scheduler, ref_policy=ref_policy,
                                         grad_sync=dist.gradient_all_reduce if ctx.distributed and not use_fsdp
                                         else None,
-                                        step_offset=state.optimizer_steps)
+                                        step_offset=state.optimizer_steps, reduce=reduce, env_columns=n_envs)
             t_done = time.perf_counter()
             state.iteration += 1
             state.optimizer_steps += steps_per_iter
             state.skipped_steps += int(update_metrics.get("actor/skipped_steps", 0))
-            env_metrics = rollout_metrics(rollouts)
+            env_metrics = rollout_metrics(rollouts, reduce)
             metrics = {**update_metrics, **adv_metrics, **env_metrics}
             metrics = _mean_over_ranks(metrics)
             env_time = sum(r.env_time for r in rollouts)
@@ -469,14 +504,12 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
     return TrainResult(run_dir=run_dir, iterations=state.iteration, last_metrics=last_metrics, checkpoint=last_ckpt)
 
 
-_SUMMED = ("env/num_episodes",)
-
-
 def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
-    """Average every metric over the ranks that report it (counts in ``_SUMMED`` are added up).
+    """Average every metric over the ranks that report it.
 
-    Ranks may report different keys (no finished episode on a rank, an undefined explained variance), so
-    the dicts are gathered as objects rather than reduced as one fixed-length tensor.
+    The ``actor/*``, ``rollout/*`` and ``env/*`` metrics are already whole-batch values on every rank
+    (``CrossRank``); this averages the rest (timings). Ranks may report different keys, so the dicts are
+    gathered as objects rather than reduced as one fixed-length tensor.
     """
     if not torch.distributed.is_initialized():
         return metrics
@@ -485,7 +518,7 @@ def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in sorted({k for m in gathered for k in m}):
         values = [float(m[key]) for m in gathered if key in m]
-        out[key] = sum(values) if key in _SUMMED else sum(values) / len(values)
+        out[key] = sum(values) / len(values)
     return out
 
 

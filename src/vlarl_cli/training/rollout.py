@@ -12,6 +12,10 @@ per chunk, ``A`` action dims.
 
 Pipelining (``stages > 1``): env ``e`` belongs to stage ``e % S``; while the workers step stage ``s`` the
 policy computes the actions of stage ``s + 1``, so simulator time and inference time overlap.
+
+Sampling noise: with ``generator`` (a ``policies.noise.RowGenerator`` of one stream per env) each env's
+actions depend only on its own stream, so a rollout is the same with 1 or 2 pipeline stages and with any
+split of the envs over processes (up to the float rounding of different batch sizes).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 
 from vlarl_cli import keys
 from vlarl_cli.policies.base import Policy, PolicyOutput, Replay
+from vlarl_cli.policies.noise import RowGenerator
 
 
 @dataclass
@@ -60,8 +65,10 @@ def _record_episodes(store: dict[str, list[float]], infos: dict[str, Any]) -> No
 
 @torch.no_grad()
 def collect(policy: Policy, env: Any, num_chunk_steps: int, *, stages: int = 1,
-            deterministic: bool = False, reset_state_ids: Any = None) -> Rollout:
-    """Reset ``env`` (to ``reset_state_ids`` when given) and run ``num_chunk_steps`` chunk steps of ``policy``."""
+            deterministic: bool = False, reset_state_ids: Any = None, generator: RowGenerator | None = None
+            ) -> Rollout:
+    """Reset ``env`` (to ``reset_state_ids`` when given) and run ``num_chunk_steps`` chunk steps of ``policy``
+    (sampling noise from ``generator``'s per-env streams when given, else the policy's default)."""
     start = time.perf_counter()
     env_time = infer_time = 0.0
     t0 = time.perf_counter()
@@ -70,6 +77,9 @@ def collect(policy: Policy, env: Any, num_chunk_steps: int, *, stages: int = 1,
     n = env.num_envs
     stage_rows = [env.stage_ids(s) for s in range(stages)] if stages > 1 else [list(range(n))]
     stage_obs = [_subset_obs(obs, rows) for rows in stage_rows]
+    stage_gen = [generator.rows(rows) if generator is not None else None for rows in stage_rows]
+    if generator is not None and len(generator) != n:
+        raise ValueError(f"generator has {len(generator)} streams for {n} envs")
 
     outs: list[list[PolicyOutput]] = [[] for _ in range(stages)]
     rewards = [[] for _ in range(stages)]  # type: list[list[torch.Tensor]]
@@ -96,7 +106,8 @@ def collect(policy: Policy, env: Any, num_chunk_steps: int, *, stages: int = 1,
             if stages > 1 and outs[s]:
                 receive(s)  # this stage's previous chunk; the other stages keep stepping meanwhile
             t = time.perf_counter()
-            out = policy.sample(stage_obs[s], deterministic=deterministic)
+            out = (policy.sample(stage_obs[s], deterministic=deterministic) if stage_gen[s] is None
+                   else policy.sample(stage_obs[s], deterministic=deterministic, generator=stage_gen[s]))
             infer_time += time.perf_counter() - t
             outs[s].append(out)
             if stages > 1:

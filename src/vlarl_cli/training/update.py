@@ -14,9 +14,13 @@ given) -> clip the global grad norm -> skip the step (warning + ``actor/skipped_
 the grad norm is NaN/Inf, else ``optimizer.step()`` and ``scheduler.step()``.
 
 Multi-process note: ``settings.global_batch_size`` is the PER-PROCESS mini-batch here (the runner divides
-the configured global batch by the data-parallel size). A non-finite local loss poisons the local
-gradients with NaN before ``grad_sync`` so that every process sees a non-finite norm and all of them
-skip the same step (replicas never diverge).
+the configured global batch by the data-parallel size). With ``reduce`` (``distributed.dist.CrossRank``)
+the denominators and the metrics are taken over every process's part of the mini-batch, and with
+``env_columns`` the shuffle picks whole time slots (every env of a chunk step), so W processes holding
+1/W of the envs each form exactly the mini-batches of one process holding all of them: a W-process
+update equals the 1-process update on the same global batch (tests/distributed). A non-finite local
+loss poisons the local gradients with NaN before ``grad_sync`` so that every process sees a non-finite
+norm and all of them skip the same step (replicas never diverge).
 
 Train/eval mode is the caller's business: the first evaluation must reproduce the rollout log-probs
 (ratio exactly 1), so dropout must be off in the policy.
@@ -44,6 +48,7 @@ from vlarl_cli.algorithms.losses import (
     to_unit,
     value_loss,
 )
+from vlarl_cli.algorithms.reduction import LOCAL, Reduce
 from vlarl_cli.errors import ConfigError
 from vlarl_cli.policies.base import Policy, Replay, index_replay
 
@@ -162,14 +167,21 @@ class _Mean:
         self.weights: dict[str, float] = {}
 
     def add(self, name: str, value: float | Tensor, weight: float | Tensor = 1.0) -> None:
+        # a zero weight still records the name: every process then holds the same names (reduce())
         w = float(weight)
-        if w <= 0:
-            return
-        self.sums[name] = self.sums.get(name, 0.0) + float(value) * w
-        self.weights[name] = self.weights.get(name, 0.0) + w
+        self.sums[name] = self.sums.get(name, 0.0) + (float(value) * w if w > 0 else 0.0)
+        self.weights[name] = self.weights.get(name, 0.0) + max(w, 0.0)
+
+    def reduce(self, reduce: Reduce) -> None:
+        """Sum the sums and weights over processes (same names everywhere: the same code ran)."""
+        names = sorted(self.sums)
+        vec = torch.tensor([self.sums[k] for k in names] + [self.weights[k] for k in names], dtype=torch.float64)
+        vec = reduce.sum(vec)
+        self.sums = dict(zip(names, vec[: len(names)].tolist(), strict=True))
+        self.weights = dict(zip(names, vec[len(names):].tolist(), strict=True))
 
     def result(self) -> dict[str, float]:
-        return {k: self.sums[k] / self.weights[k] for k in self.sums}
+        return {k: self.sums[k] / self.weights[k] for k in self.sums if self.weights[k] > 0}
 
 
 def _clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> float:
@@ -181,22 +193,38 @@ def _clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> float:
     return float(full() if callable(full) else norm)
 
 
-def _denominators(mb: RolloutBatch, s: UpdateSettings, entropy_level: str) -> dict[str, Tensor]:
+def _denominators(mb: RolloutBatch, s: UpdateSettings, entropy_level: str, reduce: Reduce) -> dict[str, Tensor]:
+    """Loss denominators of the whole mini-batch (all processes), divided by the number of processes:
+    the gradient average over processes then equals the gradient of the whole mini-batch."""
     shape = mb.old_logprobs.shape
-    out = {}
-    _, out["policy"] = loss_weights(mask_to_unit(mb.loss_mask, s.logprob_type, shape), s.loss_agg,
-                                    valid_fraction=mb.valid_fraction, steps_per_trajectory=mb.steps_per_trajectory)
-    _, out["entropy"] = loss_weights(mask_to_unit(mb.loss_mask, entropy_level, shape), s.loss_agg,
-                                     valid_fraction=mb.valid_fraction, steps_per_trajectory=mb.steps_per_trajectory)
-    _, out["value"] = loss_weights(mb.loss_mask.any(-1), s.loss_agg, valid_fraction=mb.valid_fraction,
-                                   steps_per_trajectory=mb.steps_per_trajectory)
-    return out
+    masks = {"policy": mask_to_unit(mb.loss_mask, s.logprob_type, shape),
+             "entropy": mask_to_unit(mb.loss_mask, entropy_level, shape), "value": mb.loss_mask.any(-1)}
+    raw = []
+    for mask in masks.values():
+        _, den = loss_weights(mask, s.loss_agg, valid_fraction=mb.valid_fraction,
+                              steps_per_trajectory=mb.steps_per_trajectory)
+        # token-mean counts valid units (clamped to >= 1 only after summing over processes)
+        raw.append(mask.sum().double() if s.loss_agg == "token-mean" else den.double())
+    total = reduce.sum(torch.stack(raw).cpu())
+    if s.loss_agg == "token-mean":
+        total = total.clamp(min=1.0)
+    return {k: (v / reduce.world).float() for k, v in zip(masks, total, strict=True)}
+
+
+def _permutation(n: int, s: UpdateSettings, env_columns: int | None,
+                 generator: torch.Generator) -> Tensor:
+    """Row order of one update epoch. With ``env_columns`` (rows are ``slot * env_columns + env``) and a
+    mini-batch that holds whole slots, whole slots are shuffled; otherwise rows are."""
+    if env_columns and n % env_columns == 0 and s.global_batch_size % env_columns == 0:
+        slots = torch.randperm(n // env_columns, generator=generator)
+        return (slots.unsqueeze(1) * env_columns + torch.arange(env_columns)).reshape(-1)
+    return torch.randperm(n, generator=generator)
 
 
 def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RolloutBatch, settings: UpdateSettings,
                *, generator: torch.Generator, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
                ref_policy: nn.Module | None = None, grad_sync: Callable[[nn.Module], None] | None = None,
-               step_offset: int = 0) -> dict[str, float]:
+               step_offset: int = 0, reduce: Reduce = LOCAL, env_columns: int | None = None) -> dict[str, float]:
     """Run ``update_epoch`` passes of clipped-PPO mini-batch updates; return averaged metrics.
 
     Args:
@@ -206,6 +234,10 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: Rollo
         ref_policy: frozen reference for the KL penalty (required when ``kl_beta > 0``).
         grad_sync: called on ``policy`` after backward, before clipping (data-parallel all-reduce).
         step_offset: optimizer steps already taken (for ``critic_warmup_steps``).
+        reduce: reductions over the data-parallel processes (denominators, metrics); LOCAL in one process.
+        env_columns: envs per chunk step when rows are laid out ``slot * env_columns + env`` (the runner's
+            layout): the shuffle then moves whole slots, which keeps mini-batches independent of how the
+            envs are split over processes.
     Returns:
         ``actor/policy_loss``, ``actor/value_loss``, ``actor/approx_kl``, ``actor/pg_clipfrac``,
         ``actor/clipped_ratio``, ``actor/value_clip_ratio``, ``actor/grad_norm``, ``actor/entropy``,
@@ -232,10 +264,10 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: Rollo
     steps = 0
 
     for _epoch in range(s.update_epoch):
-        perm = torch.randperm(n, generator=generator)
+        perm = _permutation(n, s, env_columns, generator)
         for start in range(0, n, s.global_batch_size):
             mb = batch.select(perm[start:start + s.global_batch_size])
-            den = _denominators(mb, s, entropy_level)
+            den = _denominators(mb, s, entropy_level, reduce)
             actor_on = step_offset + steps + skipped >= s.critic_warmup_steps
             optimizer.zero_grad(set_to_none=True)
             total = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0}
@@ -271,6 +303,7 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: Rollo
             if has_critic:
                 m.add("value_loss", total["value_loss"])
 
+    m.reduce(reduce)
     out = {f"actor/{k}": v for k, v in m.result().items()}
     if "actor/clipfrac" in out:
         out["actor/pg_clipfrac"] = out.pop("actor/clipfrac")
@@ -279,7 +312,7 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: Rollo
     out["actor/lr"] = float(optimizer.param_groups[0]["lr"])
     if has_critic:
         assert batch.old_values is not None and batch.returns is not None
-        ev = explained_variance(batch.old_values, batch.returns, batch.loss_mask.any(-1))
+        ev = explained_variance(batch.old_values, batch.returns, batch.loss_mask.any(-1), reduce)
         if math.isfinite(ev):
             out["actor/explained_variance"] = ev
     return out

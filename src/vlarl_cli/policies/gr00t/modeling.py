@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from vlarl_cli import keys
 from vlarl_cli.errors import ConfigError
+from vlarl_cli.policies import noise as noise_lib
 from vlarl_cli.policies.base import EvaluateOutput, Observation, PolicyOutput, Replay
 from vlarl_cli.policies.flow_matching import FlowConfig, VelocityOutput, flow_logprobs, sample_flow
 from vlarl_cli.policies.gr00t.action_head import ActionHead
@@ -36,6 +37,7 @@ from vlarl_cli.policies.gr00t.processing import (
     load_tokenizer,
     preprocess_images,
 )
+from vlarl_cli.policies.noise import AnyGenerator
 from vlarl_cli.policies.value_head import ValueHead
 
 __all__ = ["Gr00tPolicy", "NoiseHead", "disable_dropout"]
@@ -278,14 +280,14 @@ class Gr00tPolicy(nn.Module):
         return x[:, : self.num_action_chunks, : self.action_dim]
 
     def sample(self, obs: Observation, deterministic: bool = False,
-               generator: torch.Generator | None = None) -> PolicyOutput:
+               generator: AnyGenerator = None) -> PolicyOutput:
         """Raw env batch -> env actions [B, C, 7], log-probs [B, C, 7], values [B], replay."""
         inputs = self.prepare_inputs(obs)
         b = inputs["state"].shape[0]
         with torch.no_grad():
             enc = self.encode(inputs)
-            noise = torch.randn(b, self.config.action_horizon, self.config.action_dim, generator=generator,
-                                device=self.device, dtype=torch.float32).to(self.dtype)
+            noise = noise_lib.randn((b, self.config.action_horizon, self.config.action_dim), generator,
+                                   device=self.device, dtype=torch.float32).to(self.dtype)
             fs = sample_flow(self._velocity_fn(enc, inputs["embodiment_id"]), noise, self.flow_cfg,
                              deterministic=deterministic, generator=generator)
             values = self.values(enc)
@@ -293,7 +295,7 @@ class Gr00tPolicy(nn.Module):
         scale = self.settings.effective_action_noise_scale
         if not deterministic and scale > 0:
             # N1.6 exploration noise on the executed actions, outside the log-prob (RLinf action_noise_scale)
-            eps = torch.randn(env.shape, generator=generator, device=env.device, dtype=env.dtype)
+            eps = noise_lib.randn(env.shape, generator, device=env.device, dtype=env.dtype)
             env = (env + scale * eps).clamp(-1.0, 1.0)
         actions = self.modality.to_env_action(env)
         replay = {**inputs, "chain": fs.chain, "denoise_index": fs.denoise_index}

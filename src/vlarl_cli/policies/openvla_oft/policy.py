@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
+from vlarl_cli.policies.noise import AnyGenerator
 from vlarl_cli.policies.openvla_oft.config import OftConfig
 from vlarl_cli.policies.openvla_oft.modeling import OftModel
 from vlarl_cli.policies.openvla_oft.processing import (
@@ -109,7 +110,7 @@ class OftPolicy(OftModel):
     # ------------------------------------------------------------------ the contract
     @torch.no_grad()
     def sample(self, obs: dict[str, Any], deterministic: bool = False,
-               generator: torch.Generator | None = None) -> PolicyOutput:
+               generator: AnyGenerator = None) -> PolicyOutput:
         """Raw env observation -> :class:`PolicyOutput` (shapes in :mod:`vlarl_cli.policies.base`)."""
         inputs = self.processor.prepare(obs)
         logits, hidden = self._forward(inputs)

@@ -26,7 +26,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vlarl_cli.policies import noise as noise_lib
 from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
+from vlarl_cli.policies.noise import AnyGenerator
 from vlarl_cli.policies.normalization import Normalizer, NormStats
 from vlarl_cli.policies.pi0.config import Pi0Config
 from vlarl_cli.policies.pi0.modeling import ExpertCache, Pi0Model
@@ -135,7 +137,7 @@ class Pi0Policy(Pi0Model):
     # ------------------------------------------------------------------ the contract
     @torch.no_grad()
     def sample(self, obs: dict[str, Any], deterministic: bool = False,
-               generator: torch.Generator | None = None, noise: Tensor | None = None) -> PolicyOutput:
+               generator: AnyGenerator = None, noise: Tensor | None = None) -> PolicyOutput:
         """Raw env observation -> :class:`PolicyOutput` (shapes in :mod:`vlarl_cli.policies.base`).
 
         ``generator`` drives the initial noise, the denoise index and the transition noise;
@@ -149,7 +151,7 @@ class Pi0Policy(Pi0Model):
         calls: list[tuple[Tensor, Tensor, Tensor]] = []
         shape = (b, self.cfg.action_horizon, self.cfg.max_action_dim)
         if noise is None:
-            noise = torch.randn(shape, generator=generator, device=self.device, dtype=torch.float32)
+            noise = noise_lib.randn(shape, generator, device=self.device, dtype=torch.float32)
         elif tuple(noise.shape) != shape:
             raise ValueError(f"noise must be {list(shape)}, got {list(noise.shape)}")
         noise = noise.to(device=self.device, dtype=torch.float32)
