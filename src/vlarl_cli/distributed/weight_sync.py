@@ -173,6 +173,7 @@ class WeightSync:
         self._last_version: int | None = None
         self._layout_hash: int | None = None
         self._plan: list[Bucket] = []
+        self._buffers: list[Tensor] = []
         initialized = torch_dist.is_available() and torch_dist.is_initialized()
         if not initialized:
             if len(members) > 1 or src != 0:
@@ -287,31 +288,67 @@ class WeightSync:
                       "seconds": time.perf_counter() - t0, "skipped": 0.0}
         return True
 
+    def release_buffers(self) -> None:
+        """Free the two staging buffers (they are kept between pushes: re-allocating them costs page faults
+        on the CPU); call this when the rollout and the actor share a device and memory is tight."""
+        self._buffers = []
+
+    def _staging(self, i: int, bucket: Bucket, device: torch.device) -> Tensor:
+        """Flat view of ``bucket.numel`` elements in staging buffer ``i % 2``.
+
+        With at most two buckets in flight, bucket ``i - 2`` (the previous user of the buffer) is complete.
+        """
+        if len(self._buffers) != 2:
+            self._buffers = [torch.empty(0, dtype=torch.uint8, device=device) for _ in range(2)]
+        buffer = self._buffers[i % 2]
+        if buffer.numel() < bucket.nbytes or buffer.device != device:  # grows to the largest staged bucket
+            buffer = self._buffers[i % 2] = torch.empty(bucket.nbytes, dtype=torch.uint8, device=device)
+        return buffer[:bucket.nbytes].view(bucket.dtype)
+
+    @staticmethod
+    def _direct(tensor: Tensor, bucket: Bucket, device: torch.device) -> Tensor | None:
+        """The tensor itself as the wire buffer when a bucket holds only it and no copy is needed."""
+        t = tensor.detach()
+        if t.dtype == bucket.dtype and t.device == device and t.is_contiguous():
+            return t.reshape(-1)
+        return None
+
     def _send(self, state: Mapping[str, Tensor], device: torch.device) -> None:
-        pending: list[tuple[Any, Tensor]] = []
-        for bucket in self._plan:
-            flat = torch.empty(bucket.numel, dtype=bucket.dtype, device=device)
-            for slot in bucket.slots:
-                flat[slot.offset:slot.offset + slot.numel].view(slot.shape).copy_(state[slot.name])
+        pending: list[Any] = []
+        for i, bucket in enumerate(self._plan):
+            if bucket.numel == 0:
+                continue
+            flat = self._direct(state[bucket.slots[0].name], bucket, device) if len(bucket.slots) == 1 else None
+            if flat is None:
+                flat = self._staging(i, bucket, device)
+                for slot in bucket.slots:
+                    flat[slot.offset:slot.offset + slot.numel].view(slot.shape).copy_(state[slot.name])
             # raw bytes: exact for every dtype and supported by gloo and NCCL alike
-            work = torch_dist.broadcast(flat.view(torch.uint8), src=self.src, group=self.group, async_op=True)
-            pending.append((work, flat))
+            pending.append(torch_dist.broadcast(flat.view(torch.uint8), src=self.src, group=self.group,
+                                                async_op=True))
             if len(pending) > 1:  # at most two buckets in flight: packing overlaps the previous broadcast
-                pending.pop(0)[0].wait()
-        for work, _ in pending:
+                pending.pop(0).wait()
+        for work in pending:
             work.wait()
 
     def _receive(self, own: Mapping[str, Tensor], device: torch.device) -> None:
-        def post(bucket: Bucket) -> tuple[Any, Tensor]:
-            flat = torch.empty(bucket.numel, dtype=bucket.dtype, device=device)
-            return torch_dist.broadcast(flat.view(torch.uint8), src=self.src, group=self.group,
-                                        async_op=True), flat
+        buckets = [(i, b) for i, b in enumerate(self._plan) if b.numel > 0]
 
-        inflight = post(self._plan[0]) if self._plan else None
-        for i, bucket in enumerate(self._plan):
+        def post(i: int, bucket: Bucket) -> tuple[Any, Tensor, bool]:
+            # a lone tensor of the right dtype is received in place: no staging copy
+            flat = self._direct(own[bucket.slots[0].name], bucket, device) if len(bucket.slots) == 1 else None
+            direct = flat is not None
+            if flat is None:
+                flat = self._staging(i, bucket, device)
+            work = torch_dist.broadcast(flat.view(torch.uint8), src=self.src, group=self.group, async_op=True)
+            return work, flat, direct
+
+        inflight = post(*buckets[0]) if buckets else None
+        for k, (_, bucket) in enumerate(buckets):
             assert inflight is not None
-            work, flat = inflight
-            inflight = post(self._plan[i + 1]) if i + 1 < len(self._plan) else None
+            work, flat, direct = inflight
+            inflight = post(*buckets[k + 1]) if k + 1 < len(buckets) else None
             work.wait()
-            for slot in bucket.slots:
-                own[slot.name].copy_(flat[slot.offset:slot.offset + slot.numel].view(slot.shape))
+            if not direct:
+                for slot in bucket.slots:
+                    own[slot.name].copy_(flat[slot.offset:slot.offset + slot.numel].view(slot.shape))
