@@ -140,6 +140,14 @@ def _run(rank: int, port: int) -> None:
     message = str(err.value)
     assert 'rank 0: key "lin.weight" has shape [2, 4] here but [3, 4] on the source' in message, message
     torch_dist.barrier()  # still in step after the failure
+
+    # 5. the source cannot send what it was given: it says so in the header and everybody raises
+    fresh = WeightSync(net, src=2, ranks=[0, 1, 2])
+    with pytest.raises(ConfigError) as err:
+        fresh.push(1, {**_source_state(1), "big": "not a tensor"} if rank == 2 else None)  # type: ignore[dict-item]
+    expected = '"big" is a str, not a tensor' if rank == 2 else "source rank 2 could not prepare"
+    assert expected in str(err.value), str(err.value)
+    torch_dist.barrier()
     torch_dist.destroy_process_group()
 
 

@@ -11,7 +11,9 @@ Protocol of one :meth:`WeightSync.push` (all participants call it, in the same o
 collective on the group):
 
 1. ``src`` broadcasts an int64 header ``[version, layout_hash]``. When ``version`` equals the version of
-   the last completed push every participant returns ``False``: nothing else moves.
+   the last completed push every participant returns ``False``: nothing else moves. When the source
+   cannot send its state (a sharded DTensor, a non-tensor value) the hash says so and every participant
+   raises.
 2. When ``layout_hash`` differs from the one seen last (always on the first push), ``src`` broadcasts its
    layout (names, shapes, dtypes) as bytes; each receiver compares names and shapes with its own
    ``state_dict()`` and the participants agree (one all-reduce) on whether anybody mismatched. If so the
@@ -19,7 +21,9 @@ collective on the group):
    same :class:`~vlarl_cli.errors.ConfigError`, so nobody is left waiting for buckets that never come.
 3. The tensors, grouped by the source's dtype and packed into flat buckets of at most ``bucket_mb``, are
    broadcast one bucket at a time (as raw bytes, so every dtype travels bit-exactly on every backend), with
-   the next bucket in flight while the previous one is unpacked. Receivers ``copy_`` into their own
+   the next bucket in flight while the previous one is unpacked. A bucket holding one tensor whose dtype
+   and device already match is sent from / received into that tensor directly, without staging copies.
+   Receivers ``copy_`` into their own
    parameters and buffers, which casts where the receiver holds another dtype (a bf16 rollout copy of an
    fp32 actor).
 """
@@ -41,6 +45,7 @@ from vlarl_cli.errors import ConfigError
 
 _MB = 1 << 20
 _NO_ERROR = 1 << 62  # all-reduce MIN sentinel: "no participant mismatched"
+_SOURCE_FAILED = -(1 << 62)  # header layout-hash sentinel: the source could not prepare its state
 
 
 @dataclass(frozen=True)
@@ -258,15 +263,14 @@ class WeightSync:
         send: dict[str, Tensor] = {}
         layout: list[tuple[str, tuple[int, ...], torch.dtype]] | None = None
         header = torch.zeros(2, dtype=torch.int64, device=device)
+        failure: ConfigError | None = None
         if is_src and version != self._last_version:
-            own = self._own_state()
-            if state is None:
-                send = own
-            else:  # the module's own order first (same on receivers), then any extra keys
-                send = {k: state[k] for k in own if k in state}
-                send.update({k: v for k, v in state.items() if k not in send and isinstance(v, Tensor)})
-            layout = [(k, tuple(v.shape), v.dtype) for k, v in send.items()]
-            header[1] = _layout_hash(layout)
+            try:
+                send = self._source_state(state)
+                layout = [(k, tuple(v.shape), v.dtype) for k, v in send.items()]
+                header[1] = _layout_hash(layout)
+            except ConfigError as err:  # tell the receivers before raising, so that nobody waits for buckets
+                failure, header[1] = err, _SOURCE_FAILED
         if is_src:
             header[0] = version
         torch_dist.broadcast(header, src=self.src, group=self.group)
@@ -274,6 +278,10 @@ class WeightSync:
         if got_version == self._last_version:
             self.stats["seconds"] = time.perf_counter() - t0
             return False
+        if got_hash == _SOURCE_FAILED:
+            raise failure or ConfigError(f"WeightSync: the source rank {self.src} could not prepare the weights of "
+                                         f"version {got_version} (its own error says why).",
+                                         "Read the error of the source rank.")
         if got_hash != self._layout_hash:
             checked = self._check_layout(layout, device)
             self._plan = plan_buckets(checked, self.bucket_bytes)
@@ -287,6 +295,27 @@ class WeightSync:
         self.stats = {"bytes": float(sum(b.nbytes for b in self._plan)), "buckets": float(len(self._plan)),
                       "seconds": time.perf_counter() - t0, "skipped": 0.0}
         return True
+
+    def _source_state(self, state: Mapping[str, Tensor] | None) -> dict[str, Tensor]:
+        """The tensors to send, in the module's own ``state_dict()`` order (the receivers' order), then any
+        extra keys of ``state``; raises ConfigError for values that cannot be sent as they are."""
+        own = self._own_state()
+        if state is None:
+            send = own
+        else:
+            send = {k: state[k] for k in own if k in state}
+            send.update({k: v for k, v in state.items() if k not in send})
+        from torch.distributed.tensor import DTensor
+
+        for name, value in send.items():
+            if isinstance(value, DTensor):
+                raise ConfigError(f'WeightSync was given the sharded tensor "{name}" (an FSDP DTensor).',
+                                  "Pass the gathered full state on the source rank: "
+                                  "push(version, fsdp.full_model_state(model)).")
+            if not isinstance(value, Tensor):
+                raise ConfigError(f'WeightSync state value "{name}" is a {type(value).__name__}, not a tensor.',
+                                  "Pass a state dict of tensors (module.state_dict()).")
+        return send
 
     def release_buffers(self) -> None:
         """Free the two staging buffers (they are kept between pushes: re-allocating them costs page faults
