@@ -135,7 +135,16 @@ def _worker(rank: int, port: int, args: argparse.Namespace, out: str) -> None:
     result["per_tensor_over_push"] = round(timed["per_tensor"] / default, 2)  # for the first --bucket-mb
     result["sync_gbps"] = round(result["sync_bytes"] / default / 1e9, 3)
     sync = syncs[str(args.bucket_mb[0])]
-    sync.push(version[0])  # this sync is now up to date: the next pushes of that version are skipped
+    if rank == 0:  # new actor weights, then one real push: the rollout copy must equal them exactly
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1.5)
+    version[0] += 1
+    assert sync.push(version[0])
+    fingerprint = torch.stack([t.double().sum() for t in state.values()])
+    source = fingerprint.clone()
+    torch_dist.broadcast(source, src=0)
+    result["sync_verified"] = bool(torch.equal(fingerprint, source))
 
     def skipped() -> None:
         assert not sync.push(version[0])
