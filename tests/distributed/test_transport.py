@@ -13,7 +13,7 @@ import torch
 import torch.distributed as torch_dist
 import torch.multiprocessing as mp
 
-from vlarl_cli.distributed.transport import decode, encode
+from vlarl_cli.distributed.transport import _aligned, decode, encode
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -68,12 +68,15 @@ def test_encode_decode_round_trip_is_bitwise_and_never_pickles_tensors() -> None
     assert message.numel() == -(-header_bytes // 64) * 64 + sum(-(-n // 64) * 64 for n in sizes)
 
 
-def test_decode_places_tensors_on_device_and_views_the_message() -> None:
-    header_bytes, message = encode({"x": torch.arange(6.0).view(2, 3)})
-    out = decode(header_bytes, message, device="cpu")["x"]
-    assert out.untyped_storage().data_ptr() == message.data_ptr()  # no copy when already on the device
-    assert out.data_ptr() % 64 == 0
-    assert out.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+def test_decoded_tensors_own_their_storage() -> None:
+    header_bytes, message = encode({"x": torch.arange(6.0).view(2, 3), "y": torch.ones(1000, dtype=torch.uint8)})
+    out = decode(header_bytes, message, device="cpu")
+    base = _aligned(header_bytes)
+    assert torch.equal(message[base:base + 24].view(torch.float32), torch.arange(6.0))  # x sits at offset 0
+    assert message[base + 64:base + 64 + 1000].eq(1).all()  # y at the next 64-byte boundary
+    message.zero_()  # the message buffer can go: nothing received refers to it
+    assert out["x"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]] and out["x"].is_contiguous()
+    assert out["x"].untyped_storage().nbytes() == 24 and int(out["y"].sum()) == 1000
     with pytest.raises(TypeError, match="sends a mapping"):
         encode([torch.ones(1)])  # type: ignore[arg-type]
 

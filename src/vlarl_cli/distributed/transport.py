@@ -100,7 +100,9 @@ def encode(obj: Mapping[str, Any], device: torch.device | str = "cpu") -> tuple[
 
 
 def decode(header_bytes: int, message: Tensor, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Inverse of :func:`encode`; tensors are views of ``message`` when it already lives on ``device``."""
+    """Inverse of :func:`encode`. Every tensor gets its own storage on ``device`` (one copy of its bytes):
+    views into the message would keep the whole message alive as long as any one tensor is kept, e.g.
+    the states of every step held in a rollout buffer pinning all camera images."""
     head = pickle.loads(message[:header_bytes].cpu().numpy().tobytes())
     base = _aligned(header_bytes)
     target = torch.device(device)
@@ -110,7 +112,7 @@ def decode(header_bytes: int, message: Tensor, device: torch.device | str = "cpu
             t = message[base + start:base + start + nbytes].view(dtype).view(shape)
         else:
             t = torch.empty(shape, dtype=dtype, device=message.device)
-        tensors.append(t if t.device == target else t.to(target))
+        tensors.append(t.clone() if t.device == target else t.to(target))
     result: dict[str, Any] = _join(head["tree"], tensors)
     return result
 
