@@ -169,6 +169,12 @@ def test_command_line_overrides(rlinf_recipe: Path) -> None:
     assert cfg.env.train.reward_coef == 4.0  # interpolation resolved after the override
 
 
+def test_placement_override_replaces_the_files_placement() -> None:
+    loaded = load_config("quickstart", ['cluster.component_placement={env: 0, rollout: 1, actor: 0-1}'],
+                         world_size=2)
+    assert loaded.config.cluster.placement(2) == {"env": [0], "rollout": [1], "actor": [0, 1]}
+
+
 def _error(tmp_path: Path, body: str, overrides: tuple[str, ...] = ()) -> str:
     path = tmp_path / "broken.yaml"
     path.write_text(textwrap.dedent(body))

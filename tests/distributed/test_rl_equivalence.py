@@ -1,9 +1,11 @@
-"""The whole rl-train loop gives the same numbers with 1 and 2 processes (same global batch).
+"""The whole rl-train loop gives the same numbers with 1 and 2 processes (same global batch), collocated
+or with the components placed on different ranks.
 
-Everything that could depend on the split is made independent of it: reset states are drawn for all
-envs and sliced (``draw_reset_ids``), every env has its own sampling stream (``policies.noise``), the
-shuffle moves whole chunk steps, and advantage normalisation, loss denominators and metrics are reduced
-over the ranks. What remains is float rounding (different batch sizes, sum orders), hence the tolerances.
+Everything that could depend on the split is made independent of it: models are initialised under the
+same seed everywhere, reset states are drawn for all envs and sliced (``draw_reset_ids``), every env has
+its own sampling stream (``policies.noise``), the shuffle moves whole chunk steps, and advantage
+normalisation, loss denominators and metrics are reduced over the ranks. What remains is float rounding
+(different batch sizes, sum orders), hence the tolerances.
 """
 
 from __future__ import annotations
@@ -33,13 +35,8 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-@pytest.mark.parametrize("sharding", ["full_shard", "no_shard"])
-def test_two_processes_reproduce_one(single: Path, sharding: str, tmp_path: Path) -> None:
-    out = _vlarl("rl-train", *COMMON, f"runner.logger.log_path={tmp_path}",
-                 f"actor.fsdp_config.sharding_strategy={sharding}", "--nproc-per-node", "2",
-                 "--master-port", "{port}")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    one, two = _rows(single), _rows(tmp_path)
+def _compare(single: Path, run: Path) -> None:
+    one, two = _rows(single), _rows(run)
     assert [r["step"] for r in two] == [1, 2, 3]
     compared = 0
     for a, b in zip(one, two, strict=True):
@@ -53,7 +50,36 @@ def test_two_processes_reproduce_one(single: Path, sharding: str, tmp_path: Path
     assert one[-1]["env/num_episodes"] == 16 and 0 < one[-1]["env/success_once"] < 1
     assert one[-1]["actor/approx_kl"] > 1e-4
     w1 = load_file(str(single / "checkpoints" / "global_step_3" / "model.safetensors"))
-    w2 = load_file(str(tmp_path / "checkpoints" / "global_step_3" / "model.safetensors"))
+    w2 = load_file(str(run / "checkpoints" / "global_step_3" / "model.safetensors"))
     assert w1.keys() == w2.keys()
     for name in w1:
         torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("sharding", ["full_shard", "no_shard"])
+def test_two_processes_reproduce_one(single: Path, sharding: str, tmp_path: Path) -> None:
+    out = _vlarl("rl-train", *COMMON, f"runner.logger.log_path={tmp_path}",
+                 f"actor.fsdp_config.sharding_strategy={sharding}", "--nproc-per-node", "2",
+                 "--master-port", "{port}")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _compare(single, tmp_path)
+
+
+@pytest.mark.parametrize("placement", [
+    # env rank 0 served to rollout rank 1; FSDP actor on both, so rollout samples with its own copy
+    "{env: 0, rollout: 1, actor: 0-1}",
+    # training on its own rank: every iteration's weights go to the rollout rank (WeightSync)
+    '{"env,rollout": 0, actor: 1}',
+    # two rollout ranks, one of them the (unsharded) actor
+    '{"env,rollout": 0-1, actor: 0}',
+])
+def test_separated_placements_reproduce_the_collocated_run(single: Path, placement: str, tmp_path: Path) -> None:
+    out = _vlarl("rl-train", *COMMON, f"runner.logger.log_path={tmp_path}",
+                 f"cluster.component_placement={placement}", "--nproc-per-node", "2", "--master-port", "{port}")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _compare(single, tmp_path)
+    rows = _rows(tmp_path)
+    # weights moved to a rollout copy before every collect (the first push sends the initial weights)
+    assert all(r["sync/bytes"] > 0 for r in rows)
+    if "env: 0, rollout: 1" in placement:
+        assert all(r["time/transfer"] >= 0 for r in rows)

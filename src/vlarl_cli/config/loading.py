@@ -108,7 +108,9 @@ def compose_raw(source: Path, overrides: list[str]) -> dict[str, Any]:
     cfg.pop("defaults", None)
     for key, value in value_overrides:
         try:
-            OmegaConf.update(cfg, key, value, merge=True, force_add=True)
+            # a placement override replaces the file's placement (merging would place components twice)
+            merge = not key.endswith("component_placement")
+            OmegaConf.update(cfg, key, value, merge=merge, force_add=True)
         except OmegaConfBaseException as err:
             raise ConfigError(f'Cannot apply override "{key}={value}": {_first_line(err)}') from None
     try:

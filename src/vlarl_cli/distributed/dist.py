@@ -59,16 +59,16 @@ def shutdown() -> None:
         torch_dist.destroy_process_group()
 
 
-def barrier() -> None:
+def barrier(group: Any = None) -> None:
     if torch_dist.is_initialized():
-        torch_dist.barrier()
+        torch_dist.barrier(group=group)
 
 
-def all_reduce_mean_(tensor: torch.Tensor) -> torch.Tensor:
-    """In-place mean over ranks (identity for one process)."""
-    if torch_dist.is_initialized() and torch_dist.get_world_size() > 1:
-        torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
-        tensor /= torch_dist.get_world_size()
+def all_reduce_mean_(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """In-place mean over the ranks of ``group`` (identity for one process)."""
+    if torch_dist.is_initialized() and torch_dist.get_world_size(group) > 1:
+        torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM, group=group)
+        tensor /= torch_dist.get_world_size(group)
     return tensor
 
 
@@ -102,15 +102,16 @@ class CrossRank:
         return self._reduce(t, torch_dist.ReduceOp.MAX)
 
 
-def gradient_all_reduce(module: torch.nn.Module) -> None:
-    """Average gradients over ranks in buckets (data-parallel without FSDP)."""
-    if not (torch_dist.is_initialized() and torch_dist.get_world_size() > 1):
+def gradient_all_reduce(module: torch.nn.Module, group: Any = None) -> None:
+    """Average gradients over the ranks of ``group`` (default: all) in one flat buffer (data-parallel
+    without FSDP)."""
+    if not (torch_dist.is_initialized() and torch_dist.get_world_size(group) > 1):
         return
     grads = [p.grad for p in module.parameters() if p.grad is not None]
     if not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
-    all_reduce_mean_(flat)
+    all_reduce_mean_(flat, group)
     offset = 0
     for g in grads:
         n = g.numel()
@@ -118,13 +119,13 @@ def gradient_all_reduce(module: torch.nn.Module) -> None:
         offset += n
 
 
-def broadcast_module_(module: torch.nn.Module, src: int = 0) -> None:
-    """Make every rank's parameters and buffers equal to rank ``src``'s."""
-    if not (torch_dist.is_initialized() and torch_dist.get_world_size() > 1):
+def broadcast_module_(module: torch.nn.Module, src: int = 0, group: Any = None) -> None:
+    """Make the parameters and buffers of every rank of ``group`` equal to (global) rank ``src``'s."""
+    if not (torch_dist.is_initialized() and torch_dist.get_world_size(group) > 1):
         return
     with torch.no_grad():
         for tensor in list(module.parameters()) + list(module.buffers()):
-            torch_dist.broadcast(tensor.data, src=src)
+            torch_dist.broadcast(tensor.data, src=src, group=group)
 
 
 def print0(*args: object) -> None:

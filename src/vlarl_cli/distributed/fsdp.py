@@ -39,9 +39,10 @@ def wrap_classes(model: nn.Module, configured: list[str]) -> list[str]:
 
 
 def shard_model(model: nn.Module, *, device: torch.device, class_names: list[str], reshard_after_forward: bool = True,
-                param_dtype: str | None = None, reduce_dtype: str | None = None, cpu_offload: bool = False
-                ) -> nn.Module:
-    """Apply ``fully_shard`` to each unit and the root, in place; returns the model."""
+                param_dtype: str | None = None, reduce_dtype: str | None = None, cpu_offload: bool = False,
+                mesh: Any = None) -> nn.Module:
+    """Apply ``fully_shard`` to each unit and the root, in place; returns the model. ``mesh``: a 1-D
+    DeviceMesh over the actor ranks (default: every rank)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import (
@@ -51,7 +52,8 @@ def shard_model(model: nn.Module, *, device: torch.device, class_names: list[str
         register_fsdp_forward_method,
     )
 
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    if mesh is None:
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
     if device.type == "cuda" and (param_dtype or reduce_dtype):
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=_dtype(param_dtype), reduce_dtype=_dtype(reduce_dtype))

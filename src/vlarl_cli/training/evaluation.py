@@ -817,8 +817,11 @@ def print_summary(summary: EvalSummary, console: Any = None) -> None:
 
 def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | None = None,
                     out_dir: Path | None = None, resume: bool = True, rank: int = 0, world_size: int = 1,
-                    show: bool = True, log_episodes: bool = True) -> EvalSummary:
+                    show: bool = True, log_episodes: bool = True, group: Any = None) -> EvalSummary:
     """Evaluate an already built policy (what ``rl-train``'s ``val_check_interval`` calls).
+
+    ``rank`` / ``world_size`` index the evaluating ranks, which form the process ``group`` (default: all
+    ranks; rl-train with a separated placement evaluates on its rollout ranks).
 
     With ``out_dir``: card, crash-safe episode log, resume, summary files (written by rank 0).
     Without: nothing is written; with several ranks the counts are summed over ranks, so every rank
@@ -834,7 +837,7 @@ def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | N
     if out_dir is not None and rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
         _prepare_folder(out_dir, card, resume)
-    dist.barrier()
+    dist.barrier(group)
     finished = {r.key for r in log.read()} if log is not None else set()
     todo = [k for k in plan if (k.suite, k.task, k.trial) not in finished]
     mine = split_blocks(todo, world_size)[rank]
@@ -843,11 +846,11 @@ def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | N
               f"{len(todo)} to run on {world_size} rank(s)" + (f" -> {out_dir}" if out_dir else ""), flush=True)
     records, stats = run_episodes(policy, settings, mine, on_episode=log.append if log else None, rank=rank,
                                   out_dir=out_dir, log=log_episodes)
-    dist.barrier()
+    dist.barrier(group)
     if log is not None:
         summary = summarize(log.read(), card, plan)
     else:
-        summary = summarize(_gather_records(records, world_size), card, plan)
+        summary = summarize(_gather_records(records, world_size, group), card, plan)
     summary.run_now, summary.skipped, summary.out_dir, summary.stats = len(records), len(plan) - len(todo), out_dir, stats
     if rank == 0:
         if out_dir is not None:
@@ -858,13 +861,13 @@ def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | N
     return summary
 
 
-def _gather_records(records: list[EpisodeRecord], world_size: int) -> list[EpisodeRecord]:
+def _gather_records(records: list[EpisodeRecord], world_size: int, group: Any = None) -> list[EpisodeRecord]:
     if world_size <= 1:
         return records
     import torch.distributed as torch_dist
 
     gathered: list[Any] = [None] * world_size
-    torch_dist.all_gather_object(gathered, [r.to_json() for r in records])
+    torch_dist.all_gather_object(gathered, [r.to_json() for r in records], group=group)
     import json
 
     return [EpisodeRecord.from_dict(json.loads(line)) for part in gathered for line in part]
@@ -922,7 +925,7 @@ def evaluate(checkpoint: Path | None = None, config: str | None = None, override
 
 
 def training_eval_metrics(policy: Any, config: Any, *, rank: int = 0, world_size: int = 1,
-                          out_dir: Path | None = None) -> dict[str, float]:
+                          out_dir: Path | None = None, group: Any = None) -> dict[str, float]:
     """``eval/*`` metrics for ``rl-train``'s ``val_check_interval`` from ``config.env.eval``.
 
     Same protocol machinery as ``vlarl eval``; trials per task = enough episodes for every eval env to
@@ -945,7 +948,7 @@ def training_eval_metrics(policy: Any, config: Any, *, rank: int = 0, world_size
     policy.eval()
     try:
         summary = evaluate_policy(policy, settings, out_dir=out_dir, rank=rank, world_size=world_size, show=False,
-                                  log_episodes=False, resume=False)
+                                  log_episodes=False, resume=False, group=group)
     finally:
         if was_training:
             policy.train()

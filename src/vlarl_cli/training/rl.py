@@ -345,69 +345,47 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
     """Run ``runner.max_epochs`` iterations (continuing a checkpoint with ``resume``)."""
     from vlarl_cli.logging.progress import Progress
     from vlarl_cli.logging.sinks import MetricLogger
-    from vlarl_cli.policies.registry import build_policy
-    from vlarl_cli.training.update import ppo_update
+    from vlarl_cli.training import placement as pl
 
     config = loaded.config
     ctx = dist.init_distributed()
-    placement = config.cluster.placement(ctx.world_size)
-    if not (placement["env"] == placement["rollout"] == placement["actor"] == list(range(ctx.world_size))):
-        raise ConfigError(
-            f"This version of vlarl trains with every component on every device (component_placement "
-            f"'env,rollout,actor: all'); the configured placement {config.cluster.component_placement} "
-            "separates them, which is not implemented yet (--dry-run does plan it).",
-            "Set cluster.component_placement to {env,rollout,actor: all}.")
+    roles = pl.roles_for(config.cluster.placement(ctx.world_size), rank=ctx.rank, world=ctx.world_size,
+                         num_envs=config.train_num_envs, group_size=config.train_group_size)
+    groups = _process_groups(roles, config)
     run_dir = Path(config.runner.logger.log_path).expanduser()
-    seed_everything(config.actor.seed + ctx.rank)
+    # the same seed on every rank while the models are built: freshly initialised weights (tiny presets,
+    # value heads) are then the same whichever rank builds them
+    seed_everything(config.actor.seed)
     generators = {"shuffle": torch.Generator().manual_seed(config.actor.seed)}
-
-    model = config.actor.model.model_copy(update={"model_path": resolve_model_path(config.actor.model.model_path)})
-    # token policies (OpenVLA-OFT) read their sampling temperature from the rollout section
-    policy = build_policy(model, ctx.device, temperature=config.rollout.sampling_params.temperature_train)
-    dist.broadcast_module_(policy)
-    fsdp_cfg = config.actor.fsdp_config
-    use_fsdp = ctx.distributed and fsdp_cfg.sharding_strategy != "no_shard"
-    ref_policy = None
-    if config.algorithm.kl_beta > 0:  # frozen copy of the starting weights for the KL penalty
-        import copy
-
-        ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
-    if use_fsdp:
-        from vlarl_cli.distributed import fsdp
-
-        precision = fsdp_cfg.mixed_precision
-        for module in (policy, ref_policy):
-            if module is not None:
-                fsdp.shard_model(module, device=ctx.device,
-                                 class_names=list(fsdp_cfg.wrap_policy.transformer_layer_cls_to_wrap),
-                                 reshard_after_forward=fsdp_cfg.reshard_after_forward,
-                                 param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype,
-                                 cpu_offload=fsdp_cfg.cpu_offload)
-    settings = update_settings(config, ctx.world_size)
-    reduce = dist.CrossRank()
-    critic = config.algorithm.loss_type == "actor_critic" and config.actor.model.effective_add_value_head
-    samples = config.samples_per_iteration() // ctx.world_size
-    steps_per_iter = settings.update_epoch * max(1, samples // settings.global_batch_size)
-    optimizer = build_optimizer(policy, config)
-    scheduler = build_scheduler(optimizer, config, steps_per_iter * config.runner.max_epochs)
     state = ckpt.TrainerState(version=__version__)
+    split = config.env.train
+    stages = config.rollout.pipeline_stage_num
+    video = split.video_cfg
 
+    # ---- models: the actor (trained, maybe sharded) and the rollout's policy: the actor module itself
+    # when every actor rank samples with it (collocated, or an unsharded actor), else an unsharded copy
+    # that the actor's rank A[0] keeps up to date (WeightSync)
+    policy: torch.nn.Module | None = None
+    actor = _build_actor(config, ctx, roles, groups) if roles.is_actor else None
+    own_copy = roles.rank in _rollout_copy_ranks(config, roles)
+    if roles.is_rollout:
+        policy = _build_rollout_policy(config, ctx) if own_copy or actor is None else actor.policy
+    sync = None
+    if not roles.collocated:
+        from vlarl_cli.distributed.weight_sync import WeightSync
+
+        # the source sends the actor's weights, receivers load them into their rollout copy
+        module = actor.policy if ctx.rank == roles.actor[0] and actor is not None else policy
+        sync = WeightSync(module if module is not None else torch.nn.Module(), src=roles.actor[0],
+                          ranks=_sync_ranks(config, roles), group=groups.get("sync"))
+
+    seed_everything(derived_seed(config.actor.seed, ctx.rank))
     resume = resume or config.runner.resume_dir
     if resume:
         path = ckpt.resolve_checkpoint(run_dir, resume)
-        loaded_ckpt = ckpt.load_checkpoint(path)
-        from vlarl_cli.distributed import fsdp
-
-        try:
-            fsdp.load_full_model_state(policy, loaded_ckpt.model_state)
-        except RuntimeError as err:
-            raise CheckpointError(f"Checkpoint {path} does not match the model: {str(err).splitlines()[0]}",
-                                  "Resume with the config the run was started with.") from None
-        fsdp.load_full_optimizer_state(policy, optimizer, loaded_ckpt.optimizer_state)
-        if loaded_ckpt.scheduler_state is not None:
-            scheduler.load_state_dict(loaded_ckpt.scheduler_state)
-        ckpt.restore_rng(loaded_ckpt, generators)
-        state = loaded_ckpt.trainer_state
+        if actor is not None:
+            state = actor.load(path, generators)
+        state = _broadcast_object(state, roles.actor[0])
         dist.print0(f"resumed from {path} at iteration {state.iteration}")
 
     logger = MetricLogger.create(run_dir, list(config.runner.logger.logger_backends),
@@ -420,18 +398,29 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
         from vlarl_cli.checkpoints.atomic import atomic_write_text
 
         atomic_write_text(run_dir / "config.yaml", to_yaml(config))
-        _print_plan(config, ctx.world_size, policy, run_dir)
+    if actor is not None and roles.rank == roles.actor[0]:
+        _print_plan(config, ctx.world_size, actor.policy, run_dir)
 
-    split = config.env.train
-    stages = config.rollout.pipeline_stage_num
-    n_envs = config.train_num_envs // len(config.cluster.placement(ctx.world_size)["env"])
-    cameras = tuple(getattr(policy, "cameras", ("main", "wrist")))
-    video = split.video_cfg
-    env = make_env(config, split, num_envs=n_envs, rank=ctx.rank, group_size=config.train_group_size,
-                   cameras=cameras, record_video=video.save_video and ctx.is_main, stages=stages)
+    # ---- envs: local on env+rollout ranks, served to the rollout rank from env-only ranks
+    n_envs = roles.envs_per_env_rank
+    records = video.save_video and roles.rank == roles.env[0]
+    env: Any = None
+    if roles.is_env and roles.is_rollout:
+        env = make_env(config, split, num_envs=n_envs, rank=ctx.rank, group_size=config.train_group_size,
+                       cameras=_cameras(policy), record_video=records, stages=stages)
+    elif roles.is_env:
+        setup = pl.receive_setup(roles.rollout_of_env(ctx.rank))
+        env = make_env(config, split, num_envs=n_envs, rank=ctx.rank, group_size=config.train_group_size,
+                       cameras=tuple(setup["cameras"]), record_video=records, stages=stages)
+        pl.send_hello(env, roles.rollout_of_env(ctx.rank), stages)
+    elif roles.is_rollout:
+        env = pl.RemoteVectorEnv(roles.env_ranks_of(ctx.rank), {"cameras": list(_cameras(policy))})
+    columns = roles.rollout_columns(ctx.rank) if roles.is_rollout else range(0)
+
     num_chunk_steps = config.chunk_steps_per_epoch
     last_metrics: dict[str, float] = {}
     last_ckpt: Path | None = None
+    weights_version, synced_version = state.optimizer_steps, None
     progress = Progress(total=config.runner.max_epochs, start=state.iteration, enabled=ctx.is_main)
     try:
         while state.iteration < config.runner.max_epochs:
@@ -442,66 +431,263 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
             # from a checkpoint replays exactly what the uninterrupted run would have done.
             seed_everything(derived_seed(config.actor.seed, ctx.rank, state.iteration))
             generators["shuffle"].manual_seed(derived_seed(config.actor.seed, state.iteration, 1))
-            own = getattr(policy, "generator", None)  # a policy's private sampling stream (toy policies)
-            if isinstance(own, torch.Generator):
-                own.manual_seed(derived_seed(config.actor.seed, ctx.rank, state.iteration, 2))
-            policy.eval()
-            offload_optimizer_state(optimizer, "cpu" if config.actor.enable_offload else None)
-            rollouts = []
-            for epoch in range(config.rollout_epoch):
-                epoch_index = state.iteration * config.rollout_epoch + epoch
-                ids = draw_reset_ids(env.pool, n_envs, config.train_group_size,
-                                     ordered=split.use_ordered_reset_state_ids, seed=split.seed, rank=ctx.rank,
-                                     world_size=ctx.world_size, epoch_index=epoch_index)
-                streams = sampling_generator(config.actor.seed, epoch_index,
-                                             range(ctx.rank * n_envs, (ctx.rank + 1) * n_envs))
-                rollouts.append(collect(policy, env, num_chunk_steps,  # type: ignore[arg-type]
-                                        stages=stages, reset_state_ids=ids, generator=streams))
-            t_adv = time.perf_counter()
-            batch, adv_metrics = build_batch(config, rollouts, critic=critic, reduce=reduce)
-            t_update = time.perf_counter()
-            offload_optimizer_state(optimizer, ctx.device if config.actor.enable_offload else None)
-            # The update stays in eval mode: dropout would make the first ratio != 1 (families also
-            # replace dropout by identity where RLinf's disable_dropout asks for it).
-            update_metrics = ppo_update(policy, optimizer, batch, settings, generator=generators["shuffle"],
-                                        scheduler=scheduler, ref_policy=ref_policy,
-                                        grad_sync=dist.gradient_all_reduce if ctx.distributed and not use_fsdp
-                                        else None,
-                                        step_offset=state.optimizer_steps, reduce=reduce, env_columns=n_envs)
-            t_done = time.perf_counter()
+            metrics: dict[str, float] = {}
+            if sync is not None and weights_version != synced_version:
+                # actor -> rollout-only ranks, only after the weights changed (every rank knows the version)
+                t = time.perf_counter()
+                full = actor.full_state() if actor is not None and actor.sharded else None  # collective
+                sync.push(weights_version, full if ctx.rank == sync.src else None)
+                if ctx.rank == sync.src and own_copy and policy is not None and actor is not None:
+                    policy.load_state_dict(full if full is not None else actor.policy.state_dict())
+                synced_version = weights_version
+                if ctx.rank in sync.ranks:
+                    metrics["sync/bytes"] = sync.stats["bytes"]
+                metrics["time/sync"] = time.perf_counter() - t
+            rollouts: list[Rollout] | None = None
+            if roles.is_rollout:
+                assert policy is not None
+                policy.eval()
+                if actor is not None:
+                    actor.offload_optimizer()
+                rollouts = []
+                for epoch in range(config.rollout_epoch):
+                    epoch_index = state.iteration * config.rollout_epoch + epoch
+                    ids = draw_reset_ids(env.pool, len(columns), config.train_group_size,
+                                         ordered=split.use_ordered_reset_state_ids, seed=split.seed,
+                                         rank=roles.rollout.index(ctx.rank), world_size=len(roles.rollout),
+                                         epoch_index=epoch_index)
+                    streams = sampling_generator(config.actor.seed, epoch_index, columns)
+                    rollouts.append(collect(policy, env, num_chunk_steps,  # type: ignore[arg-type]
+                                            stages=stages, reset_state_ids=ids, generator=streams))
+                if isinstance(env, pl.RemoteVectorEnv):
+                    env.end_iteration(state.iteration + 1)
+                metrics.update(rollout_metrics(rollouts, dist.CrossRank(groups.get("rollout"))))
+                metrics.update({
+                    "time/env": sum(r.env_time for r in rollouts),
+                    "time/rollout": sum(r.inference_time for r in rollouts),
+                    "time/env_steps_per_s": len(columns) * num_chunk_steps * config.actor.model.num_action_chunks
+                    * config.rollout_epoch / max(1e-9, time.perf_counter() - it_start),
+                })
+            elif roles.is_env:
+                pl.serve_env(env, roles.rollout_of_env(ctx.rank), stages)
+            t_collect = time.perf_counter()
+            metrics["time/collect"] = t_collect - it_start
+            if not roles.collocated:
+                rollouts = pl.redistribute(rollouts, roles)
+                metrics["time/transfer"] = time.perf_counter() - t_collect
             state.iteration += 1
-            state.optimizer_steps += steps_per_iter
-            state.skipped_steps += int(update_metrics.get("actor/skipped_steps", 0))
-            env_metrics = rollout_metrics(rollouts, reduce)
-            metrics = {**update_metrics, **adv_metrics, **env_metrics}
-            metrics = _mean_over_ranks(metrics)
-            env_time = sum(r.env_time for r in rollouts)
-            infer_time = sum(r.inference_time for r in rollouts)
-            metrics.update({
-                "time/collect": t_adv - it_start, "time/env": env_time, "time/rollout": infer_time,
-                "time/advantages": t_update - t_adv, "time/actor": t_done - t_update,
-                "time/iteration": time.perf_counter() - it_start,
-                "time/env_steps_per_s": n_envs * num_chunk_steps * config.actor.model.num_action_chunks
-                * config.rollout_epoch / max(1e-9, t_adv - it_start),
-            })
-            if ctx.is_main and video.save_video:
+            state.optimizer_steps += actor.steps_per_iter if actor is not None else _steps_per_iter(config, roles)
+            if actor is not None:
+                assert rollouts is not None
+                t_adv = time.perf_counter()
+                batch, adv_metrics = build_batch(config, rollouts, critic=actor.critic, reduce=actor.reduce)
+                t_update = time.perf_counter()
+                update_metrics = actor.update(batch, generators["shuffle"], state.optimizer_steps - actor.steps_per_iter,
+                                              env_columns=len(actor.columns))
+                if update_metrics.get("actor/optimizer_steps", 0) > 0:
+                    weights_version = state.optimizer_steps
+                state.skipped_steps += int(update_metrics.get("actor/skipped_steps", 0))
+                metrics.update({**update_metrics, **adv_metrics, "time/advantages": t_update - t_adv,
+                                "time/actor": time.perf_counter() - t_update})
+            if roles.rank == roles.env[0] and video.save_video:
                 _write_videos(env, run_dir, video, state.iteration, config)
-            if config.runner.val_check_interval > 0 and state.iteration % config.runner.val_check_interval == 0:
-                metrics.update(evaluate_in_training(policy, config, ctx, state.iteration, run_dir))
+            if config.runner.val_check_interval > 0 and state.iteration % config.runner.val_check_interval == 0 \
+                    and roles.is_rollout:
+                assert policy is not None
+                metrics.update(evaluate_in_training(policy, config, ctx, state.iteration, run_dir, roles=roles,
+                                                    group=groups.get("rollout")))
+            metrics = _mean_over_ranks(metrics)
+            metrics["time/iteration"] = time.perf_counter() - it_start
+            weights_version = int(_broadcast_object(weights_version, roles.actor[0]))
             logger.log(metrics, step=state.iteration)
             last_metrics = metrics
             progress.update(state.iteration, metrics)
             save_now = (config.runner.save_interval > 0 and state.iteration % config.runner.save_interval == 0) \
                 or state.iteration == config.runner.max_epochs
-            if save_now:
-                last_ckpt = _save(run_dir, policy, optimizer, scheduler, generators, state, logger, config, ctx)
+            if save_now and actor is not None:
+                state.run_ids = logger.run_ids() or state.run_ids
+                last_ckpt = actor.save(run_dir, generators, state, config)
     finally:
         progress.close()
-        env.close()
+        if env is not None:
+            env.close()
         logger.close()
-    if ctx.is_main and last_ckpt is not None:
-        dist.print0(f"checkpoint: {last_ckpt}")
+    if roles.rank == roles.actor[0] and last_ckpt is not None:
+        print(f"checkpoint: {last_ckpt}", flush=True)
     return TrainResult(run_dir=run_dir, iterations=state.iteration, last_metrics=last_metrics, checkpoint=last_ckpt)
+
+
+def _steps_per_iter(config: VlarlConfig, roles: Any) -> int:
+    per_rank_batch = config.actor.global_batch_size // len(roles.actor)
+    samples = config.samples_per_iteration() // len(roles.actor)
+    return config.algorithm.update_epoch * max(1, samples // per_rank_batch)
+
+
+def _cameras(policy: torch.nn.Module | None) -> tuple[str, ...]:
+    return tuple(getattr(policy, "cameras", ("main", "wrist")))
+
+
+def _broadcast_object(obj: Any, src: int) -> Any:
+    if not torch.distributed.is_initialized():
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def _actor_sharded(config: VlarlConfig, roles: Any) -> bool:
+    return len(roles.actor) > 1 and config.actor.fsdp_config.sharding_strategy != "no_shard"
+
+
+def _rollout_copy_ranks(config: VlarlConfig, roles: Any) -> list[int]:
+    """Rollout ranks that sample with their own unsharded copy of the policy: all of them when the actor
+    is sharded over ranks that do not all sample (FSDP's gathers need every actor rank), else those
+    that are not actor ranks."""
+    if roles.collocated:
+        return []
+    if _actor_sharded(config, roles):
+        return list(roles.rollout)
+    return [r for r in roles.rollout if r not in roles.actor]
+
+
+def _sync_ranks(config: VlarlConfig, roles: Any) -> list[int]:
+    """WeightSync participants: the actor's rank A[0] and every other rank with its own rollout copy."""
+    return sorted({roles.actor[0], *_rollout_copy_ranks(config, roles)})
+
+
+def _process_groups(roles: Any, config: VlarlConfig) -> dict[str, Any]:
+    """Sub-groups for a separated placement (``new_group`` is collective: every rank creates every group)."""
+    if roles.collocated or not torch.distributed.is_initialized():
+        return {}
+    world = list(range(roles.world))
+    out: dict[str, Any] = {}
+    for name, ranks in (("actor", list(roles.actor)), ("rollout", list(roles.rollout))):
+        out[name] = None if ranks == world else torch.distributed.new_group(ranks)
+    sync = _sync_ranks(config, roles)
+    out["sync"] = None if sync == world else torch.distributed.new_group(sync)
+    if len(roles.actor) > 1:
+        from torch.distributed.device_mesh import DeviceMesh
+
+        from vlarl_cli.distributed.device import default_device
+
+        out["mesh"] = DeviceMesh(default_device().type, list(roles.actor))
+    return out
+
+
+def _build_rollout_policy(config: VlarlConfig, ctx: dist.DistContext) -> torch.nn.Module:
+    """A rollout-only rank's copy of the policy (weights arrive from the actor before each collect)."""
+    from vlarl_cli.policies.registry import build_policy
+
+    model = config.actor.model.model_copy(update={"model_path": resolve_model_path(config.actor.model.model_path)})
+    policy = build_policy(model, ctx.device, temperature=config.rollout.sampling_params.temperature_train)
+    return policy.eval().requires_grad_(False)
+
+
+class _Actor:
+    """The trained policy on an actor rank: optimizer, scheduler, optional FSDP over the actor ranks."""
+
+    def __init__(self, config: VlarlConfig, ctx: dist.DistContext, roles: Any, groups: dict[str, Any]) -> None:
+        from vlarl_cli.policies.registry import build_policy
+
+        self.config, self.ctx, self.roles = config, ctx, roles
+        self.group = groups.get("actor")
+        self.columns = roles.actor_columns(ctx.rank)
+        model = config.actor.model.model_copy(update={"model_path": resolve_model_path(config.actor.model.model_path)})
+        # token policies (OpenVLA-OFT) read their sampling temperature from the rollout section
+        policy = build_policy(model, ctx.device, temperature=config.rollout.sampling_params.temperature_train)
+        dist.broadcast_module_(policy, src=roles.actor[0], group=self.group)
+        fsdp_cfg = config.actor.fsdp_config
+        n_actor = len(roles.actor)
+        self.sharded = _actor_sharded(config, roles) or (roles.collocated and ctx.distributed
+                                                         and fsdp_cfg.sharding_strategy != "no_shard")
+        if self.sharded and roles.actor[0] != 0:
+            raise ConfigError(f"FSDP over actor ranks {list(roles.actor)} needs rank 0 among them (full states "
+                              "are gathered on rank 0).",
+                              "Place the actor on ranks starting at 0, or set actor.fsdp_config.sharding_strategy "
+                              "no_shard.")
+        self.ref_policy = None
+        if config.algorithm.kl_beta > 0:  # frozen copy of the starting weights for the KL penalty
+            import copy
+
+            self.ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
+        if self.sharded:
+            from vlarl_cli.distributed import fsdp
+
+            precision = fsdp_cfg.mixed_precision
+            for module in (policy, self.ref_policy):
+                if module is not None:
+                    fsdp.shard_model(module, device=ctx.device,
+                                     class_names=list(fsdp_cfg.wrap_policy.transformer_layer_cls_to_wrap),
+                                     reshard_after_forward=fsdp_cfg.reshard_after_forward,
+                                     param_dtype=precision.param_dtype, reduce_dtype=precision.reduce_dtype,
+                                     cpu_offload=fsdp_cfg.cpu_offload, mesh=groups.get("mesh"))
+        self.policy = policy
+        self.settings = update_settings(config, n_actor)
+        self.reduce = dist.CrossRank(self.group)
+        self.critic = config.algorithm.loss_type == "actor_critic" and config.actor.model.effective_add_value_head
+        self.steps_per_iter = _steps_per_iter(config, roles)
+        self.optimizer = build_optimizer(policy, config)
+        self.scheduler = build_scheduler(self.optimizer, config, self.steps_per_iter * config.runner.max_epochs)
+
+    def load(self, path: Path, generators: dict[str, torch.Generator]) -> ckpt.TrainerState:
+        from vlarl_cli.distributed import fsdp
+
+        loaded = ckpt.load_checkpoint(path)
+        try:
+            fsdp.load_full_model_state(self.policy, loaded.model_state)
+        except RuntimeError as err:
+            raise CheckpointError(f"Checkpoint {path} does not match the model: {str(err).splitlines()[0]}",
+                                  "Resume with the config the run was started with.") from None
+        fsdp.load_full_optimizer_state(self.policy, self.optimizer, loaded.optimizer_state)
+        if loaded.scheduler_state is not None:
+            self.scheduler.load_state_dict(loaded.scheduler_state)
+        ckpt.restore_rng(loaded, generators)
+        return loaded.trainer_state
+
+    def full_state(self) -> dict[str, torch.Tensor]:
+        from vlarl_cli.distributed import fsdp
+
+        return fsdp.full_model_state(self.policy)
+
+    def offload_optimizer(self) -> None:
+        offload_optimizer_state(self.optimizer, "cpu" if self.config.actor.enable_offload else None)
+
+    def update(self, batch: Any, generator: torch.Generator, step_offset: int, *, env_columns: int
+               ) -> dict[str, float]:
+        from vlarl_cli.training.update import ppo_update
+
+        offload_optimizer_state(self.optimizer, self.ctx.device if self.config.actor.enable_offload else None)
+        # The update stays in eval mode: dropout would make the first ratio != 1 (families also
+        # replace dropout by identity where RLinf's disable_dropout asks for it).
+        grad_sync = None
+        if len(self.roles.actor) > 1 and not self.sharded:
+            group = self.group
+
+            def grad_sync(module: torch.nn.Module) -> None:
+                dist.gradient_all_reduce(module, group)
+
+        return ppo_update(self.policy, self.optimizer, batch, self.settings, generator=generator,
+                          scheduler=self.scheduler, ref_policy=self.ref_policy, grad_sync=grad_sync,
+                          step_offset=step_offset, reduce=self.reduce, env_columns=env_columns)
+
+    def save(self, run_dir: Path, generators: dict[str, torch.Generator], state: ckpt.TrainerState,
+             config: VlarlConfig) -> Path | None:
+        from vlarl_cli.distributed import fsdp
+
+        model_state = fsdp.full_model_state(self.policy)  # collective over the actor ranks when sharded
+        optimizer_state = fsdp.full_optimizer_state(self.policy, self.optimizer)
+        path = None
+        if self.ctx.rank == self.roles.actor[0]:
+            export = _family_exporter(self.policy, model_state, config)
+            path = ckpt.save_checkpoint(run_dir, model_state=model_state, optimizer_state=optimizer_state,
+                                        export=export, scheduler=self.scheduler, generators=generators,
+                                        trainer_state=state, config_yaml=to_yaml(config))
+        dist.barrier(self.group)
+        return path
+
+
+def _build_actor(config: VlarlConfig, ctx: dist.DistContext, roles: Any, groups: dict[str, Any]) -> _Actor:
+    return _Actor(config, ctx, roles, groups)
 
 
 def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
@@ -520,24 +706,6 @@ def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
         values = [float(m[key]) for m in gathered if key in m]
         out[key] = sum(values) / len(values)
     return out
-
-
-def _save(run_dir: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-          generators: dict[str, torch.Generator], state: ckpt.TrainerState, logger: Any, config: VlarlConfig,
-          ctx: dist.DistContext) -> Path | None:
-    from vlarl_cli.distributed import fsdp
-
-    state.run_ids = logger.run_ids() or state.run_ids
-    model_state = fsdp.full_model_state(policy)  # collective under FSDP: every rank calls it
-    optimizer_state = fsdp.full_optimizer_state(policy, optimizer)
-    path = None
-    if ctx.is_main:
-        export = _family_exporter(policy, model_state, config)
-        path = ckpt.save_checkpoint(run_dir, model_state=model_state, optimizer_state=optimizer_state, export=export,
-                                    scheduler=scheduler, generators=generators, trainer_state=state,
-                                    config_yaml=to_yaml(config))
-    dist.barrier()
-    return path
 
 
 def _family_exporter(policy: torch.nn.Module, model_state: dict[str, torch.Tensor], config: VlarlConfig) -> Any:
@@ -579,15 +747,17 @@ def _write_videos(env: Any, run_dir: Path, video: Any, iteration: int, config: V
 
 
 def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, ctx: dist.DistContext,
-                         iteration: int, run_dir: Path) -> dict[str, float]:
+                         iteration: int, run_dir: Path, *, roles: Any = None, group: Any = None) -> dict[str, float]:
     """``eval/*`` metrics with deterministic actions on ``env.eval``: the same code as ``vlarl eval``
-    (protocol, fixed init states, results folder ``<run>/eval/iter_<k>``); the toy task uses its own env."""
+    (protocol, fixed init states, results folder ``<run>/eval/iter_<k>``), on the rollout ranks (process
+    ``group``); the toy task uses its own env."""
     split = config.env.eval
     if split.env_type == "libero":
         from vlarl_cli.training.evaluation import training_eval_metrics
 
-        return training_eval_metrics(policy, config, rank=ctx.rank, world_size=ctx.world_size,
-                                     out_dir=run_dir / "eval" / f"iter_{iteration:05d}")
+        ranks = list(roles.rollout) if roles is not None else list(range(ctx.world_size))
+        return training_eval_metrics(policy, config, rank=ranks.index(ctx.rank), world_size=len(ranks),
+                                     out_dir=run_dir / "eval" / f"iter_{iteration:05d}", group=group)
     env = make_env(config, split, num_envs=max(1, split.total_num_envs or 1), rank=ctx.rank, group_size=1,
                    cameras=(), record_video=False, stages=1)
     try:

@@ -1,0 +1,60 @@
+"""Placement rules and the env-column moves between rollout and actor ranks (no processes needed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vlarl_cli.errors import ConfigError
+from vlarl_cli.training.placement import join_columns, roles_for, select_columns
+from vlarl_cli.training.rollout import Rollout
+
+
+def _roles(placement: dict[str, list[int]], rank: int = 0, world: int = 8, num_envs: int = 16, group: int = 1):
+    return roles_for(placement, rank=rank, world=world, num_envs=num_envs, group_size=group)
+
+
+def test_rlinf_style_split_maps_env_ranks_to_rollout_ranks() -> None:
+    roles = _roles({"env": [0, 1, 2, 3], "rollout": [4, 5], "actor": list(range(8))}, rank=5)
+    assert roles.is_rollout and roles.is_actor and not roles.is_env and not roles.collocated
+    assert roles.env_ranks_of(5) == [2, 3] and roles.rollout_of_env(1) == 4
+    assert roles.rollout_columns(5) == range(8, 16)  # env ranks 2, 3 hold envs 8-11, 12-15
+    assert roles.actor_columns(5) == range(10, 12)
+    assert _roles({k: list(range(8)) for k in ("env", "rollout", "actor")}).collocated
+
+
+@pytest.mark.parametrize(("placement", "world", "message"), [
+    ({"env": [0], "rollout": [1], "actor": [1]}, 4, "Ranks \\[2, 3\\] have no component"),
+    ({"env": [0, 1], "rollout": [1, 2], "actor": [0, 1, 2, 3]}, 4, "overlap without being equal"),
+    ({"env": [0, 1, 2], "rollout": [3, 4], "actor": list(range(8))}, 8, "do not split evenly"),
+    ({"env": [0, 1, 2], "rollout": [0, 1, 2], "actor": list(range(8))}, 8, "whole groups of 1 over the 3 env"),
+])
+def test_bad_placements_say_what_is_wrong(placement: dict[str, list[int]], world: int, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _roles(placement, world=world)
+
+
+def test_grpo_groups_may_not_straddle_ranks() -> None:
+    with pytest.raises(ConfigError, match="groups of 4"):
+        _roles({"env": [0, 1], "rollout": [0, 1], "actor": [0, 1, 2, 3]}, world=4, num_envs=8, group=4)
+
+
+def _rollout(t: int = 3, n: int = 6, c: int = 2, a: int = 7) -> Rollout:
+    g = torch.Generator().manual_seed(0)
+    return Rollout(replay={"obs": torch.randn(t * n, 5, generator=g), "index": torch.arange(t * n)},
+                   logprobs=torch.randn(t, n, c, a, generator=g), values=torch.randn(t + 1, n, generator=g),
+                   rewards=torch.randn(t, n, c, generator=g), dones=torch.rand(t + 1, n, c, generator=g) > 0.5,
+                   success=torch.rand(t, n, c, generator=g) > 0.5)
+
+
+def test_columns_split_and_join_back_exactly() -> None:
+    r = _rollout()
+    parts = [select_columns(r, range(0, 2)), select_columns(r, range(2, 5)), select_columns(r, range(5, 6))]
+    back = join_columns(parts)
+    for name in ("logprobs", "values", "rewards", "dones", "success"):
+        assert torch.equal(getattr(back, name), getattr(r, name)), name
+    for k in r.replay:
+        assert torch.equal(back.replay[k], r.replay[k]), k
+    # a piece holds its envs at every step: replay row t * n + env of the original
+    piece = join_columns([select_columns(r, range(2, 5))])
+    assert piece.replay["index"].tolist() == [t * 6 + e for t in range(3) for e in (2, 3, 4)]
