@@ -49,14 +49,14 @@ def masked_moments(pieces: Iterable[tuple[Tensor, Tensor | None]], reduce: Reduc
     """``(count, mean, unbiased variance)`` of the valid entries of all ``(x, mask)`` pieces on all
     processes (mask None = all valid; masks broadcast to ``x``). Two passes in float64; variance 0 for
     fewer than 2 entries."""
-    pieces = [(x, torch.ones_like(x, dtype=torch.bool) if m is None else m.expand_as(x).bool()) for x, m in pieces]
+    full = [(x, torch.ones_like(x, dtype=torch.bool) if m is None else m.expand_as(x).bool()) for x, m in pieces]
     stats = torch.zeros(2, dtype=torch.float64)
-    for x, m in pieces:
+    for x, m in full:
         stats += torch.stack([x[m].double().sum().cpu(), m.sum().double().cpu()])
     total, count = reduce.sum(stats).tolist()
     mean = torch.tensor(total / count if count else 0.0, dtype=torch.float64)
     sq = torch.zeros(1, dtype=torch.float64)
-    for x, m in pieces:
+    for x, m in full:
         sq += ((x[m].double().cpu() - mean) ** 2).sum()
     sq = reduce.sum(sq)
     var = sq[0] / (count - 1) if count > 1 else torch.zeros((), dtype=torch.float64)

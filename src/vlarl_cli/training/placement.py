@@ -275,7 +275,8 @@ def join_columns(parts: list[dict[str, Any]]) -> Rollout:
     for k in parts[0]["replay"]:
         v = torch.cat([p["replay"][k] for p in parts], dim=1)
         replay[k] = v.reshape(v.shape[0] * v.shape[1], *v.shape[2:])
-    return Rollout(replay=replay, **cat)
+    return Rollout(replay=replay, logprobs=cat["logprobs"], values=cat["values"], rewards=cat["rewards"],
+                   dones=cat["dones"], success=cat["success"])
 
 
 def redistribute(rollouts: list[Rollout] | None, roles: Roles) -> list[Rollout] | None:

@@ -204,10 +204,10 @@ def rollout_metrics(rollouts: list[Rollout], reduce: Reduce = LOCAL) -> dict[str
     rewards = torch.cat([r.rewards.flatten() for r in rollouts]).double()
     # did an env succeed at some step of the rollout (incl. unfinished episodes)
     any_success = torch.cat([r.success.any(dim=(0, 2)).double() for r in rollouts])
-    sums = torch.tensor([sum(episodes.get(k, [])) for k in names] + [len(episodes.get(keys.SUCCESS_ONCE, [])),
-                        float(rewards.sum()), rewards.numel(), float(any_success.sum()), any_success.numel()],
-                        dtype=torch.float64)
-    sums = reduce.sum(sums).tolist()
+    local = [float(sum(episodes.get(k, []))) for k in names] + [
+        float(len(episodes.get(keys.SUCCESS_ONCE, []))), float(rewards.sum()), float(rewards.numel()),
+        float(any_success.sum()), float(any_success.numel())]
+    sums: list[float] = reduce.sum(torch.tensor(local, dtype=torch.float64)).tolist()
     count = sums[len(names)]
     out = {f"env/{k}": sums[i] / count for i, k in enumerate(names) if count > 0}
     out["env/num_episodes"] = count
