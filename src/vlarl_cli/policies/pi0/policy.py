@@ -123,8 +123,11 @@ class Pi0Policy(Pi0Model):
             return torch.zeros(b, dtype=torch.float32, device=x0.device)
         if self.cfg.value_after_vlm:
             return self.prefix_value(cache.prefix.hidden, cache.prefix.pad)
-        for x, t, feats in calls:  # reuse the t = 1 call on the initial noise when the sampler made it
-            if x.shape == x0.shape and bool((t == 1.0).all()) and torch.equal(x, x0):
+        # Reuse the sampler's first call (t = 1 on the initial noise itself). Decided by identity, never by
+        # values: under FSDP every rank must run the same forwards, and a value test would skip the extra
+        # forward only on ranks whose samples all happen to have denoise index 0.
+        for x, t, feats in calls:
+            if x is x0 and bool((t == 1.0).all()):
                 return self.expert_value(feats)
         ones = torch.ones(b, dtype=torch.float32, device=x0.device)
         return self.expert_value(self.expert_forward(cache, state, x0, ones))
