@@ -80,16 +80,20 @@ def estimate_memory(config: VlarlConfig, params: ParamCount, world_size: int) ->
         host += weights + optim  # moved out while envs and rollout run; peak on device is unchanged
     rollout_copy = float(params.total * compute)
     envs_per_env_rank = config.train_num_envs / max(1, len(placement["env"]))
+    from vlarl_cli.training.placement import rollout_copy_ranks
+
+    # the rollout samples with the actor module itself unless it needs its own copy (training.placement)
+    copies = rollout_copy_ranks(placement, world_size, len(actor_ranks) > 1 and fsdp.sharding_strategy != "no_shard")
     out: dict[str, MemoryEstimate] = {}
     for rank in range(world_size):
         on_actor = rank in actor_ranks
-        on_rollout = rank in placement["rollout"]
         on_env = rank in placement["env"]
         out[str(rank)] = MemoryEstimate(
             weights=weights if on_actor else 0.0,
             gradients=grads if on_actor else 0.0,
             optimizer=optim if on_actor else 0.0,
-            rollout_weights=rollout_copy if on_rollout and not (on_actor and config.rollout.enable_offload) else 0.0,
+            rollout_weights=rollout_copy if rank in copies and not (on_actor and config.rollout.enable_offload)
+            else 0.0,
             host_offload=host if on_actor else 0.0,
             env_host=envs_per_env_rank * LIBERO_ENV_BYTES if on_env else 0.0,
         )

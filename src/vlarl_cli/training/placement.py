@@ -111,6 +111,19 @@ def roles_for(placement: dict[str, list[int]], *, rank: int, world: int, num_env
     return Roles(rank=rank, world=world, env=env, rollout=rollout, actor=actor, num_envs=num_envs)
 
 
+def rollout_copy_ranks(placement: dict[str, list[int]], world: int, actor_sharded: bool) -> list[int]:
+    """Rollout ranks that sample with their own unsharded copy of the policy. None when every rank does
+    everything (the rollout samples with the actor module); all rollout ranks when the actor is sharded
+    over ranks that do not all sample (FSDP's gathers need every actor rank); else the rollout ranks that
+    are not actor ranks."""
+    everything = list(range(world))
+    if sorted(placement["env"]) == sorted(placement["rollout"]) == sorted(placement["actor"]) == everything:
+        return []
+    if actor_sharded:
+        return sorted(placement["rollout"])
+    return sorted(r for r in placement["rollout"] if r not in placement["actor"])
+
+
 # --------------------------------------------------------------------------------------------------
 # env ranks <-> rollout rank
 

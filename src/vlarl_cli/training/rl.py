@@ -1,18 +1,24 @@
-"""The PPO / GRPO training loop as short named steps: collect, advantages, update, evaluate, checkpoint.
+"""The PPO / GRPO training loop as short named steps: sync, collect, advantages, update, evaluate, checkpoint.
 
     vlarl rl-train --config quickstart                       # one process
-    vlarl rl-train --config quickstart --nproc-per-node 2    # data parallel over 2 processes (gloo on CPU)
+    vlarl rl-train --config quickstart --nproc-per-node 2    # 2 processes (gloo on CPU, NCCL on GPUs)
 
 One iteration (RLinf's embodied runner, on torch.distributed instead of Ray):
-1. ``collect``: ``rollout_epoch`` x (reset, ``T`` chunk steps) in this rank's vector env, pipelined over
-   ``pipeline_stage_num`` stages;
-2. ``advantages``: the registered estimator (gae / grpo / reinpp / raw) over [T, N];
-3. ``update``: ``update_epoch`` passes of shuffled mini-batches (``global_batch_size`` over all ranks)
-   split into micro-batches, gradients averaged over ranks before clipping;
-4. metrics (``actor/*``, ``rollout/*``, ``env/*``, ``time/*``) to every sink; ``eval/*`` every
+0. ``sync``: with a separated placement, actor rank ``A[0]`` sends the weights to the ranks that hold their
+   own rollout copy (``distributed.weight_sync``), only when an optimizer step changed them;
+1. ``collect``: ``rollout_epoch`` x (reset, ``T`` chunk steps) on the rollout ranks, pipelined over
+   ``pipeline_stage_num`` stages; the envs are local or on env ranks (``training.placement``);
+2. the env columns move to the actor ranks (nothing moves when every rank does everything);
+3. ``advantages``: the registered estimator (gae / grpo / reinpp / raw) over [T, N], normalised over the
+   whole batch of every actor rank;
+4. ``update``: ``update_epoch`` passes of shuffled mini-batches (``global_batch_size`` over the actor ranks)
+   split into micro-batches, gradients averaged over the actor ranks before clipping;
+5. metrics (``actor/*``, ``rollout/*``, ``env/*``, ``time/*``) to every sink; ``eval/*`` every
    ``val_check_interval`` iterations; an atomic checkpoint every ``save_interval`` iterations and at the end.
-Rollout and actor are the same module in this process ("env,rollout,actor: all"), so the weight sync
-after an update is free; placements that separate them broadcast the weights (``distributed.sync``).
+
+Randomness: models are initialised under one seed on every rank; reset states and sampling noise are
+functions of (seed, rollout epoch, global env id); the shuffle of iteration k is seeded by (seed, k). So a
+resumed run repeats the uninterrupted one, and any placement / world size repeats the 1-process run.
 """
 
 from __future__ import annotations
@@ -299,6 +305,16 @@ def build_batch(config: VlarlConfig, rollouts: list[Rollout], *, critic: bool, r
     return batch, metrics
 
 
+def offload_module(module: torch.nn.Module | None, device: torch.device | str | None) -> None:
+    """Move a module's parameters, buffers and gradients to ``device`` (no-op for None or when they are
+    already there, e.g. on a CPU-only machine). FSDP2 modules move their shards."""
+    if module is None or device is None:
+        return
+    first = next(iter(module.parameters()), None)
+    if first is not None and first.device != torch.device(device):
+        module.to(device)
+
+
 def offload_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device | str | None) -> None:
     """``actor.enable_offload``: AdamW moments live on the host while envs and rollout run (no-op for None
     or when they are already there, e.g. on a CPU-only machine)."""
@@ -447,8 +463,10 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
             if roles.is_rollout:
                 assert policy is not None
                 policy.eval()
+                # components sharing this device take turns: the rollout copy comes back, the actor leaves
+                offload_module(policy, ctx.device if own_copy and config.rollout.enable_offload else None)
                 if actor is not None:
-                    actor.offload_optimizer()
+                    actor.offload(weights=own_copy)
                 rollouts = []
                 for epoch in range(config.rollout_epoch):
                     epoch_index = state.iteration * config.rollout_epoch + epoch
@@ -479,6 +497,8 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
             state.optimizer_steps += actor.steps_per_iter if actor is not None else _steps_per_iter(config, roles)
             if actor is not None:
                 assert rollouts is not None
+                if own_copy and config.rollout.enable_offload:
+                    offload_module(policy, "cpu")  # rollout.enable_offload: off the device while the actor trains
                 t_adv = time.perf_counter()
                 batch, adv_metrics = build_batch(config, rollouts, critic=actor.critic, reduce=actor.reduce)
                 t_update = time.perf_counter()
@@ -540,14 +560,10 @@ def _actor_sharded(config: VlarlConfig, roles: Any) -> bool:
 
 
 def _rollout_copy_ranks(config: VlarlConfig, roles: Any) -> list[int]:
-    """Rollout ranks that sample with their own unsharded copy of the policy: all of them when the actor
-    is sharded over ranks that do not all sample (FSDP's gathers need every actor rank), else those
-    that are not actor ranks."""
-    if roles.collocated:
-        return []
-    if _actor_sharded(config, roles):
-        return list(roles.rollout)
-    return [r for r in roles.rollout if r not in roles.actor]
+    from vlarl_cli.training.placement import rollout_copy_ranks
+
+    return rollout_copy_ranks({"env": list(roles.env), "rollout": list(roles.rollout), "actor": list(roles.actor)},
+                              roles.world, _actor_sharded(config, roles))
 
 
 def _sync_ranks(config: VlarlConfig, roles: Any) -> list[int]:
@@ -627,6 +643,7 @@ class _Actor:
         self.critic = config.algorithm.loss_type == "actor_critic" and config.actor.model.effective_add_value_head
         self.steps_per_iter = _steps_per_iter(config, roles)
         self.optimizer = build_optimizer(policy, config)
+        self.weights_offloaded = False
         self.scheduler = build_scheduler(self.optimizer, config, self.steps_per_iter * config.runner.max_epochs)
 
     def load(self, path: Path, generators: dict[str, torch.Generator]) -> ckpt.TrainerState:
@@ -649,14 +666,24 @@ class _Actor:
 
         return fsdp.full_model_state(self.policy)
 
-    def offload_optimizer(self) -> None:
-        offload_optimizer_state(self.optimizer, "cpu" if self.config.actor.enable_offload else None)
+    def offload(self, *, weights: bool) -> None:
+        """``actor.enable_offload``: before the envs and the rollout run, AdamW state (and the weights, when
+        the rollout samples with its own copy) go to the host; :meth:`update` brings them back."""
+        if not self.config.actor.enable_offload:
+            return
+        offload_optimizer_state(self.optimizer, "cpu")
+        if weights:
+            offload_module(self.policy, "cpu")
+            self.weights_offloaded = True
 
     def update(self, batch: Any, generator: torch.Generator, step_offset: int, *, env_columns: int
                ) -> dict[str, float]:
         from vlarl_cli.training.update import ppo_update
 
-        offload_optimizer_state(self.optimizer, self.ctx.device if self.config.actor.enable_offload else None)
+        if self.config.actor.enable_offload:
+            offload_module(self.policy, self.ctx.device if self.weights_offloaded else None)
+            self.weights_offloaded = False
+            offload_optimizer_state(self.optimizer, self.ctx.device)
         # The update stays in eval mode: dropout would make the first ratio != 1 (families also
         # replace dropout by identity where RLinf's disable_dropout asks for it).
         grad_sync = None
