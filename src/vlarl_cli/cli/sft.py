@@ -1,7 +1,10 @@
-"""Supervised flow-matching fine-tuning of a policy on demonstrations.
+"""Supervised fine-tuning (behaviour cloning) of a policy on demonstration episodes.
 
 Examples:
-  vlarl sft --config quickstart --demos demos/libero_spatial
+  vlarl sft --config sft_toy_reach                           # record 100 toy expert demos, then train
+  vlarl sft --config sft_quickstart --record 4 --steps 300   # LIBERO scripted-expert demos, tiny pi0
+  vlarl sft --config sft_quickstart --demos runs/sft_quickstart/demos -o ckpt/pi0_sft
+  vlarl rl-train --config quickstart actor.model.model_path=runs/sft_quickstart/checkpoints/global_step_300
 """
 
 from __future__ import annotations
@@ -13,12 +16,17 @@ import typer
 
 def command(
     config: str = typer.Option(..., "--config", "-c", help="A YAML file or a preset name from configs/."),
-    demos: Path = typer.Option(..., "--demos", help="Folder of demonstration episodes."),
+    demos: Path | None = typer.Option(None, "--demos", help="Folder of demonstration episodes (episode_*.npz). "
+                                      "Default: record expert demos into <run>/demos first."),
+    record: int | None = typer.Option(None, "--record", min=1, help="Record N successful expert episodes "
+                                      "first (into --demos, or <run>/demos). Default without --demos: 100 on "
+                                      "toy_reach, 2 on LIBERO."),
     overrides: list[str] | None = typer.Argument(None, help="KEY=VALUE config overrides.", show_default=False),
-    steps: int = typer.Option(1000, "--steps", min=1, help="Optimizer steps."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Checkpoint folder (default: the run dir)."),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="Optimizer steps (default: runner.max_steps)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Checkpoint folder (default: "
+                                       "<run>/checkpoints/global_step_<steps>)."),
 ) -> None:
-    """Supervised flow-matching fine-tuning of a policy on demonstrations."""
+    """Supervised fine-tuning (behaviour cloning) of a policy on demonstration episodes."""
     from vlarl_cli.training.sft import run_sft
 
-    run_sft(config=config, demos=demos, overrides=list(overrides or []), steps=steps, output=output)
+    run_sft(config=config, demos=demos, overrides=list(overrides or []), steps=steps, output=output, record=record)

@@ -100,6 +100,36 @@ class ToyFlowPolicy(nn.Module):
         logp, entropy = flow_logprobs(self._velocity_fn(states), replay[CHAIN], replay[DENOISE_INDEX], self.flow)
         return EvaluateOutput(logprobs=logp, values=self.value_head(states), entropy=entropy)
 
+    def supervised_loss(self, obs: Observation, actions: Tensor, *, generator: torch.Generator | None = None,
+                        noise: Tensor | None = None, time: Tensor | None = None) -> Tensor:
+        """Flow-matching behaviour-cloning loss (scalar mean) of demonstration chunks ``actions [B, C, A]``.
+
+        openpi's recipe (``src/openpi/models/pi0.py`` ``compute_loss``), in the sampler's time
+        ``tau`` (1 = noise): ``tau ~ Beta(1.5, 1) * 0.999 + 0.001``, ``x = tau noise + (1 - tau) actions``,
+        target ``u = noise - actions``, loss ``mean((v(x, tau) - u)^2)`` over batch, steps and dims. With
+        ``flow.noise_at = 0`` (GR00T time) the model sees ``t = 1 - tau`` and must return ``-u``.
+        ``noise [B, C, A]`` / ``time [B]`` (tau) fix the draws; otherwise they come from ``generator``.
+        The toy acts in env space directly (no normalisation).
+        """
+        states = _states(obs)
+        b, c, a = states.shape[0], self.num_action_chunks, self.action_dim
+        if tuple(actions.shape) != (b, c, a):
+            raise ValueError(f"actions must be [{b}, {c}, {a}], got {tuple(actions.shape)}")
+        target = actions.to(states)
+        if noise is None:
+            noise = torch.randn(target.shape, generator=generator)
+        if time is None:
+            # Beta(1.5, 1) by inversion: its CDF is u^1.5, so U^(1/1.5) with U uniform (generator-driven)
+            time = torch.rand(b, generator=generator) ** (1.0 / 1.5) * 0.999 + 0.001
+        noise, tau = noise.to(states), time.to(states).view(b, 1, 1)
+        x_t = tau * noise + (1 - tau) * target
+        u = noise - target
+        if self.flow.noise_at == 1.0:
+            v = self._velocity_fn(states)(x_t, tau.view(b)).velocity
+        else:
+            v = -self._velocity_fn(states)(x_t, 1 - tau.view(b)).velocity
+        return ((v - u) ** 2).mean()
+
 
 class ToyGaussianPolicy(nn.Module):
     """Diagonal Gaussian chunk policy: ``N(mlp(state), exp(log_std)^2)`` per element."""
@@ -137,6 +167,15 @@ class ToyGaussianPolicy(nn.Module):
         return EvaluateOutput(logprobs=dist.log_prob(replay[RAW_ACTIONS]), values=self.value_head(states),
                               entropy=dist.entropy())
 
+    def supervised_loss(self, obs: Observation, actions: Tensor) -> Tensor:
+        """Negative log-likelihood (scalar mean over batch, steps, dims) of demonstration chunks
+        ``actions [B, C, A]`` under ``N(mean(state), exp(log_std)^2)``."""
+        states = _states(obs)
+        dist = self._dist(states)
+        if actions.shape != dist.mean.shape:
+            raise ValueError(f"actions must be {list(dist.mean.shape)}, got {list(actions.shape)}")
+        return -dist.log_prob(actions.to(states)).mean()
+
 
 class ToyTokenPolicy(nn.Module):
     """Per-element categorical over ``n_bins`` action bins in ``[-1, 1]``, sampled at ``temperature``."""
@@ -168,6 +207,18 @@ class ToyTokenPolicy(nn.Module):
         states = _states(replay)
         logp, entropy = token_logprobs(self._logits(states), replay[TOKENS], self.temperature)
         return EvaluateOutput(logprobs=logp, values=self.value_head(states), entropy=entropy)
+
+    def supervised_loss(self, obs: Observation, actions: Tensor) -> Tensor:
+        """Cross-entropy (scalar mean over batch, steps, dims) of the bins containing the demonstration
+        actions ``[B, C, A]`` (clipped to ``[-1, 1]``) under the untempered logits."""
+        from vlarl_cli.policies.token import actions_to_tokens
+
+        states = _states(obs)
+        logits = self._logits(states)
+        if actions.shape != logits.shape[:-1]:
+            raise ValueError(f"actions must be {list(logits.shape[:-1])}, got {list(actions.shape)}")
+        tokens = actions_to_tokens(actions, self.n_bins).to(logits.device)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, self.n_bins).float(), tokens.reshape(-1))
 
 
 @dataclass

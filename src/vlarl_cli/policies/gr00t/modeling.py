@@ -308,3 +308,50 @@ class Gr00tPolicy(nn.Module):
                                       replay["denoise_index"], self.flow_cfg)
         return EvaluateOutput(logprobs=self._cut(logp), values=self.values(enc),
                               entropy=None if entropy is None else self._cut(entropy))
+
+    def supervised_loss(self, obs: Observation, actions: Tensor, *, generator: torch.Generator | None = None,
+                        noise: Tensor | None = None, time: Tensor | None = None) -> Tensor:
+        """Flow-matching behaviour-cloning loss (scalar) of env-space demonstration chunks ``actions [B, C, A]``.
+
+        The env actions go the reverse way of :meth:`sample`: the LIBERO gripper convention is undone
+        (``-1 open / +1 close -> 1 open / 0 close``), min-max normalised with the embodiment's action
+        statistics, zero-padded to the model's ``action_dim`` and padded along the horizon to
+        ``action_horizon`` by repeating the last step. Then Isaac-GR00T's
+        ``flow_matching_action_head.py`` (``forward`` / ``sample_time``), in GR00T time (0 = noise):
+        ``t = (s - u) / s`` with ``u ~ Beta(1.5, 1)`` and ``s = noise_s = 0.999``,
+        ``x_t = (1 - t) noise + t actions``, velocity target ``actions - noise``, squared error averaged
+        over the real entries only (upstream's ``action_mask``: the executed ``C`` steps and the ``A``
+        real dims). ``noise [B, action_horizon, model action_dim]`` / ``time [B]`` fix the draws.
+        """
+        cfg = self.config
+        inputs = self.prepare_inputs(obs)
+        b = inputs["state"].shape[0]
+        c, a = self.num_action_chunks, self.action_dim
+        if tuple(actions.shape) != (b, c, a):
+            raise ValueError(f"actions must be [B={b}, C={c}, A={a}], got {tuple(actions.shape)}")
+        from vlarl_cli.policies.gr00t.modality import min_max_normalize
+
+        x = actions.detach().float().cpu().clone()
+        if self.modality.gripper_convention == "zero_one_to_sign":
+            x[..., -1] = (1.0 - x[..., -1]) / 2.0  # inverse of -sign(2g - 1) on {-1, +1}
+        lo, hi = self.modality._bounds("action")
+        x = min_max_normalize(x, lo, hi)
+        x = torch.nn.functional.pad(x, (0, cfg.action_dim - a))
+        x = torch.cat([x, x[:, -1:].expand(b, cfg.action_horizon - c, cfg.action_dim)], dim=1)
+        target = x.to(device=self.device, dtype=torch.float32)
+        shape = (b, cfg.action_horizon, cfg.action_dim)
+        if noise is None:
+            noise = torch.randn(shape, generator=generator)
+        elif tuple(noise.shape) != shape:
+            raise ValueError(f"noise must be {list(shape)}, got {list(noise.shape)}")
+        if time is None:
+            # Beta(1.5, 1) by inversion (CDF u^1.5), so the draw follows ``generator``
+            u = torch.rand(b, generator=generator) ** (1.0 / 1.5)
+            time = (0.999 - u) / 0.999
+        noise = noise.to(device=self.device, dtype=torch.float32)
+        t = time.to(device=self.device, dtype=torch.float32)
+        x_t = (1 - t[:, None, None]) * noise + t[:, None, None] * target
+        velocity = target - noise
+        enc = self.encode(inputs)
+        pred = self._velocity_fn(enc, inputs["embodiment_id"])(x_t.to(self.dtype), t).velocity.float()
+        return ((pred - velocity) ** 2)[:, :c, :a].mean()

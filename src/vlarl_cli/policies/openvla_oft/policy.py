@@ -142,3 +142,36 @@ class OftPolicy(OftModel):
         logp, entropy = token_logprobs(logits, k, self.temperature)
         return EvaluateOutput(logprobs=self._chunked(logp), values=self.values_from_hidden(hidden),
                               entropy=self._chunked(entropy))
+
+    def supervised_loss(self, obs: dict[str, Any], actions: Tensor) -> Tensor:
+        """Cross-entropy (scalar mean over the ``C * A`` action tokens and the batch) of the bins of the
+        env-space demonstration chunks ``actions [B, C, A]`` under the untempered logits (OpenVLA's
+        next-token training loss restricted to the action tokens).
+
+        The env actions go the reverse way of :meth:`OftProcessor.actions_to_env`: LIBERO gripper
+        (``-1 open / +1 close``) back to ``[0, 1]`` with 1 = open, BOUNDS_Q99 normalisation
+        ``2 (x - q01) / (q99 - q01 + 1e-8) - 1`` on the masked dims, clipped to ``[-1, 1]``, then OpenVLA's
+        ActionTokenizer binning ``discretized = digitize(a, linspace(-1, 1, n_bins))`` and relative index
+        ``k = n_bins - discretized`` (the highest id is the most negative action), so that
+        :func:`tokens_to_normalized_actions` maps ``k`` back to the bin centre containing ``a``.
+        """
+        cfg = self.cfg
+        inputs = self.processor.prepare(obs)
+        b = inputs["tokens"].shape[0]
+        c, a = cfg.num_action_chunks, cfg.action_dim
+        if tuple(actions.shape) != (b, c, a):
+            raise ValueError(f"actions must be [B={b}, C={c}, A={a}], got {tuple(actions.shape)}")
+        x = actions.detach().double().cpu().clone()
+        if cfg.gripper == "libero":
+            x[..., -1] = (1.0 - x[..., -1]) / 2.0  # inverse of -sign(2g - 1) on {-1, +1}
+        stats = self.processor.stats
+        if stats is not None:
+            normed = 2.0 * (x - stats.q01) / (stats.q99 - stats.q01 + 1e-8) - 1.0
+            x = torch.where(stats.mask, normed, x)
+        bins = torch.linspace(-1.0, 1.0, cfg.n_action_bins, dtype=torch.float64)
+        # torch.bucketize(right=True) == np.digitize: index i with bins[i-1] <= a < bins[i]
+        discretized = torch.bucketize(x.clamp(-1.0, 1.0), bins, right=True)
+        k = (cfg.n_action_bins - discretized).clamp(0, cfg.n_action_bins - 1)
+        logits, _ = self._forward(inputs)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.n_action_bins).float(),
+                                                 k.reshape(-1).to(logits.device))

@@ -183,3 +183,50 @@ class Pi0Policy(Pi0Model):
         values = self._values(cache, state, chain[:, 0], calls)
         return EvaluateOutput(logprobs=self._cut(logp).float(), values=values.float().clone(),
                               entropy=None if entropy is None else self._cut(entropy).float())
+
+    def supervised_loss(self, obs: dict[str, Any], actions: Tensor, *, generator: torch.Generator | None = None,
+                        noise: Tensor | None = None, time: Tensor | None = None) -> Tensor:
+        """Flow-matching behaviour-cloning loss (scalar) of env-space demonstration chunks ``actions [B, C, A]``.
+
+        The env actions go the reverse way of :meth:`Pi0Processor.actions_to_env`: gripper convention undone,
+        the delta transform undone (``a[:6] -= state[:6]``), normalised, zero-padded to ``max_action_dim``
+        and, along the horizon, padded to ``action_horizon`` by repeating the last step. Then openpi's
+        ``compute_loss`` (``src/openpi/models/pi0.py``): ``t ~ Beta(1.5, 1) * 0.999 + 0.001``,
+        ``x_t = t noise + (1 - t) actions``, target ``u = noise - actions``, squared error of the predicted
+        velocity. openpi averages over all ``H x 32`` entries; here only the executed ``C`` steps and the real
+        ``A`` dims count (padding would dilute the loss and train the model to predict zeros).
+        ``noise [B, action_horizon, max_action_dim]`` / ``time [B]`` fix the draws (tests); otherwise they
+        come from ``generator``.
+        """
+        cfg = self.cfg
+        inputs = self.processor.prepare(obs)
+        b = inputs["tokens"].shape[0]
+        c, a = cfg.num_action_chunks, cfg.action_env_dim
+        if tuple(actions.shape) != (b, c, a):
+            raise ValueError(f"actions must be [B={b}, C={c}, A={a}], got {tuple(actions.shape)}")
+        x = actions.detach().float().cpu().clone()
+        if cfg.gripper == "from_01":  # env -1 open / +1 close -> [0, 1] with 1 = open (inverse of -sign(2g - 1))
+            x[..., -1] = (1.0 - x[..., -1]) / 2.0
+        # "binarize" keeps +-1 (its inverse picks the sign); "none" is the identity
+        if cfg.extra_delta_transform:
+            d = min(6, inputs["raw_state"].shape[-1])
+            x[..., :d] -= inputs["raw_state"][:, None, :d]
+        x = self.processor.normalizer.normalize(x, "actions")
+        x = torch.nn.functional.pad(x, (0, cfg.max_action_dim - a))
+        x = torch.cat([x, x[:, -1:].expand(b, cfg.action_horizon - c, cfg.max_action_dim)], dim=1)
+        target = x.to(self.device)
+        shape = (b, cfg.action_horizon, cfg.max_action_dim)
+        if noise is None:
+            noise = torch.randn(shape, generator=generator)
+        elif tuple(noise.shape) != shape:
+            raise ValueError(f"noise must be {list(shape)}, got {list(noise.shape)}")
+        if time is None:
+            # Beta(1.5, 1) by inversion (CDF u^1.5), so the draw follows ``generator``
+            time = torch.rand(b, generator=generator) ** (1.0 / 1.5) * 0.999 + 0.001
+        noise = noise.to(device=self.device, dtype=torch.float32)
+        t = time.to(device=self.device, dtype=torch.float32)
+        x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * target
+        u_t = noise - target
+        cache, state = self._prefix(inputs)
+        v_t = self.velocity_from_features(self.expert_forward(cache, state, x_t, t))
+        return ((v_t - u_t) ** 2)[:, :c, :a].mean()

@@ -1,0 +1,371 @@
+"""Demonstration episodes for supervised fine-tuning: on-disk format, expert recording, chunk dataset.
+
+On-disk format (version 1): a folder of ``episode_<nnnnn>.npz`` files, one per episode, each written
+atomically (:func:`vlarl_cli.checkpoints.atomic.atomic_open`), read with ``allow_pickle=False``. Arrays,
+``T`` = executed env steps:
+
+===================  =======================  ====================================================
+key                  dtype / shape            meaning
+===================  =======================  ====================================================
+``states``           float32 ``[T, S]``       observation state before step ``t`` (LIBERO: 8, toy: 4)
+``actions``          float32 ``[T, A]``       env-space action executed at step ``t`` (LIBERO: 7, the
+                                              gripper -1 open / +1 close; toy: 2)
+``main_images``      uint8 ``[T, H, W, 3]``   optional, one array per camera, named by the observation
+``wrist_images``                              key (:mod:`vlarl_cli.keys`), as the env returns them
+                                              (LIBERO: already rotated 180 degrees)
+``task_description`` str (0-d)                the language instruction ("" for the toy task)
+``success``          bool (0-d)               the episode reached the goal
+``meta``             str (0-d)                JSON: ``format_version``, ``env_type``, ``suite``,
+                                              ``task_id``, ``trial_id``, ``expert`` (informative)
+===================  =======================  ====================================================
+
+Observation ``t`` and action ``t`` belong together: the policy saw observation ``t`` and the expert took
+action ``t``. :class:`ChunkDataset` cuts one training sample per step ``t``: the observation at ``t`` and
+the action chunk ``actions[t : t + C]`` ``[C, A]``, padded at the episode end by repeating the last action
+(the robot "holds" its last command, which is also what a policy should predict near the end).
+
+Recording:
+
+* :func:`record_toy_demos`: the toy reach task's straight-to-the-goal expert (always succeeds);
+* :func:`record_expert_demos`: LIBERO's scripted :class:`~vlarl_cli.envs.libero.expert.PickPlaceExpert`
+  closed loop (one action per env step), keeping only successful episodes.
+
+Usage::
+
+    paths = record_toy_demos("runs/sft/demos", 100, seed=0)
+    data = ChunkDataset(load_episodes("runs/sft/demos"), chunk=4)
+    obs, actions = data.batch([0, 5, 9])      # obs[keys.STATES] [3, 4], actions [3, 4, 2]
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from vlarl_cli import keys
+from vlarl_cli.errors import VlarlError
+
+__all__ = [
+    "CAMERA_KEYS",
+    "FORMAT_VERSION",
+    "ChunkDataset",
+    "Episode",
+    "episode_paths",
+    "load_episode",
+    "load_episodes",
+    "record_expert_demos",
+    "record_toy_demos",
+    "save_episode",
+    "toy_expert_actions",
+]
+
+FORMAT_VERSION = 1
+CAMERA_KEYS = (keys.MAIN_IMAGES, keys.WRIST_IMAGES)
+_PATTERN = "episode_*.npz"
+
+
+@dataclass
+class Episode:
+    """One demonstration episode (shapes in the module docstring)."""
+
+    states: np.ndarray  # float32 [T, S]
+    actions: np.ndarray  # float32 [T, A]
+    task_description: str = ""
+    success: bool = True
+    images: dict[str, np.ndarray] = field(default_factory=dict)  # camera key -> uint8 [T, H, W, 3]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.actions.shape[0])
+
+    def validate(self, where: str = "episode") -> None:
+        """Raise :class:`VlarlError` naming ``where`` when shapes or dtypes are inconsistent."""
+        fix = "Re-record the demonstrations (vlarl sft --record N) or fix the writer of this file."
+        if self.actions.ndim != 2 or self.states.ndim != 2:
+            raise VlarlError(f"{where}: actions and states must be [T, A] / [T, S], got "
+                             f"{list(self.actions.shape)} / {list(self.states.shape)}.", fix)
+        t = len(self)
+        if t < 1 or self.states.shape[0] != t:
+            raise VlarlError(f"{where}: {self.states.shape[0]} states for {t} actions (need the same T >= 1).", fix)
+        for name, img in self.images.items():
+            if name not in CAMERA_KEYS:
+                raise VlarlError(f'{where}: unknown camera "{name}".', f"Use the keys {list(CAMERA_KEYS)}.")
+            if img.dtype != np.uint8 or img.ndim != 4 or img.shape[0] != t or img.shape[-1] != 3:
+                raise VlarlError(f"{where}: {name} must be uint8 [T={t}, H, W, 3], got {img.dtype} "
+                                 f"{list(img.shape)}.", fix)
+        if not (np.isfinite(self.actions).all() and np.isfinite(self.states).all()):
+            raise VlarlError(f"{where}: actions or states contain NaN/inf.", fix)
+
+
+def save_episode(path: str | Path, episode: Episode) -> Path:
+    """Write ``episode`` to ``path`` (``.npz``) atomically: the file appears complete or not at all."""
+    from vlarl_cli.checkpoints.atomic import atomic_open
+
+    episode.validate(str(path))
+    arrays: dict[str, np.ndarray] = {
+        "states": np.asarray(episode.states, np.float32),
+        "actions": np.asarray(episode.actions, np.float32),
+        "task_description": np.asarray(str(episode.task_description)),
+        "success": np.asarray(bool(episode.success)),
+        "meta": np.asarray(json.dumps({"format_version": FORMAT_VERSION, **episode.meta}, sort_keys=True)),
+    }
+    for name, img in episode.images.items():
+        arrays[name] = np.ascontiguousarray(img, dtype=np.uint8)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, "wb") as f:
+        np.savez(f, **arrays)  # type: ignore[arg-type]
+    return path
+
+
+def load_episode(path: str | Path) -> Episode:
+    """Read one episode file (:class:`VlarlError` when it is not a readable version-1 episode)."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            files = set(data.files)
+            missing = {"states", "actions", "task_description", "success", "meta"} - files
+            if missing:
+                raise VlarlError(f"{path} is not a vlarl demonstration episode (missing {sorted(missing)}).",
+                                 "Record demonstrations with `vlarl sft --record N`.")
+            meta = json.loads(str(data["meta"]))
+            episode = Episode(states=data["states"].astype(np.float32), actions=data["actions"].astype(np.float32),
+                              task_description=str(data["task_description"]), success=bool(data["success"]),
+                              images={k: data[k] for k in CAMERA_KEYS if k in files}, meta=meta)
+    except (OSError, ValueError, KeyError) as err:
+        raise VlarlError(f"Cannot read demonstration episode {path}: {err}",
+                         "Delete the file or re-record the demonstrations.") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise VlarlError(f"{path} has demo format_version {meta.get('format_version')}, this vlarl reads "
+                         f"{FORMAT_VERSION}.", "Re-record the demonstrations with this vlarl version.")
+    episode.validate(str(path))
+    return episode
+
+
+def episode_paths(folder: str | Path) -> list[Path]:
+    """The episode files of ``folder``, sorted by name."""
+    return sorted(Path(folder).expanduser().glob(_PATTERN))
+
+
+def load_episodes(folder: str | Path, *, successful_only: bool = True) -> list[Episode]:
+    """All episodes of ``folder`` (only successful ones by default); :class:`VlarlError` when there are none."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise VlarlError(f"Demonstration folder {folder} does not exist.",
+                         "Pass --demos with a folder of episode_*.npz files, or leave --demos out to record "
+                         "expert demonstrations first (--record N).")
+    paths = episode_paths(folder)
+    episodes = [load_episode(p) for p in paths]
+    kept = [e for e in episodes if e.success or not successful_only]
+    if not kept:
+        what = f"no successful episode among {len(paths)} files" if paths else "no episode_*.npz files"
+        raise VlarlError(f"Demonstration folder {folder} has {what}.",
+                         "Record demonstrations into it (vlarl sft --demos DIR --record N), or point --demos "
+                         "at a folder of episodes.")
+    return kept
+
+
+def _next_index(folder: Path) -> int:
+    """First free episode number in ``folder`` (recording appends to existing episodes)."""
+    numbers = [int(p.stem.split("_")[-1]) for p in episode_paths(folder) if p.stem.split("_")[-1].isdigit()]
+    return max(numbers, default=-1) + 1
+
+
+# --------------------------------------------------------------------------------------------------
+# dataset
+
+
+class ChunkDataset:
+    """``(observation, action chunk [C, A])`` samples, one per step of every episode.
+
+    ``dataset[i]`` -> ``(obs, chunk)``: ``obs`` holds ``keys.STATES`` ``[S]`` float32, the episode's camera
+    images ``[H, W, 3]`` uint8 and ``keys.TASK_DESCRIPTIONS`` (a str); ``chunk`` is ``actions[t : t + C]``
+    padded at the end by repeating the last action. :meth:`batch` stacks samples into the policy's batch
+    layout (``[B, ...]`` tensors, a list of B descriptions, actions ``[B, C, A]``).
+    """
+
+    def __init__(self, episodes: Sequence[Episode], chunk: int) -> None:
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        if not episodes:
+            raise VlarlError("No demonstration episodes to train on.", "Record some with `vlarl sft --record N`.")
+        self.episodes = list(episodes)
+        self.chunk = chunk
+        first = self.episodes[0]
+        self.action_dim = int(first.actions.shape[1])
+        self.state_dim = int(first.states.shape[1])
+        self.cameras = tuple(sorted(first.images))
+        for i, e in enumerate(self.episodes):
+            e.validate(f"episode {i}")
+            if e.actions.shape[1] != self.action_dim or e.states.shape[1] != self.state_dim:
+                raise VlarlError(f"Demonstration episode {i} has {e.actions.shape[1]}-d actions / "
+                                 f"{e.states.shape[1]}-d states, episode 0 has {self.action_dim} / "
+                                 f"{self.state_dim}.", "Keep episodes of one task family per folder.")
+            if tuple(sorted(e.images)) != self.cameras:
+                raise VlarlError(f"Demonstration episode {i} has cameras {sorted(e.images)}, episode 0 has "
+                                 f"{list(self.cameras)}.", "Record all episodes with the same cameras.")
+        # flat index -> (episode, step), episode-major
+        self._episode = np.concatenate([np.full(len(e), k) for k, e in enumerate(self.episodes)])
+        self._step = np.concatenate([np.arange(len(e)) for e in self.episodes])
+
+    def __len__(self) -> int:
+        return int(self._step.shape[0])
+
+    def chunk_of(self, episode: Episode, t: int) -> np.ndarray:
+        """``[C, A]`` actions ``t .. t + C - 1``, the last action repeated past the episode end."""
+        idx = np.minimum(np.arange(t, t + self.chunk), len(episode) - 1)
+        return episode.actions[idx]
+
+    def __getitem__(self, i: int) -> tuple[dict[str, Any], Tensor]:
+        e = self.episodes[int(self._episode[i])]
+        t = int(self._step[i])
+        obs: dict[str, Any] = {keys.STATES: torch.from_numpy(e.states[t]),
+                               keys.TASK_DESCRIPTIONS: e.task_description}
+        for cam in self.cameras:
+            obs[cam] = torch.from_numpy(e.images[cam][t])
+        return obs, torch.from_numpy(self.chunk_of(e, t))
+
+    def batch(self, indices: Sequence[int] | np.ndarray | Tensor) -> tuple[dict[str, Any], Tensor]:
+        """Samples ``indices`` stacked: ``(obs batch, actions [B, C, A] float32)``."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        eps = [self.episodes[int(k)] for k in self._episode[idx]]
+        steps = [int(t) for t in self._step[idx]]
+        obs: dict[str, Any] = {
+            keys.STATES: torch.from_numpy(np.stack([e.states[t] for e, t in zip(eps, steps, strict=True)])),
+            keys.TASK_DESCRIPTIONS: [e.task_description for e in eps],
+        }
+        for cam in self.cameras:
+            obs[cam] = torch.from_numpy(np.stack([e.images[cam][t] for e, t in zip(eps, steps, strict=True)]))
+        actions = np.stack([self.chunk_of(e, t) for e, t in zip(eps, steps, strict=True)])
+        return obs, torch.from_numpy(actions)
+
+
+# --------------------------------------------------------------------------------------------------
+# experts
+
+
+def toy_expert_actions(states: Tensor, step_size: float) -> Tensor:
+    """The toy reach expert: straight at the goal. ``states [B, 4]`` (pos, goal) -> actions ``[B, 2]``.
+
+    The action ``(goal - pos) / step_size`` reaches the goal in one step; it is scaled down (direction
+    kept) so that no component leaves ``[-1, 1]``, the env's clip range.
+    """
+    delta = (states[:, 2:4] - states[:, 0:2]) / step_size
+    scale = delta.abs().amax(dim=-1, keepdim=True).clamp(min=1.0)
+    return delta / scale
+
+
+def record_toy_demos(out_dir: str | Path, n: int, *, max_steps: int = 16, step_size: float = 0.25,
+                     goal_radius: float = 0.2, seed: int = 0) -> list[Path]:
+    """Record ``n`` expert episodes of the toy reach task (:class:`vlarl_cli.envs.toy.ReachEnv`) into
+    ``out_dir``; goals from ``seed``. Episodes end at the first step within ``goal_radius`` of the goal."""
+    from vlarl_cli.envs.toy import ReachEnv
+
+    if n < 1:
+        raise VlarlError(f"Cannot record {n} demonstrations.", "Pass --record N with N >= 1.")
+    out = Path(out_dir).expanduser()
+    env = ReachEnv(n, chunk=1, max_steps=max_steps, step_size=step_size, goal_radius=goal_radius)
+    obs = env.reset(generator=torch.Generator().manual_seed(seed))
+    states, actions, alive = [], [], []
+    for _ in range(max_steps):
+        s = obs[keys.STATES].clone()
+        a = toy_expert_actions(s, step_size)
+        was_active = ~env.done
+        step = env.step(a[:, None, :])
+        states.append(s)
+        actions.append(a)
+        alive.append(was_active)
+        obs = step.obs
+        if bool(env.done.all()):
+            break
+    s_all, a_all, m_all = torch.stack(states, 1), torch.stack(actions, 1), torch.stack(alive, 1)  # [n, T, ...]
+    start = _next_index(out)
+    paths = []
+    for i in range(n):
+        t = int(m_all[i].sum())
+        ep = Episode(states=s_all[i, :t].numpy(), actions=a_all[i, :t].numpy(), task_description="",
+                     success=bool(env.success[i]),
+                     meta={"env_type": "toy_reach", "expert": "straight_to_goal", "seed": seed, "index": i})
+        paths.append(save_episode(out / f"episode_{start + i:05d}.npz", ep))
+    return paths
+
+
+def record_expert_demos(out_dir: str | Path, n: int, *, suite: str = "libero_spatial",
+                        task_ids: Sequence[int] | None = None, resolution: int = 128,
+                        cameras: Sequence[str] = ("main", "wrist"), max_episode_steps: int | None = None,
+                        settle_steps: int | None = None, protocol: str = "standard", first_trial: int = 0,
+                        max_attempts: int | None = None, progress: Any = None) -> list[Path]:
+    """Record ``n`` SUCCESSFUL episodes of LIBERO's scripted pick-and-place expert into ``out_dir``.
+
+    Tasks are visited round robin (``task_ids``, default: every task of ``suite``), each from its fixed
+    init states ``first_trial, first_trial + 1, ...``; the expert runs closed loop, one action per env step,
+    so every step's observation is rendered. Failed episodes are dropped; after ``max_attempts``
+    (default ``3 n``) episodes the recording stops with a :class:`VlarlError`. Only single ``on``/``in``
+    goals are scripted (libero_spatial, most of libero_object), others raise ``EnvError``.
+    ``progress(message)`` is called after each episode.
+    """
+    from vlarl_cli.envs.libero import suites
+    from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
+    from vlarl_cli.envs.libero.expert import PickPlaceExpert
+
+    if n < 1:
+        raise VlarlError(f"Cannot record {n} demonstrations.", "Pass --record N with N >= 1.")
+    out = Path(out_dir).expanduser()
+    tasks = list(task_ids) if task_ids else list(range(suites.num_tasks(suite)))
+    attempts_left = max_attempts if max_attempts is not None else 3 * n
+    options = EnvOptions(resolution=resolution, cameras=tuple(cameras), protocol=protocol,
+                         max_episode_steps=max_episode_steps, settle_steps=settle_steps)
+    env = LiberoEnv(suite, tasks[0], options)
+    paths: list[Path] = []
+    index = _next_index(out)
+    attempt = 0
+    try:
+        while len(paths) < n:
+            if attempts_left <= 0:
+                raise VlarlError(f"The scripted expert succeeded in only {len(paths)} of {attempt} episodes "
+                                 f"on {suite} tasks {tasks}; {n} were requested.",
+                                 "Use a task the expert solves (libero_spatial), raise max_episode_steps, or "
+                                 "record fewer demonstrations.")
+            task = tasks[attempt % len(tasks)]
+            trial = (first_trial + attempt // len(tasks)) % len(suites.init_states(suite, task))
+            attempt += 1
+            attempts_left -= 1
+            if env.task_id != task:
+                env.set_task(task)
+            obs = env.reset(trial)
+            expert = PickPlaceExpert(env.raw_env.env)
+            states, actions = [], []
+            frames: dict[str, list[np.ndarray]] = {k: [] for k in CAMERA_KEYS if k in obs}
+            result = None
+            while env.episode_active:
+                action = np.clip(np.asarray(expert.act(), dtype=np.float64), -1.0, 1.0)
+                states.append(np.asarray(obs[keys.STATES], np.float32))
+                actions.append(action.astype(np.float32))
+                for k in frames:
+                    frames[k].append(np.asarray(obs[k], np.uint8))
+                result = env.step_chunk(action[None])
+                obs = result.obs
+            success = bool(result is not None and result.episode and result.episode.get(keys.SUCCESS_ONCE))
+            if progress is not None:
+                progress(f"demo attempt {attempt}: task {task} trial {trial}: "
+                         f"{'success' if success else 'failure'} in {len(actions)} steps")
+            if not success:
+                continue
+            ep = Episode(states=np.stack(states), actions=np.stack(actions),
+                         task_description=str(obs[keys.TASK_DESCRIPTIONS]), success=True,
+                         images={k: np.stack(v) for k, v in frames.items()},
+                         meta={"env_type": "libero", "suite": suite, "task_id": task, "trial_id": trial,
+                               "expert": "PickPlaceExpert", "resolution": resolution, "protocol": protocol})
+            paths.append(save_episode(out / f"episode_{index:05d}.npz", ep))
+            index += 1
+    finally:
+        env.close()
+    return paths
+
