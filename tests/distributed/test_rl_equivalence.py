@@ -18,7 +18,7 @@ import torch
 from launcher import run_vlarl as _vlarl
 from safetensors.torch import load_file
 
-COMMON = ["--config", "toy_reach_ppo", "runner.val_check_interval=-1", "env.train.total_num_envs=16",
+COMMON = ["--config", "toy_reach_ppo", "runner.val_check_interval=1", "env.train.total_num_envs=16",
           "actor.global_batch_size=32", "actor.micro_batch_size=8", "runner.max_epochs=3",
           "runner.save_interval=3"]
 
@@ -40,12 +40,14 @@ def _compare(single: Path, run: Path) -> None:
     assert [r["step"] for r in two] == [1, 2, 3]
     compared = 0
     for a, b in zip(one, two, strict=True):
-        keys = [k for k in a if k.startswith(("actor/", "rollout/", "env/"))]
-        assert set(keys) == {k for k in b if k.startswith(("actor/", "rollout/", "env/"))}
+        # eval/* too: the evaluation must see this iteration's weights under every placement
+        keys = [k for k in a if k.startswith(("actor/", "rollout/", "env/", "eval/"))]
+        assert set(keys) == {k for k in b if k.startswith(("actor/", "rollout/", "env/", "eval/"))}
+        assert any(k.startswith("eval/") for k in keys)
         for key in keys:
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
             compared += 1
-    assert compared > 60
+    assert compared > 70
     # the learning signal is not trivial: episodes finished, some succeeded, the policy moved
     assert one[-1]["env/num_episodes"] == 16 and 0 < one[-1]["env/success_once"] < 1
     assert one[-1]["actor/approx_kl"] > 1e-4
@@ -112,3 +114,29 @@ def test_remote_pipelined_envs_on_libero_reproduce_the_local_run(tmp_path: Path)
     for key in ("actor/policy_loss", "actor/value_loss", "actor/grad_norm"):
         assert b[key] == pytest.approx(a[key], rel=2e-2), key
     assert b["sync/bytes"] > 0 and b["time/transfer"] >= 0
+
+
+def test_actor_on_ranks_without_rank_0(single: Path, tmp_path: Path) -> None:
+    """3 processes: envs and rollout on rank 0, an FSDP actor on ranks 1-2 (full states gathered on rank 1),
+    then a 2-process resume of the checkpoint it wrote."""
+    out = _vlarl("rl-train", *COMMON, f"runner.logger.log_path={tmp_path}", "runner.save_interval=1",
+                 'cluster.component_placement={"env,rollout": 0, actor: 1-2}', "--nproc-per-node", "3",
+                 "--master-port", "{port}")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "world 3: env=[0], rollout=[0], actor=[1, 2]" in out.stdout
+    _compare(single, tmp_path)
+    # resume the last iteration from the iteration-2 checkpoint with another placement and world size
+    import shutil
+
+    resumed = tmp_path.parent / (tmp_path.name + "_resumed")
+    shutil.copytree(tmp_path, resumed)
+    shutil.rmtree(resumed / "checkpoints" / "global_step_3")
+    (resumed / "checkpoints" / "latest").write_text("global_step_2")
+    rows = _rows(resumed)
+    (resumed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    out = _vlarl("rl-train", *COMMON, f"runner.logger.log_path={resumed}",
+                 "cluster.component_placement={env: 0, rollout: 1, actor: 0-1}", "--resume", "auto",
+                 "--nproc-per-node", "2", "--master-port", "{port}")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "iteration 2" in out.stdout
+    _compare(single, resumed)

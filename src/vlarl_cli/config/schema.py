@@ -569,6 +569,9 @@ class VlarlConfig(Section):
                              "true, or use loss_type actor (e.g. with adv_type grpo)")
         if self.algorithm.adv_type == "gae" and not self.actor.model.effective_add_value_head:
             raise ValueError("adv_type gae needs value estimates: set actor.model.add_value_head true")
+        if self.algorithm.adv_type == "gae" and self.algorithm.reward_type != "chunk_level":
+            raise ValueError("adv_type gae needs one value per chunk: reward_type action_level is not supported "
+                             "with gae yet; use reward_type chunk_level (or adv_type grpo)")
         toy_env = self.env.train.env_type == "toy_reach"
         toy_model = self.actor.model.model_type.startswith("toy_")
         if toy_env != toy_model:

@@ -7,8 +7,9 @@ unit, falling back to the family's own ``fsdp_wrap_classes`` attribute, then the
 ``forward`` does. Mixed precision (bf16 params / reductions) applies on GPUs only; CPU runs in fp32 with
 gloo through the same code.
 
-Checkpoints are FULL state dicts gathered to rank 0 (``get_model_state_dict(full_state_dict=True)``),
-so a checkpoint saved with any world size loads with any other (or without FSDP at all).
+Checkpoints are FULL state dicts gathered parameter by parameter onto one owner rank (the actor's first
+rank), so a checkpoint saved with any world size loads with any other (or without FSDP at all); loading
+gives every rank the full state and each keeps its shards.
 """
 
 from __future__ import annotations
@@ -76,25 +77,47 @@ def is_sharded(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The full (unsharded) state dict on CPU: complete on rank 0, empty elsewhere; plain for unsharded models."""
+def _gather(value: Any, keep: bool) -> Any:
+    """A DTensor's full tensor on the CPU (collective over its mesh: every shard holder calls it), returned
+    where ``keep``; other values as they are."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        full = value.full_tensor()
+        return full.detach().cpu() if keep else None
+    return value
+
+
+def _owner_keeps(owner: int | None) -> bool:
+    import torch.distributed as dist
+
+    return owner is None or not dist.is_initialized() or dist.get_rank() == owner
+
+
+def full_model_state(model: nn.Module, owner: int | None = 0) -> dict[str, torch.Tensor]:
+    """The full (unsharded) state dict on CPU, complete on global rank ``owner`` (every rank for None) and
+    empty elsewhere; plain ``state_dict()`` for unsharded models. Gathered one parameter at a time, so a
+    rank never holds more than one full parameter beyond its shards; ``owner`` need not be rank 0 (an
+    actor placed on ranks 4-7 keeps its state on rank 4)."""
     if not is_sharded(model):
         return model.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    state: dict[str, Any] = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
-                                                                                  cpu_offload=True))
-    return state
+    keep = _owner_keeps(owner)
+    out: dict[str, torch.Tensor] = {}
+    for name, value in model.state_dict().items():
+        full = _gather(value, keep)
+        if keep:
+            out[name] = full if not isinstance(full, torch.Tensor) or full.device.type == "cpu" else full.cpu()
+    return out
 
 
 def load_full_model_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Load a full state dict (read on rank 0 only is enough for sharded models; it is broadcast)."""
+    """Load a full state dict; for sharded models every rank passes the full state (each keeps its shards)."""
     if not is_sharded(model):
         model.load_state_dict(state, strict=True)
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    set_model_state_dict(model, dict(state), options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    set_model_state_dict(model, dict(state), options=StateDictOptions(full_state_dict=True))
 
 
 def _by_name(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -122,14 +145,17 @@ def _from_names(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[
     })
 
 
-def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Optimizer state keyed by parameter name, full (unsharded); loads at any world size."""
+def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, owner: int | None = 0
+                         ) -> dict[str, Any]:
+    """Optimizer state keyed by parameter name, full (unsharded), complete on global rank ``owner``;
+    loads at any world size."""
+    state = _by_name(model, optimizer)
     if not is_sharded(model):
-        return _by_name(model, optimizer)
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    return get_optimizer_state_dict(model, optimizer,
-                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return state
+    keep = _owner_keeps(owner)
+    # the same parameter order on every rank: the gathers are collectives
+    gathered = {name: {k: _gather(v, keep) for k, v in entry.items()} for name, entry in state["state"].items()}
+    return {"state": gathered, "param_groups": state["param_groups"]} if keep else {}
 
 
 def load_full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
@@ -138,5 +164,4 @@ def load_full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    set_optimizer_state_dict(model, optimizer, state,
-                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))

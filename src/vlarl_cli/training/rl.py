@@ -385,6 +385,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
     actor = _build_actor(config, ctx, roles, groups) if roles.is_actor else None
     own_copy = roles.rank in _rollout_copy_ranks(config, roles)
     if roles.is_rollout:
+        seed_everything(config.actor.seed)
         policy = _build_rollout_policy(config, ctx) if own_copy or actor is None else actor.policy
     sync = None
     if not roles.collocated:
@@ -392,8 +393,9 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
 
         # the source sends the actor's weights, receivers load them into their rollout copy
         module = actor.policy if ctx.rank == roles.actor[0] and actor is not None else policy
+        # buckets on this rank's device: an offloaded module must not switch the backend (gloo vs NCCL)
         sync = WeightSync(module if module is not None else torch.nn.Module(), src=roles.actor[0],
-                          ranks=_sync_ranks(config, roles), group=groups.get("sync"))
+                          ranks=_sync_ranks(config, roles), group=groups.get("sync"), device=ctx.device)
 
     seed_everything(derived_seed(config.actor.seed, ctx.rank))
     resume = resume or config.runner.resume_dir
@@ -416,6 +418,10 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
         atomic_write_text(run_dir / "config.yaml", to_yaml(config))
     if actor is not None and roles.rank == roles.actor[0]:
         _print_plan(config, ctx.world_size, actor.policy, run_dir)
+        if len(roles.actor) > 1 and config.actor.global_batch_size % config.train_num_envs:
+            print(f"note: actor.global_batch_size {config.actor.global_batch_size} is not a multiple of "
+                  f"total_num_envs {config.train_num_envs}: mini-batches are shuffled by sample, so this run's "
+                  "mini-batches differ from a 1-process run's (whole chunk steps are shuffled otherwise)", flush=True)
 
     # ---- envs: local on env+rollout ranks, served to the rollout rank from env-only ranks
     n_envs = roles.envs_per_env_rank
@@ -437,6 +443,23 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
     last_metrics: dict[str, float] = {}
     last_ckpt: Path | None = None
     weights_version, synced_version = state.optimizer_steps, None
+
+    def sync_weights(metrics: dict[str, float]) -> None:
+        """Actor -> ranks with their own rollout copy; only called when the weights changed (every rank
+        knows ``weights_version``, so all of them take part in the same collectives)."""
+        nonlocal synced_version
+        assert sync is not None
+        t = time.perf_counter()
+        full = actor.full_state() if actor is not None and actor.sharded else None  # collective over actors
+        offload_module(policy, ctx.device if own_copy else None)  # an offloaded copy comes back first
+        sync.push(weights_version, full if ctx.rank == sync.src else None)
+        if ctx.rank == sync.src and own_copy and policy is not None and actor is not None:
+            policy.load_state_dict(full if full is not None else actor.policy.state_dict())
+        synced_version = weights_version
+        if ctx.rank in sync.ranks:
+            metrics["sync/bytes"] = sync.stats["bytes"]
+            metrics["time/sync"] = time.perf_counter() - t
+
     progress = Progress(total=config.runner.max_epochs, start=state.iteration, enabled=ctx.is_main)
     try:
         while state.iteration < config.runner.max_epochs:
@@ -449,16 +472,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
             generators["shuffle"].manual_seed(derived_seed(config.actor.seed, state.iteration, 1))
             metrics: dict[str, float] = {}
             if sync is not None and weights_version != synced_version:
-                # actor -> rollout-only ranks, only after the weights changed (every rank knows the version)
-                t = time.perf_counter()
-                full = actor.full_state() if actor is not None and actor.sharded else None  # collective
-                sync.push(weights_version, full if ctx.rank == sync.src else None)
-                if ctx.rank == sync.src and own_copy and policy is not None and actor is not None:
-                    policy.load_state_dict(full if full is not None else actor.policy.state_dict())
-                synced_version = weights_version
-                if ctx.rank in sync.ranks:
-                    metrics["sync/bytes"] = sync.stats["bytes"]
-                metrics["time/sync"] = time.perf_counter() - t
+                sync_weights(metrics)
             rollouts: list[Rollout] | None = None
             if roles.is_rollout:
                 assert policy is not None
@@ -489,10 +503,12 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
             elif roles.is_env:
                 pl.serve_env(env, roles.rollout_of_env(ctx.rank), stages)
             t_collect = time.perf_counter()
-            metrics["time/collect"] = t_collect - it_start
+            if roles.is_rollout:
+                metrics["time/collect"] = t_collect - it_start
             if not roles.collocated:
                 rollouts = pl.redistribute(rollouts, roles)
-                metrics["time/transfer"] = time.perf_counter() - t_collect
+                if roles.is_rollout:
+                    metrics["time/transfer"] = time.perf_counter() - t_collect
             state.iteration += 1
             state.optimizer_steps += actor.steps_per_iter if actor is not None else _steps_per_iter(config, roles)
             if actor is not None:
@@ -511,21 +527,34 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
                                 "time/actor": time.perf_counter() - t_update})
             if roles.rank == roles.env[0] and video.save_video:
                 _write_videos(env, run_dir, video, state.iteration, config)
-            if config.runner.val_check_interval > 0 and state.iteration % config.runner.val_check_interval == 0 \
-                    and roles.is_rollout:
-                assert policy is not None
-                metrics.update(evaluate_in_training(policy, config, ctx, state.iteration, run_dir, roles=roles,
-                                                    group=groups.get("rollout")))
+            weights_version = int(_broadcast_object(weights_version, roles.actor[0]))
+            if config.runner.val_check_interval > 0 and state.iteration % config.runner.val_check_interval == 0:
+                if sync is not None and weights_version != synced_version:
+                    sync_weights(metrics)  # evaluate the weights this iteration produced
+                if roles.is_rollout:
+                    assert policy is not None
+                    offload_module(policy, ctx.device if own_copy else None)  # back from rollout.enable_offload
+                    eval_policy = policy
+                    if actor is not None and policy is actor.policy and actor.sharded:
+                        # a sharded module would need the same forwards on every rank; evaluation runs a
+                        # different number of steps per rank, so it uses an unsharded copy
+                        full = actor.full_state(owner=None)
+                        seed_everything(config.actor.seed)
+                        eval_policy = _build_rollout_policy(config, ctx)
+                        eval_policy.load_state_dict(full)
+                    metrics.update(evaluate_in_training(eval_policy, config, ctx, state.iteration, run_dir,
+                                                        roles=roles, group=groups.get("rollout")))
+                    del eval_policy
             metrics = _mean_over_ranks(metrics)
             metrics["time/iteration"] = time.perf_counter() - it_start
-            weights_version = int(_broadcast_object(weights_version, roles.actor[0]))
             logger.log(metrics, step=state.iteration)
             last_metrics = metrics
             progress.update(state.iteration, metrics)
             save_now = (config.runner.save_interval > 0 and state.iteration % config.runner.save_interval == 0) \
                 or state.iteration == config.runner.max_epochs
+            if save_now:
+                state.run_ids = _broadcast_object(logger.run_ids(), 0) or state.run_ids  # rank 0 logs
             if save_now and actor is not None:
-                state.run_ids = logger.run_ids() or state.run_ids
                 last_ckpt = actor.save(run_dir, generators, state, config)
     finally:
         progress.close()
@@ -616,11 +645,6 @@ class _Actor:
         n_actor = len(roles.actor)
         self.sharded = _actor_sharded(config, roles) or (roles.collocated and ctx.distributed
                                                          and fsdp_cfg.sharding_strategy != "no_shard")
-        if self.sharded and roles.actor[0] != 0:
-            raise ConfigError(f"FSDP over actor ranks {list(roles.actor)} needs rank 0 among them (full states "
-                              "are gathered on rank 0).",
-                              "Place the actor on ranks starting at 0, or set actor.fsdp_config.sharding_strategy "
-                              "no_shard.")
         self.ref_policy = None
         if config.algorithm.kl_beta > 0:  # frozen copy of the starting weights for the KL penalty
             import copy
@@ -661,10 +685,12 @@ class _Actor:
         ckpt.restore_rng(loaded, generators)
         return loaded.trainer_state
 
-    def full_state(self) -> dict[str, torch.Tensor]:
+    def full_state(self, owner: int | None = -1) -> dict[str, torch.Tensor]:
+        """The full weights, complete on ``owner`` (default the actor's first rank; None: every actor rank).
+        Collective over the actor ranks when sharded."""
         from vlarl_cli.distributed import fsdp
 
-        return fsdp.full_model_state(self.policy)
+        return fsdp.full_model_state(self.policy, owner=self.roles.actor[0] if owner == -1 else owner)
 
     def offload(self, *, weights: bool) -> None:
         """``actor.enable_offload``: before the envs and the rollout run, AdamW state (and the weights, when
@@ -701,8 +727,9 @@ class _Actor:
              config: VlarlConfig) -> Path | None:
         from vlarl_cli.distributed import fsdp
 
-        model_state = fsdp.full_model_state(self.policy)  # collective over the actor ranks when sharded
-        optimizer_state = fsdp.full_optimizer_state(self.policy, self.optimizer)
+        # collective over the actor ranks when sharded; complete on the actor's first rank, which writes
+        model_state = fsdp.full_model_state(self.policy, owner=self.roles.actor[0])
+        optimizer_state = fsdp.full_optimizer_state(self.policy, self.optimizer, owner=self.roles.actor[0])
         path = None
         if self.ctx.rank == self.roles.actor[0]:
             export = _family_exporter(self.policy, model_state, config)
@@ -718,11 +745,13 @@ def _build_actor(config: VlarlConfig, ctx: dist.DistContext, roles: Any, groups:
 
 
 def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
-    """Average every metric over the ranks that report it.
+    """Combine the ranks' metrics: ``time/*`` phase durations are the slowest reporting rank's (a phase
+    ends when its last rank does), ``time/env_steps_per_s`` adds up, everything else is averaged over the
+    ranks that report it.
 
-    The ``actor/*``, ``rollout/*`` and ``env/*`` metrics are already whole-batch values on every rank
-    (``CrossRank``); this averages the rest (timings). Ranks may report different keys, so the dicts are
-    gathered as objects rather than reduced as one fixed-length tensor.
+    The ``actor/*``, ``rollout/*`` and ``env/*`` metrics are already whole-batch values on every rank that
+    reports them (``CrossRank``). Ranks report different keys (only rollout ranks collect, only actor ranks
+    train), so the dicts are gathered as objects rather than reduced as one fixed-length tensor.
     """
     if not torch.distributed.is_initialized():
         return metrics
@@ -731,7 +760,12 @@ def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in sorted({k for m in gathered for k in m}):
         values = [float(m[key]) for m in gathered if key in m]
-        out[key] = sum(values) / len(values)
+        if key == "time/env_steps_per_s":
+            out[key] = sum(values)
+        elif key.startswith("time/"):
+            out[key] = max(values)
+        else:
+            out[key] = sum(values) / len(values)
     return out
 
 
@@ -790,7 +824,9 @@ def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, ctx: dist
     try:
         policy.eval()
         steps = split.max_steps_per_rollout_epoch // config.actor.model.num_action_chunks
-        rollout = collect(policy, env, steps, deterministic=True)  # type: ignore[arg-type]
+        # the same noise streams at every evaluation (flow policies start their ODE from noise)
+        streams = sampling_generator(config.actor.seed, -1, range(env.num_envs))
+        rollout = collect(policy, env, steps, deterministic=True, generator=streams)  # type: ignore[arg-type]
     finally:
         env.close()
     return {k.replace("env/", "eval/"): v for k, v in rollout_metrics([rollout]).items()}
@@ -801,7 +837,7 @@ def _print_plan(config: VlarlConfig, world_size: int, policy: torch.nn.Module, r
 
     params = count_parameters(policy)
     placement = config.cluster.placement(world_size)
-    dist.print0(f"vlarl rl-train: {config.actor.model.model_type} ({params.total / 1e6:.2f}M params, "
+    print(f"vlarl rl-train: {config.actor.model.model_type} ({params.total / 1e6:.2f}M params, "
                 f"{params.trainable / 1e6:.2f}M trainable) | {config.env.train.task_suite_name} "
                 f"{config.train_num_envs} envs | {config.algorithm.adv_type} | world {world_size}: "
                 + ", ".join(f"{k}={v}" for k, v in placement.items()) + f" | run dir {run_dir}")
