@@ -40,6 +40,7 @@ Usage::
 from __future__ import annotations
 
 import json
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,7 +140,7 @@ def load_episode(path: str | Path) -> Episode:
             episode = Episode(states=data["states"].astype(np.float32), actions=data["actions"].astype(np.float32),
                               task_description=str(data["task_description"]), success=bool(data["success"]),
                               images={k: data[k] for k in CAMERA_KEYS if k in files}, meta=meta)
-    except (OSError, ValueError, KeyError) as err:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
         raise VlarlError(f"Cannot read demonstration episode {path}: {err}",
                          "Delete the file or re-record the demonstrations.") from None
     if meta.get("format_version") != FORMAT_VERSION:

@@ -1,0 +1,143 @@
+"""Demonstration episodes: exact file round trips, clear errors, chunk cutting and the toy expert."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from vlarl_cli import keys
+from vlarl_cli.errors import VlarlError
+from vlarl_cli.training.demos import (
+    ChunkDataset,
+    Episode,
+    episode_paths,
+    load_episode,
+    load_episodes,
+    record_toy_demos,
+    save_episode,
+    toy_expert_actions,
+)
+
+
+def _episode(t: int = 5, a: int = 7, s: int = 8, size: int = 16, seed: int = 0, success: bool = True) -> Episode:
+    rng = np.random.default_rng(seed)
+    return Episode(
+        states=rng.normal(size=(t, s)).astype(np.float32),
+        actions=rng.uniform(-1, 1, size=(t, a)).astype(np.float32),
+        task_description="put the bowl on the plate",
+        success=success,
+        images={keys.MAIN_IMAGES: rng.integers(0, 256, (t, size, size, 3), dtype=np.uint8),
+                keys.WRIST_IMAGES: rng.integers(0, 256, (t, size, size, 3), dtype=np.uint8)},
+        meta={"suite": "libero_spatial", "task_id": 0, "trial_id": 3},
+    )
+
+
+def test_episode_file_round_trip_is_exact(tmp_path):
+    ep = _episode()
+    path = save_episode(tmp_path / "episode_00000.npz", ep)
+    back = load_episode(path)
+    np.testing.assert_array_equal(back.states, ep.states)
+    np.testing.assert_array_equal(back.actions, ep.actions)
+    for cam in (keys.MAIN_IMAGES, keys.WRIST_IMAGES):
+        assert back.images[cam].dtype == np.uint8
+        np.testing.assert_array_equal(back.images[cam], ep.images[cam])
+    assert back.task_description == ep.task_description and back.success is True
+    assert back.meta == {"format_version": 1, **ep.meta}
+    assert [p.name for p in tmp_path.iterdir()] == ["episode_00000.npz"]  # no temporary file left behind
+
+
+def test_unreadable_and_foreign_files_raise_clear_errors(tmp_path):
+    path = save_episode(tmp_path / "episode_00000.npz", _episode())
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # a torn write (what atomic writing prevents)
+    with pytest.raises(VlarlError, match="Cannot read demonstration episode"):
+        load_episode(path)
+    np.savez(tmp_path / "episode_00001.npz", foo=np.zeros(3))
+    with pytest.raises(VlarlError, match="not a vlarl demonstration episode") as err:
+        load_episode(tmp_path / "episode_00001.npz")
+    assert "vlarl sft --record" in err.value.fix
+
+
+def test_load_episodes_errors_name_the_folder_and_the_fix(tmp_path):
+    with pytest.raises(VlarlError, match="does not exist"):
+        load_episodes(tmp_path / "missing")
+    with pytest.raises(VlarlError, match="no episode_\\*.npz files") as err:
+        load_episodes(tmp_path)
+    assert "--record" in err.value.fix
+    save_episode(tmp_path / "episode_00000.npz", _episode(success=False))
+    with pytest.raises(VlarlError, match="no successful episode among 1 files"):
+        load_episodes(tmp_path)
+    assert len(load_episodes(tmp_path, successful_only=False)) == 1
+    save_episode(tmp_path / "episode_00001.npz", _episode(seed=1))
+    assert len(load_episodes(tmp_path)) == 1
+
+
+def test_invalid_episodes_are_refused_when_saving(tmp_path):
+    ep = _episode()
+    ep.images[keys.MAIN_IMAGES] = ep.images[keys.MAIN_IMAGES][:-1]  # one frame short
+    with pytest.raises(VlarlError, match="main_images must be uint8"):
+        save_episode(tmp_path / "episode_00000.npz", ep)
+    bad = _episode()
+    bad.actions[2, 1] = np.nan
+    with pytest.raises(VlarlError, match="NaN"):
+        save_episode(tmp_path / "episode_00000.npz", bad)
+    assert episode_paths(tmp_path) == []
+
+
+def test_chunks_pad_by_repeating_the_last_action():
+    # hand example: actions 0, 1, 2 (1-d), chunk 2 -> [0, 1], [1, 2], [2, 2]
+    ep = Episode(states=np.arange(3, dtype=np.float32)[:, None] * 10, actions=np.arange(3, dtype=np.float32)[:, None])
+    data = ChunkDataset([ep], chunk=2)
+    assert len(data) == 3
+    chunks = [data[i][1][:, 0].tolist() for i in range(3)]
+    assert chunks == [[0.0, 1.0], [1.0, 2.0], [2.0, 2.0]]
+    assert [data[i][0][keys.STATES].item() for i in range(3)] == [0.0, 10.0, 20.0]
+    long = ChunkDataset([ep], chunk=5)
+    assert long[1][1][:, 0].tolist() == [1.0, 2.0, 2.0, 2.0, 2.0]
+
+
+def test_batch_equals_stacked_samples():
+    data = ChunkDataset([_episode(t=4, seed=0), _episode(t=6, seed=1)], chunk=3)
+    assert len(data) == 10
+    ids = [9, 0, 4, 3]  # crosses the episode boundary (4 = episode 1, step 0)
+    obs, actions = data.batch(ids)
+    assert actions.shape == (4, 3, 7) and obs[keys.STATES].shape == (4, 8)
+    assert obs[keys.MAIN_IMAGES].shape == (4, 16, 16, 3) and obs[keys.MAIN_IMAGES].dtype == torch.uint8
+    for row, i in enumerate(ids):
+        o, a = data[i]
+        torch.testing.assert_close(actions[row], a, rtol=0, atol=0)
+        for k in (keys.STATES, keys.MAIN_IMAGES, keys.WRIST_IMAGES):
+            torch.testing.assert_close(obs[k][row], o[k], rtol=0, atol=0)
+        assert obs[keys.TASK_DESCRIPTIONS][row] == o[keys.TASK_DESCRIPTIONS]
+    np.testing.assert_array_equal(actions[2].numpy(), data.episodes[1].actions[0:3])
+
+
+def test_mixed_episodes_are_refused():
+    with pytest.raises(VlarlError, match="2-d actions"):
+        ChunkDataset([_episode(a=7), _episode(a=2)], chunk=2)
+    no_wrist = _episode()
+    del no_wrist.images[keys.WRIST_IMAGES]
+    with pytest.raises(VlarlError, match="cameras"):
+        ChunkDataset([_episode(), no_wrist], chunk=2)
+
+
+def test_toy_expert_moves_straight_at_the_goal():
+    states = torch.tensor([[0.0, 0.0, 0.1, 0.0], [0.0, 0.0, 1.0, 0.5], [0.5, 0.5, 0.0, -0.5]])
+    expected = torch.tensor([[0.4, 0.0], [1.0, 0.5], [-0.5, -1.0]])  # (goal - pos) / 0.25, max |component| 1
+    torch.testing.assert_close(toy_expert_actions(states, 0.25), expected)
+
+
+def test_recorded_toy_demos_replay_the_env_dynamics(tmp_path):
+    paths = record_toy_demos(tmp_path, 8, seed=3)
+    assert [p.name for p in paths] == [f"episode_{i:05d}.npz" for i in range(8)]
+    for ep in load_episodes(tmp_path):
+        assert ep.success and 1 <= len(ep) <= 16 and ep.images == {}
+        pos, goal = ep.states[:, :2], ep.states[:, 2:]
+        np.testing.assert_array_equal(goal, np.repeat(goal[:1], len(ep), axis=0))  # the goal never moves
+        np.testing.assert_allclose(pos[1:], pos[:-1] + 0.25 * ep.actions[:-1], atol=1e-6)
+        final = pos[-1] + 0.25 * ep.actions[-1]
+        assert np.linalg.norm(final - goal[0]) < 0.2  # the last action reaches the goal
+        assert np.linalg.norm(pos[-1] - goal[0]) >= 0.2  # ... and not earlier
+    more = record_toy_demos(tmp_path, 2, seed=4)  # recording appends
+    assert [p.name for p in more] == ["episode_00008.npz", "episode_00009.npz"]
