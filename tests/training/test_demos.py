@@ -62,7 +62,7 @@ def test_unreadable_and_foreign_files_raise_clear_errors(tmp_path):
 def test_load_episodes_errors_name_the_folder_and_the_fix(tmp_path):
     with pytest.raises(VlarlError, match="does not exist"):
         load_episodes(tmp_path / "missing")
-    with pytest.raises(VlarlError, match="no episode_\\*.npz files") as err:
+    with pytest.raises(VlarlError, match=r"no episode_\*\.npz files") as err:
         load_episodes(tmp_path)
     assert "--record" in err.value.fix
     save_episode(tmp_path / "episode_00000.npz", _episode(success=False))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -161,7 +160,7 @@ def test_gr00t_targets_invert_the_output_processing():
     s = ModelSettings(model_type="gr00t", preset="tiny", num_action_chunks=3)
     cfg = preset("tiny", "n1.5")
     modality = default_modality(s.effective_embodiment_tag, cfg)
-    lo, hi = modality._bounds("action")
+    lo, _ = modality._bounds("action")
     modality.statistics["action"] = {name: {**v, "min": [x * 2 - 0.1 for x in v["min"]],
                                             "max": [x * 1.5 + 0.2 for x in v["max"]]}
                                      for name, v in modality.statistics["action"].items()}
