@@ -398,3 +398,42 @@ def test_libero_expert_demos_train_a_tiny_pi0_whose_checkpoint_loads(libero_demo
     evaluated, _, cfg = load_policy(run, None)
     assert all(torch.equal(v, evaluated.state_dict()[k]) for k, v in state.items())
     assert cfg.actor.model.model_type == "openpi"
+
+
+def test_two_processes_train_like_one(tmp_path):
+    """Data parallel (torchrun, 2 processes, half of every global batch each, gradients averaged) follows the
+    1-process run: the toy Gaussian loss has no sampled noise, so only float summation order differs."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    from vlarl_cli.training.demos import record_toy_demos
+
+    record_toy_demos(tmp_path / "demos", 20, seed=0)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def sft(name: str, launcher: list[str]) -> subprocess.CompletedProcess[str]:
+        args = ["sft", "--config", "sft_toy_reach", "--demos", str(tmp_path / "demos"), "--steps", "5",
+                "-o", str(tmp_path / name / "ckpt"), "actor.model.model_type=toy_gaussian",
+                f"runner.logger.log_path={tmp_path / name}"]
+        return subprocess.run([sys.executable, *launcher, "-m", "vlarl_cli.cli.main", *args], capture_output=True,
+                              text=True, timeout=300, env=env)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    one = sft("one", [])
+    two = sft("two", ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port)])
+    assert one.returncode == 0, one.stderr[-2000:]
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert "(2 process(es))" in two.stdout
+    losses = [[json.loads(line)["sft/loss"] for line in (tmp_path / n / "sft_metrics.jsonl").read_text().splitlines()]
+              for n in ("one", "two")]
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+    wa, wb = (load_file(str(tmp_path / n / "ckpt" / "model.safetensors")) for n in ("one", "two"))
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-5, atol=1e-6)
+    assert not torch.equal(wa["log_std"], torch.zeros_like(wa["log_std"]))  # it trained

@@ -313,8 +313,9 @@ def run_sft(*, config: str, demos: Path | None, overrides: list[str], steps: int
     """``vlarl sft``: load and validate the config, then :func:`train_sft`."""
     from vlarl_cli.config.loading import load_config
 
-    world = dist.env_world()[1]
-    loaded = load_config(config, overrides, world_size=world)  # validate first: a broken config is reported as such
+    # validated as a 1-process run: the RL placement rules (env ranks, pipeline stages) do not apply to SFT,
+    # whose only multi-process rule (global batch split over the processes) train_sft checks itself
+    loaded = load_config(config, overrides)  # validate first: a broken config is reported as such
     if record is not None and record < 1:
         raise ConfigError(f"--record must be >= 1, got {record}.", "Pass --record N with N >= 1, or leave it out.")
     return train_sft(loaded, demos=demos, record=record, steps=steps, output=output)
