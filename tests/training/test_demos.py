@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import pytest
 import torch
@@ -141,3 +143,79 @@ def test_recorded_toy_demos_replay_the_env_dynamics(tmp_path):
         assert np.linalg.norm(pos[-1] - goal[0]) >= 0.2  # ... and not earlier
     more = record_toy_demos(tmp_path, 2, seed=4)  # recording appends
     assert [p.name for p in more] == ["episode_00008.npz", "episode_00009.npz"]
+
+
+class _FakeLiberoEnv:
+    """Stands in for LiberoEnv in the recording loop: the state counts steps; task 1 never succeeds."""
+
+    instances: ClassVar[list[_FakeLiberoEnv]] = []
+
+    def __init__(self, suite: str, task_id: int, options: object) -> None:
+        self.task_id, self.options, self.closed = task_id, options, False
+        self.raw_env = type("Raw", (), {"env": self})()
+        _FakeLiberoEnv.instances.append(self)
+
+    def set_task(self, task_id: int) -> None:
+        self.task_id = task_id
+
+    def reset(self, trial: int) -> dict:
+        self.t, self.trial, self.episode_active = 0, trial, True
+        return self._obs()
+
+    def _obs(self) -> dict:
+        img = np.full((8, 8, 3), self.t, np.uint8)
+        return {keys.MAIN_IMAGES: img, keys.STATES: np.full(8, self.t, np.float32),
+                keys.TASK_DESCRIPTIONS: f"task {self.task_id}"}
+
+    def step_chunk(self, actions: np.ndarray):
+        assert actions.shape == (1, 7)
+        self.t += 1
+        end = self.t == 3 + self.trial
+        self.episode_active = not end
+        episode = {keys.SUCCESS_ONCE: self.task_id != 1} if end else None
+        return type("R", (), {"obs": self._obs(), "episode": episode})()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _FakeExpert:
+    def __init__(self, env: _FakeLiberoEnv) -> None:
+        from vlarl_cli.errors import EnvError
+
+        if env.task_id == 2:
+            raise EnvError("The scripted expert handles one on/in goal, this task has [('open', 'drawer')].")
+        self.env = env
+
+    def act(self) -> np.ndarray:
+        return np.full(7, 0.5 * self.env.t - 0.2)  # step t -> action 0.5 t - 0.2 (clipped to [-1, 1])
+
+
+def test_expert_recording_keeps_successes_aligns_steps_and_skips_unscripted_tasks(tmp_path, monkeypatch):
+    from vlarl_cli.envs.libero import env as env_mod
+    from vlarl_cli.envs.libero import expert as expert_mod
+    from vlarl_cli.envs.libero import suites
+    from vlarl_cli.training.demos import record_expert_demos
+
+    monkeypatch.setattr(env_mod, "LiberoEnv", _FakeLiberoEnv)
+    monkeypatch.setattr(expert_mod, "PickPlaceExpert", _FakeExpert)
+    monkeypatch.setattr(suites, "init_states", lambda suite, task: np.zeros((50, 3)))
+    messages: list[str] = []
+    paths = record_expert_demos(tmp_path, 3, suite="libero_spatial", task_ids=[0, 1, 2], cameras=("main",),
+                                progress=messages.append)
+    # rotation 0, 1 (fails), 2 (unscriptable: dropped), then 0, 1, 0 with trials 0, 0, -, 1, 1, 2
+    assert len(paths) == 3 and _FakeLiberoEnv.instances[-1].closed
+    assert any("skipping libero_spatial task 2" in m for m in messages)
+    episodes = [load_episode(p) for p in paths]
+    assert [(e.meta["task_id"], e.meta["trial_id"]) for e in episodes] == [(0, 0), (0, 1), (0, 2)]
+    for e in episodes:
+        t = len(e)
+        assert t == 3 + e.meta["trial_id"] and e.task_description == "task 0"
+        # observation t (state = t, image = t) goes with the action taken after seeing it
+        np.testing.assert_array_equal(e.states[:, 0], np.arange(t))
+        np.testing.assert_array_equal(e.images[keys.MAIN_IMAGES][:, 0, 0, 0], np.arange(t))
+        np.testing.assert_allclose(e.actions[:, 0], np.clip(0.5 * np.arange(t) - 0.2, -1, 1))
+    with pytest.raises(VlarlError, match="succeeded in only 0 of 4 episodes"):
+        record_expert_demos(tmp_path / "fail", 1, task_ids=[1], max_attempts=4)
+    with pytest.raises(VlarlError, match="handles none of the tasks"):
+        record_expert_demos(tmp_path / "none", 1, task_ids=[2])

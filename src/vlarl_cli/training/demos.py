@@ -309,12 +309,14 @@ def record_expert_demos(out_dir: str | Path, n: int, *, suite: str = "libero_spa
     init states ``first_trial, first_trial + 1, ...``; the expert runs closed loop, one action per env step,
     so every step's observation is rendered. Failed episodes are dropped; after ``max_attempts``
     (default ``3 n``) episodes the recording stops with a :class:`VlarlError`. Only single ``on``/``in``
-    goals are scripted (libero_spatial, most of libero_object), others raise ``EnvError``.
-    ``progress(message)`` is called after each episode.
+    goals are scripted (libero_spatial, most of libero_object): other tasks are skipped (reported through
+    ``progress``), and a :class:`VlarlError` is raised when none is left. ``progress(message)`` is called
+    after each episode.
     """
     from vlarl_cli.envs.libero import suites
     from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
     from vlarl_cli.envs.libero.expert import PickPlaceExpert
+    from vlarl_cli.errors import EnvError
 
     if n < 1:
         raise VlarlError(f"Cannot record {n} demonstrations.", "Pass --record N with N >= 1.")
@@ -327,8 +329,14 @@ def record_expert_demos(out_dir: str | Path, n: int, *, suite: str = "libero_spa
     paths: list[Path] = []
     index = _next_index(out)
     attempt = 0
+    unscripted: list[int] = []
     try:
         while len(paths) < n:
+            if not tasks:
+                raise VlarlError(f"The scripted expert handles none of the tasks {unscripted} of {suite} (it only "
+                                 "scripts a single on/in goal).",
+                                 "Record on libero_spatial (or libero_object) tasks, or bring your own "
+                                 "demonstrations with --demos.")
             if attempts_left <= 0:
                 raise VlarlError(f"The scripted expert succeeded in only {len(paths)} of {attempt} episodes "
                                  f"on {suite} tasks {tasks}; {n} were requested.",
@@ -341,7 +349,16 @@ def record_expert_demos(out_dir: str | Path, n: int, *, suite: str = "libero_spa
             if env.task_id != task:
                 env.set_task(task)
             obs = env.reset(trial)
-            expert = PickPlaceExpert(env.raw_env.env)
+            try:
+                expert = PickPlaceExpert(env.raw_env.env)
+            except EnvError as err:  # a goal the expert does not script: drop the task, not the recording
+                tasks.remove(task)
+                unscripted.append(task)
+                attempt -= 1
+                attempts_left += 1
+                if progress is not None:
+                    progress(f"skipping {suite} task {task}: {err.problem}")
+                continue
             states, actions = [], []
             frames: dict[str, list[np.ndarray]] = {k: [] for k in CAMERA_KEYS if k in obs}
             result = None

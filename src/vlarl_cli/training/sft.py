@@ -15,8 +15,9 @@ What it does (:func:`train_sft`):
 3. ``steps`` optimizer steps (``--steps``, else ``runner.max_steps``): each draws ``actor.global_batch_size``
    samples (observation, action chunk ``[C, A]``) from a seeded permutation of the dataset (epochs without
    replacement), in micro-batches of ``actor.micro_batch_size``; the loss is the family's
-   ``policy.supervised_loss(obs, actions)`` (flow matching for pi0 / GR00T / toy flow, token cross-entropy
-   for OpenVLA-OFT / toy token, NLL for toy Gaussian); AdamW (``actor.optim``; the value head, untouched by
+   ``policy.supervised_loss(obs, actions [B, C, A] env-space) -> scalar mean`` (flow matching in the family's
+   own normalised action space for pi0 / GR00T / toy flow, token cross-entropy for OpenVLA-OFT / toy token,
+   NLL for toy Gaussian; flow losses also take ``generator=`` for their noise and times); AdamW (``actor.optim``; the value head, untouched by
    the loss, keeps its weights), gradient-norm clipping at ``clip_grad``, the LR schedule of ``rl-train``
    (:func:`vlarl_cli.training.rl.build_scheduler` with horizon ``steps``);
 4. ``sft/loss``, ``sft/grad_norm``, ``sft/lr`` every ``log_every`` steps to ``<run>/sft_metrics.jsonl``;
@@ -112,7 +113,14 @@ def check_dataset(dataset: ChunkDataset, policy: torch.nn.Module, config: VlarlC
                           f"Set actor.model.action_dim={dataset.action_dim} or use demonstrations of this "
                           "task (LIBERO: 7, toy_reach: 2).")
     toy = config.actor.model.model_type.startswith("toy_")
-    if not toy and not dataset.cameras:
+    if toy:
+        from vlarl_cli.envs.toy import ReachEnv
+
+        if dataset.state_dim != ReachEnv.state_dim:
+            raise ConfigError(f"The demonstrations in {demos} have {dataset.state_dim}-d states but the toy "
+                              f"policies read the {ReachEnv.state_dim}-d toy reach state.",
+                              "Train toy policies on toy reach demonstrations (env.train.env_type toy_reach).")
+    elif not dataset.cameras:
         raise ConfigError(f"The demonstrations in {demos} have no camera images; "
                           f"{config.actor.model.model_type} policies need them.",
                           "Record LIBERO demonstrations (env.train.env_type libero) for image policies.")
@@ -219,13 +227,14 @@ def train_sft(loaded: LoadedConfig, *, demos: Path | None = None, record: int | 
             say(f"recorded {len(paths)} expert demonstrations into {demo_dir} in {time.perf_counter() - t0:.1f} s")
     dist.barrier()
     episodes = load_episodes(demo_dir)
-    dataset = ChunkDataset(episodes, config.actor.model.num_action_chunks)
 
     # ---- model and optimizer (the same init on every rank)
     seed_everything(seed)
     model_cfg = config.actor.model.model_copy(update={"model_path": resolve_model_path(config.actor.model.model_path)})
     policy = build_policy(model_cfg, ctx.device)
     dist.broadcast_module_(policy)
+    # chunks as long as the policy executes (C of the loaded model, normally actor.model.num_action_chunks)
+    dataset = ChunkDataset(episodes, int(getattr(policy, "num_action_chunks", config.actor.model.num_action_chunks)))
     check_dataset(dataset, policy, config, demo_dir)
     # eval mode: dropout off (the families disable it for RL too) and frozen backbones stay frozen
     policy.eval()
