@@ -178,15 +178,6 @@ def test_gradient_checkpointing_gives_identical_gradients(policy_factory, obs_fa
         torch.testing.assert_close(grads[0][n], grads[1][n], rtol=0, atol=1e-6)
 
 
-def test_row_streams_make_sampling_independent_of_batching(policy_factory, obs_factory) -> None:
-    """4 envs sampled at once equal the same envs sampled as 2 + 2 with their own streams."""
-    from vlarl_cli.policies.noise import RowGenerator
-
-    policy = policy_factory("n1.6").eval()
-    obs = obs_factory(batch=4)
-    whole = policy.sample(obs, generator=RowGenerator.from_seeds(range(4)))
-    streams = RowGenerator.from_seeds(range(4))
-    parts = [policy.sample({k: v[i:i + 2] for k, v in obs.items()}, generator=streams.rows([i, i + 1]))
-             for i in (0, 2)]
-    torch.testing.assert_close(torch.cat([p.actions for p in parts]), whole.actions, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(torch.cat([p.logprobs for p in parts]), whole.logprobs, rtol=1e-5, atol=1e-5)
+def test_row_streams_make_sampling_independent_of_batching(policy_factory, obs_factory,
+                                                            split_equals_whole) -> None:
+    split_equals_whole(policy_factory("n1.6").eval(), obs_factory(batch=4), exact_keys=("denoise_index",))

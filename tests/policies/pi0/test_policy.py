@@ -231,19 +231,5 @@ def test_fsdp2_units_match_unsharded(make_policy, make_obs, tmp_path):
         dist.destroy_process_group()
 
 
-def test_row_streams_make_sampling_independent_of_batching(make_policy, make_obs) -> None:
-    """Per-env streams: sampling 4 envs at once equals sampling them as 2 + 2 (two pipeline stages or two
-    processes), so the rollout does not depend on how envs are split."""
-    from vlarl_cli.policies.base import index_replay
-    from vlarl_cli.policies.noise import RowGenerator
-
-    policy = make_policy(noise_method="flow_sde")
-    obs = make_obs(batch=4)
-    whole = policy.sample(obs, generator=RowGenerator.from_seeds(range(4)))
-    streams = RowGenerator.from_seeds(range(4))
-    parts = [policy.sample({k: v[i:i + 2] for k, v in obs.items()}, generator=streams.rows([i, i + 1]))
-             for i in (0, 2)]
-    torch.testing.assert_close(torch.cat([p.actions for p in parts]), whole.actions, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(torch.cat([p.logprobs for p in parts]), whole.logprobs, rtol=1e-5, atol=1e-5)
-    for i, p in zip((0, 2), parts, strict=True):
-        assert torch.equal(p.replay["denoise_index"], index_replay(whole.replay, slice(i, i + 2))["denoise_index"])
+def test_row_streams_make_sampling_independent_of_batching(make_policy, make_obs, split_equals_whole) -> None:
+    split_equals_whole(make_policy(noise_method="flow_sde"), make_obs(batch=4), exact_keys=("denoise_index",))
