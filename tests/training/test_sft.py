@@ -291,13 +291,18 @@ def test_toy_sft_lifts_deterministic_success(tmp_path):
     run = tmp_path / "run"
     loaded = load_config("sft_toy_reach", [f"runner.logger.log_path={run}"])
     torch.manual_seed(loaded.config.actor.seed)  # the init train_sft starts from
-    before = _toy_success(build_policy(loaded.config.actor.model))
+    initial = build_policy(loaded.config.actor.model)
+    before = _toy_success(initial)
     result = train_sft(loaded, record=100, steps=200, quiet=True)
     ckpt = run / "checkpoints" / "global_step_200"
     assert result.checkpoint == ckpt and (run / "checkpoints" / "latest").read_text().strip() == "global_step_200"
     assert sorted(p.name for p in ckpt.iterdir()) == ["config.yaml", "model.safetensors", "sft_state.json"]
     policy, _, _ = load_policy(ckpt, None)  # what `vlarl eval --checkpoint` does
     after = _toy_success(policy)
+    # the loss never touches the critic: the value head leaves SFT exactly as it was initialised
+    for name, tensor in initial.value_head.state_dict().items():
+        assert torch.equal(policy.value_head.state_dict()[name], tensor), name
+    assert not torch.equal(policy.velocity[0].weight, initial.velocity[0].weight)
     assert before < 0.2 and after > 0.8, (before, after)
     rows = [json.loads(line) for line in (run / "sft_metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(2, 201, 2))
