@@ -118,3 +118,20 @@ def test_collect_rollout_layout_and_group_goals():
     # the reward of each successful env sits on its last valid step
     mask = loss_mask_from_dones(ro.dones)
     assert torch.equal((ro.rewards * mask).sum((0, 2)) > 0, ro.success)
+
+
+def test_toy_policy_loads_model_path(tmp_path) -> None:
+    """rl-train and sft write model.safetensors; actor.model.model_path loads it (e.g. RL from an SFT run)."""
+    from safetensors.torch import save_file
+
+    from vlarl_cli.errors import CheckpointError
+    from vlarl_cli.policies.toy import ModelSettings, build_policy
+
+    trained = build_policy(ModelSettings())
+    save_file({k: v.contiguous() for k, v in trained.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    loaded = build_policy(ModelSettings(model_path=str(tmp_path)))
+    fresh = build_policy(ModelSettings())
+    assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in trained.state_dict().items())
+    assert not all(torch.equal(v, fresh.state_dict()[k]) for k, v in trained.state_dict().items())
+    with pytest.raises(CheckpointError, match=r"model\.safetensors"):
+        build_policy(ModelSettings(model_path=str(tmp_path / "nowhere")))

@@ -18,7 +18,13 @@ A policy turns a batch of observations into an action chunk plus everything RL n
     ev.entropy   [B, C, A] or None   only where the policy defines one (learned noise, token logits)
 
 Deterministic mode (``deterministic=True``) is used for evaluation: ODE denoising / argmax tokens;
-its log-probs are zeros.
+its log-probs are zeros. ``sample(..., generator=RowGenerator)`` draws each env's noise from its own
+stream (``policies.noise``), so the actions do not depend on how envs are batched.
+
+Optional, for ``vlarl sft``:
+
+    loss = policy.supervised_loss(obs, actions)   # actions [B, C, A] env-space; scalar mean
+    (flow-matching loss for flow policies, action-token cross-entropy for token policies)
 """
 
 from __future__ import annotations

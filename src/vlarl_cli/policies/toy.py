@@ -233,10 +233,12 @@ class ModelSettings:
     noise_level: float = 1.0
     joint_logprob: bool = False
     hidden: int = 64
+    model_path: str | None = None  # a folder with model.safetensors (an rl-train or sft checkpoint)
 
 
 def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> nn.Module:
-    """A toy policy for the 2-D reach task (state_dim 4); seeded from the global torch RNG."""
+    """A toy policy for the 2-D reach task (state_dim 4); seeded from the global torch RNG, or loaded
+    from ``model_path`` (``model.safetensors``, as rl-train and sft write it)."""
     seed = int(torch.randint(0, 2**31 - 1, ()).item())
     kw = {"state_dim": 4, "action_dim": model.action_dim, "chunk": model.num_action_chunks,
           "hidden": model.hidden, "seed": seed}
@@ -246,4 +248,20 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> nn
         flow = FlowConfig(num_steps=model.denoising_steps, method=model.noise_method,
                           noise_level=model.noise_level, joint_logprob=model.joint_logprob)
         policy = ToyFlowPolicy(flow=flow, **kw)
+    if model.model_path is not None:
+        from pathlib import Path
+
+        from safetensors.torch import load_file
+
+        from vlarl_cli.errors import CheckpointError
+
+        weights = Path(model.model_path) / "model.safetensors"
+        if not weights.is_file():
+            raise CheckpointError(f"{weights} does not exist: a toy checkpoint folder holds model.safetensors.",
+                                  "Point actor.model.model_path at a checkpoint folder written by rl-train or sft.")
+        try:
+            policy.load_state_dict(load_file(str(weights)), strict=True)
+        except RuntimeError as err:
+            raise CheckpointError(f"{weights} does not fit this toy policy: {str(err).splitlines()[0]}",
+                                  "Use the model settings the checkpoint was trained with.") from None
     return policy.to(device)

@@ -832,12 +832,17 @@ def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, ctx: dist
     return {k.replace("env/", "eval/"): v for k, v in rollout_metrics([rollout]).items()}
 
 
+def _task_name(config: VlarlConfig) -> str:
+    split = config.env.train
+    return split.task_suite_name if split.env_type == "libero" else split.env_type
+
+
 def _print_plan(config: VlarlConfig, world_size: int, policy: torch.nn.Module, run_dir: Path) -> None:
     from vlarl_cli.training.dry_run import count_parameters
 
     params = count_parameters(policy)
     placement = config.cluster.placement(world_size)
     print(f"vlarl rl-train: {config.actor.model.model_type} ({params.total / 1e6:.2f}M params, "
-                f"{params.trainable / 1e6:.2f}M trainable) | {config.env.train.task_suite_name} "
+                f"{params.trainable / 1e6:.2f}M trainable) | {_task_name(config)} "
                 f"{config.train_num_envs} envs | {config.algorithm.adv_type} | world {world_size}: "
                 + ", ".join(f"{k}={v}" for k, v in placement.items()) + f" | run dir {run_dir}")
