@@ -214,6 +214,28 @@ def _std_normal_logprob(x: Tensor) -> Tensor:
     return -0.5 * x**2 - 0.5 * _LOG_2PI
 
 
+def flow_training_draws(shape: tuple[int, int, int], generator: torch.Generator | None, noise: Tensor | None,
+                        u: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Supervised flow-matching draws: ``noise`` of ``shape`` [B, H, D] and ``u ~ Beta(1.5, 1)`` [B]
+    (sampled by inverting its CDF ``u^1.5``, so both follow ``generator``); given values are checked and
+    kept. openpi maps ``t = u * 0.999 + 0.001``, GR00T ``t = (0.999 - u) / 0.999``."""
+    if noise is None:
+        noise = torch.randn(shape, generator=generator)
+    elif tuple(noise.shape) != tuple(shape):
+        raise ValueError(f"noise must be {list(shape)}, got {list(noise.shape)}")
+    if u is None:
+        u = torch.rand(shape[0], generator=generator) ** (1.0 / 1.5)
+    return noise, u
+
+
+def pad_chunk(x: Tensor, horizon: int, dim: int) -> Tensor:
+    """Action chunk ``[B, C, A]`` -> ``[B, horizon, dim]``: zero-padded dims, the last step repeated along
+    the horizon (supervised targets for models whose horizon / width exceed what the env executes)."""
+    b, c, a = x.shape
+    x = torch.nn.functional.pad(x, (0, dim - a))
+    return torch.cat([x, x[:, -1:].expand(b, horizon - c, dim)], dim=1)
+
+
 def sample_flow(velocity_fn: VelocityFn, noise: Tensor, cfg: FlowConfig, *, deterministic: bool = False,
                 generator: AnyGenerator = None) -> FlowSample:
     """Denoise ``noise`` [B, H, D] in ``cfg.num_steps`` steps, recording the chain and log-probs.

@@ -26,7 +26,14 @@ from vlarl_cli import keys
 from vlarl_cli.errors import ConfigError
 from vlarl_cli.policies import noise as noise_lib
 from vlarl_cli.policies.base import EvaluateOutput, Observation, PolicyOutput, Replay
-from vlarl_cli.policies.flow_matching import FlowConfig, VelocityOutput, flow_logprobs, sample_flow
+from vlarl_cli.policies.flow_matching import (
+    FlowConfig,
+    VelocityOutput,
+    flow_logprobs,
+    flow_training_draws,
+    pad_chunk,
+    sample_flow,
+)
 from vlarl_cli.policies.gr00t.action_head import ActionHead
 from vlarl_cli.policies.gr00t.backbone import EagleBackbone
 from vlarl_cli.policies.gr00t.config import FSDP_WRAP_CLASSES, Gr00tConfig, ModelSettings
@@ -336,17 +343,9 @@ class Gr00tPolicy(nn.Module):
             x[..., -1] = (1.0 - x[..., -1]) / 2.0  # inverse of -sign(2g - 1) on {-1, +1}
         lo, hi = self.modality._bounds("action")
         x = min_max_normalize(x, lo, hi)
-        x = torch.nn.functional.pad(x, (0, cfg.action_dim - a))
-        x = torch.cat([x, x[:, -1:].expand(b, cfg.action_horizon - c, cfg.action_dim)], dim=1)
-        target = x.to(device=self.device, dtype=torch.float32)
-        shape = (b, cfg.action_horizon, cfg.action_dim)
-        if noise is None:
-            noise = torch.randn(shape, generator=generator)
-        elif tuple(noise.shape) != shape:
-            raise ValueError(f"noise must be {list(shape)}, got {list(noise.shape)}")
+        target = pad_chunk(x, cfg.action_horizon, cfg.action_dim).to(device=self.device, dtype=torch.float32)
+        noise, u = flow_training_draws((b, cfg.action_horizon, cfg.action_dim), generator, noise, None)
         if time is None:
-            # Beta(1.5, 1) by inversion (CDF u^1.5), so the draw follows ``generator``
-            u = torch.rand(b, generator=generator) ** (1.0 / 1.5)
             time = (0.999 - u) / 0.999
         noise = noise.to(device=self.device, dtype=torch.float32)
         t = time.to(device=self.device, dtype=torch.float32)

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from vlarl_cli.policies import noise as noise_lib
 from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
+from vlarl_cli.policies.flow_matching import flow_training_draws, pad_chunk
 from vlarl_cli.policies.noise import AnyGenerator
 from vlarl_cli.policies.normalization import Normalizer, NormStats
 from vlarl_cli.policies.pi0.config import Pi0Config
@@ -212,17 +213,10 @@ class Pi0Policy(Pi0Model):
             d = min(6, inputs["raw_state"].shape[-1])
             x[..., :d] -= inputs["raw_state"][:, None, :d]
         x = self.processor.normalizer.normalize(x, "actions")
-        x = torch.nn.functional.pad(x, (0, cfg.max_action_dim - a))
-        x = torch.cat([x, x[:, -1:].expand(b, cfg.action_horizon - c, cfg.max_action_dim)], dim=1)
-        target = x.to(self.device)
-        shape = (b, cfg.action_horizon, cfg.max_action_dim)
-        if noise is None:
-            noise = torch.randn(shape, generator=generator)
-        elif tuple(noise.shape) != shape:
-            raise ValueError(f"noise must be {list(shape)}, got {list(noise.shape)}")
+        target = pad_chunk(x, cfg.action_horizon, cfg.max_action_dim).to(self.device)
+        noise, u = flow_training_draws((b, cfg.action_horizon, cfg.max_action_dim), generator, noise, None)
         if time is None:
-            # Beta(1.5, 1) by inversion (CDF u^1.5), so the draw follows ``generator``
-            time = torch.rand(b, generator=generator) ** (1.0 / 1.5) * 0.999 + 0.001
+            time = u * 0.999 + 0.001
         noise = noise.to(device=self.device, dtype=torch.float32)
         t = time.to(device=self.device, dtype=torch.float32)
         x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * target
