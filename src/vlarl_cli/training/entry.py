@@ -42,9 +42,14 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
     if world_size > 1 and not launched:
         _relaunch(loaded.source, overrides, resume, nproc_per_node, nnodes, node_rank, master_addr, master_port)
         return
+    from vlarl_cli.distributed import dist
     from vlarl_cli.training.rl import train
 
     train(loaded, resume=resume)
+    # every rank finished: leave together and tear the process groups down before the interpreter exits
+    # (gloo's threads destroyed at interpreter teardown can abort a process that already succeeded)
+    dist.barrier()
+    dist.shutdown()
 
 
 def _report_ignored(ignored: list[str], main: bool) -> None:
