@@ -58,3 +58,44 @@ def test_columns_split_and_join_back_exactly() -> None:
     # a piece holds its envs at every step: replay row t * n + env of the original
     piece = join_columns([select_columns(r, range(2, 5))])
     assert piece.replay["index"].tolist() == [t * 6 + e for t in range(3) for e in (2, 3, 4)]
+
+
+class _RecordingEnv:
+    """A 4-env stand-in that records the order of collect's stage calls."""
+
+    def __init__(self, stages: int) -> None:
+        self.num_envs, self.stages, self.calls = 4, stages, []
+
+    def stage_ids(self, s: int) -> list[int]:
+        return list(range(s, self.num_envs, self.stages))
+
+    def reset(self, ids=None):
+        return {"states": torch.zeros(self.num_envs, 4)}
+
+    def _result(self, n: int):
+        infos = {"success": torch.zeros(n, 2, dtype=torch.bool), "episode_done": torch.zeros(n, dtype=torch.bool)}
+        infos.update({k: torch.zeros(n) for k in ("success_once", "success_at_end", "return", "episode_len")})
+        return {"states": torch.zeros(n, 4)}, torch.zeros(n, 2), torch.zeros(n, 2, dtype=torch.bool), infos
+
+    def step_chunk_async(self, s: int, actions) -> None:
+        self.calls.append(("send", s))
+
+    def wait(self, s: int):
+        self.calls.append(("wait", s))
+        return self._result(len(self.stage_ids(s)))
+
+    def step_chunk(self, actions):
+        self.calls += [("send", 0), ("wait", 0)]
+        return self._result(self.num_envs)
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_env_ranks_follow_collects_exact_schedule(stages: int) -> None:
+    """serve_env replays collect_schedule; if collect's order changed, an env rank would deadlock."""
+    from vlarl_cli.policies.toy import ToyFlowPolicy
+    from vlarl_cli.training.placement import collect_schedule
+    from vlarl_cli.training.rollout import collect
+
+    env = _RecordingEnv(stages)
+    collect(ToyFlowPolicy(chunk=2), env, 3, stages=stages)
+    assert env.calls == collect_schedule(stages, 3)

@@ -237,27 +237,48 @@ def send_hello(env: Any, rollout_rank: int, stages: int) -> None:
                              for s in range(stages)]}, rollout_rank)
 
 
-def serve_env(env: Any, rollout_rank: int, stages: int) -> dict[str, Any]:
-    """On an env-only rank: execute the rollout rank's commands until ``end`` (returned)."""
+def collect_schedule(stages: int, chunk_steps: int) -> list[tuple[str, int]]:
+    """The order in which ``training.rollout.collect`` sends a stage's actions (``send``) and waits for
+    its results (``wait``): every stage's first chunk, then per later chunk step ``wait s, send s`` for each
+    stage, then the last results. An env rank that follows the same schedule keeps every stage that the
+    rollout has already sent in flight: with 2 stages both halves of the envs simulate while the rollout
+    infers (blocking per command would simulate one stage at a time)."""
+    events = [("send", s) for s in range(stages)]
+    for _ in range(chunk_steps - 1):
+        for s in range(stages):
+            events += [("wait", s), ("send", s)]
+    return events + [("wait", s) for s in range(stages)]
+
+
+def serve_env(env: Any, rollout_rank: int, stages: int, chunk_steps: int) -> dict[str, Any]:
+    """On an env-only rank: serve the rollout rank's collects (a ``reset``, then :func:`collect_schedule`)
+    until ``end`` (returned)."""
     from vlarl_cli.distributed.transport import recv_dict, send_dict
 
+    asynchronous = hasattr(env, "step_chunk_async")  # the in-process toy env only steps synchronously
     while True:
         msg = recv_dict(rollout_rank)
-        op = msg["op"]
-        if op == "reset":
-            ids = msg["ids"]
-            send_dict({"obs": env.reset(None if ids is None else ids.numpy())}, rollout_rank)
-        elif op == "step":
-            if stages == 1:
-                obs, rewards, dones, infos = env.step_chunk(msg["actions"])
-            else:
-                env.step_chunk_async(msg["stage"], msg["actions"])
-                obs, rewards, dones, infos = env.wait(msg["stage"])
-            send_dict({"obs": obs, "rewards": rewards, "dones": dones, "infos": infos}, rollout_rank)
-        elif op == "end":
+        if msg["op"] == "end":
             return msg
-        else:
-            raise RuntimeError(f"env rank got an unknown command {op!r}")
+        if msg["op"] != "reset":
+            raise RuntimeError(f"env rank expected reset or end, got {msg['op']!r}")
+        ids = msg["ids"]
+        send_dict({"obs": env.reset(None if ids is None else ids.numpy())}, rollout_rank)
+        queued: dict[int, Any] = {}
+        for kind, stage in collect_schedule(stages, chunk_steps):
+            if kind == "send":
+                cmd = recv_dict(rollout_rank)
+                if cmd["op"] != "step" or cmd["stage"] != stage:
+                    raise RuntimeError(f"env rank expected the actions of stage {stage}, got {cmd['op']!r} "
+                                       f"for stage {cmd.get('stage')}")
+                if asynchronous:
+                    env.step_chunk_async(stage, cmd["actions"])
+                else:
+                    queued[stage] = cmd["actions"]
+            else:
+                obs, rewards, dones, infos = (env.wait(stage) if asynchronous
+                                              else env.step_chunk(queued.pop(stage)))
+                send_dict({"obs": obs, "rewards": rewards, "dones": dones, "infos": infos}, rollout_rank)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -501,7 +501,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
                     * config.rollout_epoch / max(1e-9, time.perf_counter() - it_start),
                 })
             elif roles.is_env:
-                pl.serve_env(env, roles.rollout_of_env(ctx.rank), stages)
+                pl.serve_env(env, roles.rollout_of_env(ctx.rank), stages, num_chunk_steps)
             t_collect = time.perf_counter()
             if roles.is_rollout:
                 metrics["time/collect"] = t_collect - it_start
