@@ -201,6 +201,32 @@ def tensor_table(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Pat
     return out
 
 
+def open_checkpoint_folder(path: str | os.PathLike[str], *, family: str, format: str | None,
+                           formats: tuple[str, ...], detect: Any, looked_for: str
+                           ) -> tuple[Path, str, dict[str, tuple[tuple[int, ...], str, Path]]]:
+    """The opening steps every family's ``load_policy`` shares: the folder exists, its layout is known
+    (``format`` or ``detect(root)``), it holds safetensors weights; returns ``(root, format, tensor table
+    name -> (shape, dtype, file))``. ``looked_for`` says what detection searched for, for the error message."""
+    from vlarl_cli.errors import CheckpointError, did_you_mean
+
+    root = Path(path)
+    if not root.is_dir():
+        raise CheckpointError(f"Checkpoint folder {root} does not exist.",
+                              "Check model_path, or download the checkpoint first (vlarl download).")
+    fmt = format or detect(root)
+    if fmt is None:
+        raise CheckpointError(f"{root} is not a recognised {family} checkpoint ({looked_for}).",
+                              f"Point model_path at a {family} checkpoint folder, or pass format= one of {formats}.")
+    if fmt not in formats:
+        raise CheckpointError(f'Unknown {family} checkpoint format "{fmt}".{did_you_mean(fmt, list(formats))}',
+                              f"Use one of {', '.join(formats)}.")
+    files = weight_files(root)
+    if not files:
+        raise CheckpointError(f"{root} holds no .safetensors weights (pickle .bin / .pt files are not loaded).",
+                              "Convert the weights to safetensors, or download the safetensors release.")
+    return root, fmt, tensor_table(files)
+
+
 def _find_files(root: Path, names: tuple[str, ...], max_depth: int = 4) -> list[str]:
     found: list[str] = []
     root_depth = len(root.parts)

@@ -62,6 +62,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vlarl_cli.checkpoints.detect import open_checkpoint_folder
 from vlarl_cli.checkpoints.detect import read_json_object as _read_json
 from vlarl_cli.checkpoints.detect import tensor_table as _header
 from vlarl_cli.errors import CheckpointError, did_you_mean
@@ -393,23 +394,10 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
 
     from vlarl_cli.policies.openvla_oft.policy import OftPolicy
 
-    root = Path(path)
-    if not root.is_dir():
-        raise CheckpointError(f"Checkpoint folder {root} does not exist.",
-                              "Check model_path, or download the checkpoint first (vlarl download).")
-    fmt = format or detect_format(root)
-    if fmt is None:
-        raise CheckpointError(f"{root} is not a recognised OpenVLA-OFT checkpoint (no vlarl_config.json, no "
-                              "config.json with model_type openvla, no vision_backbone.* + language_model.* weights).",
-                              f"Point model_path at an OpenVLA-OFT folder, or pass format= one of {FORMATS}.")
-    if fmt not in FORMATS:
-        raise CheckpointError(f'Unknown OpenVLA-OFT checkpoint format "{fmt}".{did_you_mean(fmt, FORMATS)}',
-                              f"Use one of {', '.join(FORMATS)}.")
-    files = _weight_files(root)
-    if not files:
-        raise CheckpointError(f"{root} holds no .safetensors weights (pickle .bin / .pt files are not loaded).",
-                              "Convert the weights to safetensors, or download the safetensors release.")
-    header = _header(files)
+    root, fmt, header = open_checkpoint_folder(
+        path, family="OpenVLA-OFT", format=format, formats=FORMATS, detect=detect_format,
+        looked_for="no vlarl_config.json, no config.json with model_type openvla, no vision_backbone.* + "
+        "language_model.* weights")
     shapes = {k: v[0] for k, v in header.items()}
     cfg = _config_from_checkpoint(root, fmt, shapes)
     if overrides:

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from vlarl_cli.checkpoints.detect import open_checkpoint_folder
 from vlarl_cli.checkpoints.detect import read_json_object as _read_json
 from vlarl_cli.checkpoints.detect import tensor_table as _header_shapes
 from vlarl_cli.errors import CheckpointError, did_you_mean
@@ -364,23 +365,9 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
 
     from vlarl_cli.policies.pi0.policy import Pi0Policy
 
-    root = Path(path)
-    if not root.is_dir():
-        raise CheckpointError(f"Checkpoint folder {root} does not exist.",
-                              "Check model_path, or download the checkpoint first (vlarl download).")
-    fmt = format or detect_format(root)
-    if fmt is None:
-        raise CheckpointError(f"{root} is not a recognised pi0 / pi0.5 checkpoint (no vlarl_config.json, no pi0 "
-                              "config.json, no paligemma_with_expert.* / model.vlm.* weights).",
-                              f"Point model_path at a pi0 checkpoint folder, or pass format= one of {FORMATS}.")
-    if fmt not in FORMATS:
-        raise CheckpointError(f'Unknown pi0 checkpoint format "{fmt}".{did_you_mean(fmt, FORMATS)}',
-                              f"Use one of {', '.join(FORMATS)}.")
-    files = _weight_files(root)
-    if not files:
-        raise CheckpointError(f"{root} holds no .safetensors weights (pickle .bin files are not loaded).",
-                              "Convert the weights to safetensors, or download the safetensors release.")
-    header = _header_shapes(files)
+    root, fmt, header = open_checkpoint_folder(
+        path, family="pi0 / pi0.5", format=format, formats=FORMATS, detect=detect_format,
+        looked_for="no vlarl_config.json, no pi0 config.json, no paligemma_with_expert.* / model.vlm.* weights")
     shapes = {k: v[0] for k, v in header.items()}
     cfg = _config_from_checkpoint(root, fmt, shapes)
     if overrides:
