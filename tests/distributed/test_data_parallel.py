@@ -1,8 +1,8 @@
 """2 gloo processes train exactly like 1 process with the same global batch: data parallel and FSDP2.
 
 The batch is laid out like the runner's (row = slot * N + env, slots = chunk steps); rank r holds envs
-[r N/2, (r+1) N/2) of every slot. The shuffle moves whole slots, the loss denominators and the metrics are
-reduced over the ranks (``CrossRank``), gradients are averaged (all-reduce, or FSDP2's reduce-scatter),
+[r N/2, (r+1) N/2) of every slot. Every env gives each mini-batch the same number of its slots (in an
+order seeded by its global env id), the loss denominators and the metrics are reduced over the ranks (``CrossRank``), gradients are averaged (all-reduce, or FSDP2's reduce-scatter),
 so with several mini-batches per epoch and partly masked samples the losses, metrics and final weights
 must equal the single-process update on the whole batch (up to float summation order). Without the
 reductions the policy loss differs by about 2x (checked by hand when this test was written).
@@ -72,7 +72,8 @@ def _run(rank: int, world: int, port: int, mode: str, out_dir: str) -> None:
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2)
     metrics = ppo_update(policy, optimizer, local, _settings(GLOBAL_BATCH // world, GLOBAL_BATCH // world // 2),
                          generator=torch.Generator().manual_seed(0), grad_sync=grad_sync,
-                         reduce=dist.CrossRank(), env_columns=ENVS // world)
+                         reduce=dist.CrossRank(),
+                         env_columns=range(rank * ENVS // world, (rank + 1) * ENVS // world))
     state = fsdp.full_model_state(policy)
     torch.save({"metrics": metrics, "state": state}, Path(out_dir) / f"{mode}_{rank}.pt")
     torch_dist.destroy_process_group()
@@ -90,7 +91,7 @@ def test_two_processes_equal_one(mode: str, tmp_path: Path) -> None:
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2)
     # micro-batches are GLOBAL_BATCH/4 in both runs; the gradient of one big batch is the same either way
     single = ppo_update(policy, optimizer, batch, _settings(GLOBAL_BATCH, GLOBAL_BATCH // 4),
-                        generator=torch.Generator().manual_seed(0), env_columns=ENVS)
+                        generator=torch.Generator().manual_seed(0), env_columns=range(ENVS))
     assert single["actor/optimizer_steps"] == 4.0  # 2 epochs x 2 mini-batches
     assert 0 < single["actor/pg_clipfrac"] < 1  # the clipped branch is exercised
     mp.start_processes(_run, args=(2, _free_port(), mode, str(tmp_path)), nprocs=2, join=True, start_method="spawn")

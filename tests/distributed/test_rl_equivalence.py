@@ -3,7 +3,7 @@ or with the components placed on different ranks.
 
 Everything that could depend on the split is made independent of it: models are initialised under the
 same seed everywhere, reset states are drawn for all envs and sliced (``draw_reset_ids``), every env has
-its own sampling stream (``policies.noise``), the shuffle moves whole chunk steps, and advantage
+its own sampling stream (``policies.noise``), every env gives each mini-batch the same number of its chunk steps, and advantage
 normalisation, loss denominators and metrics are reduced over the ranks. What remains is float rounding
 (different batch sizes, sum orders), hence the tolerances.
 """

@@ -421,7 +421,8 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
         if len(roles.actor) > 1 and config.actor.global_batch_size % config.train_num_envs:
             print(f"note: actor.global_batch_size {config.actor.global_batch_size} is not a multiple of "
                   f"total_num_envs {config.train_num_envs}: mini-batches are shuffled by sample, so this run's "
-                  "mini-batches differ from a 1-process run's (whole chunk steps are shuffled otherwise)", flush=True)
+                  "mini-batches differ from a 1-process run's (otherwise every env gives each mini-batch the same "
+                  "number of its chunk steps)", flush=True)
 
     # ---- envs: local on env+rollout ranks, served to the rollout rank from env-only ranks
     n_envs = roles.envs_per_env_rank
@@ -519,7 +520,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
                 batch, adv_metrics = build_batch(config, rollouts, critic=actor.critic, reduce=actor.reduce)
                 t_update = time.perf_counter()
                 update_metrics = actor.update(batch, generators["shuffle"], state.optimizer_steps - actor.steps_per_iter,
-                                              env_columns=len(actor.columns))
+                                              env_columns=actor.columns)
                 if update_metrics.get("actor/optimizer_steps", 0) > 0:
                     weights_version = state.optimizer_steps
                 state.skipped_steps += int(update_metrics.get("actor/skipped_steps", 0))
@@ -702,7 +703,7 @@ class _Actor:
             offload_module(self.policy, "cpu")
             self.weights_offloaded = True
 
-    def update(self, batch: Any, generator: torch.Generator, step_offset: int, *, env_columns: int
+    def update(self, batch: Any, generator: torch.Generator, step_offset: int, *, env_columns: range
                ) -> dict[str, float]:
         from vlarl_cli.training.update import ppo_update
 

@@ -16,7 +16,7 @@ the grad norm is NaN/Inf, else ``optimizer.step()`` and ``scheduler.step()``.
 Multi-process note: ``settings.global_batch_size`` is the PER-PROCESS mini-batch here (the runner divides
 the configured global batch by the data-parallel size). With ``reduce`` (``distributed.dist.CrossRank``)
 the denominators and the metrics are taken over every process's part of the mini-batch, and with
-``env_columns`` the shuffle picks whole time slots (every env of a chunk step), so W processes holding
+``env_columns`` every env contributes the same number of its chunk steps to each mini-batch, so W processes holding
 1/W of the envs each form exactly the mini-batches of one process holding all of them: a W-process
 update equals the 1-process update on the same global batch (tests/distributed). A non-finite local
 loss poisons the local gradients with NaN before ``grad_sync`` so that every process sees a non-finite
@@ -211,20 +211,31 @@ def _denominators(mb: RolloutBatch, s: UpdateSettings, entropy_level: str, reduc
     return {k: (v / reduce.world).float() for k, v in zip(masks, total, strict=True)}
 
 
-def _permutation(n: int, s: UpdateSettings, env_columns: int | None,
+def _permutation(n: int, s: UpdateSettings, env_columns: range | None,
                  generator: torch.Generator) -> Tensor:
-    """Row order of one update epoch. With ``env_columns`` (rows are ``slot * env_columns + env``) and a
-    mini-batch that holds whole slots, whole slots are shuffled; otherwise rows are."""
-    if env_columns and n % env_columns == 0 and s.global_batch_size % env_columns == 0:
-        slots = torch.randperm(n // env_columns, generator=generator)
-        return (slots.unsqueeze(1) * env_columns + torch.arange(env_columns)).reshape(-1)
+    """Row order of one update epoch (consecutive ``global_batch_size`` rows form a mini-batch).
+
+    With ``env_columns`` (the global ids of this process's envs; rows are ``slot * len(env_columns) + env``)
+    and mini-batches that hold the same number of slots of every env: each env column draws its own order
+    of slots from a stream seeded by (one shared draw of ``generator``, global env id), and mini-batch j
+    takes slots ``[j m, (j+1) m)`` of every column. Mini-batches mix chunk steps across envs, and the
+    union over W processes of their mini-batch j is exactly the 1-process mini-batch j. Otherwise rows
+    are shuffled."""
+    k = len(env_columns) if env_columns is not None else 0
+    if env_columns is not None and k and n % k == 0 and s.global_batch_size % k == 0:
+        slots, per_batch = n // k, s.global_batch_size // k
+        base = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+        orders = torch.stack([torch.randperm(slots, generator=torch.Generator().manual_seed(base * 1_000_003 + g))
+                              for g in env_columns])  # [k, slots]: column c's slots in order
+        by_batch = orders.view(k, slots // per_batch, per_batch).permute(1, 0, 2)  # [batches, k, per_batch]
+        return (by_batch * k + torch.arange(k).view(1, k, 1)).reshape(-1)
     return torch.randperm(n, generator=generator)
 
 
 def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RolloutBatch, settings: UpdateSettings,
                *, generator: torch.Generator, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
                ref_policy: nn.Module | None = None, grad_sync: Callable[[nn.Module], None] | None = None,
-               step_offset: int = 0, reduce: Reduce = LOCAL, env_columns: int | None = None) -> dict[str, float]:
+               step_offset: int = 0, reduce: Reduce = LOCAL, env_columns: range | None = None) -> dict[str, float]:
     """Run ``update_epoch`` passes of clipped-PPO mini-batch updates; return averaged metrics.
 
     Args:
@@ -235,9 +246,9 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: Rollo
         grad_sync: called on ``policy`` after backward, before clipping (data-parallel all-reduce).
         step_offset: optimizer steps already taken (for ``critic_warmup_steps``).
         reduce: reductions over the data-parallel processes (denominators, metrics); LOCAL in one process.
-        env_columns: envs per chunk step when rows are laid out ``slot * env_columns + env`` (the runner's
-            layout): the shuffle then moves whole slots, which keeps mini-batches independent of how the
-            envs are split over processes.
+        env_columns: global ids of this process's envs when rows are laid out ``slot * len(env_columns) + env``
+            (the runner's layout): the shuffle then keeps mini-batches independent of how the envs are split
+            over processes (see ``_permutation``).
     Returns:
         ``actor/policy_loss``, ``actor/value_loss``, ``actor/approx_kl``, ``actor/pg_clipfrac``,
         ``actor/clipped_ratio``, ``actor/value_clip_ratio``, ``actor/grad_norm``, ``actor/entropy``,
