@@ -267,3 +267,32 @@ def test_values_at_masked_entries_change_nothing_not_even_nan(level):
     for params, m in results[1:]:
         assert torch.equal(params, results[0][0])
         assert m["actor/skipped_steps"] == 0 and m["actor/policy_loss"] == results[0][1]["actor/policy_loss"]
+
+
+def test_shuffle_by_env_column_is_split_invariant_and_mixes_time_steps() -> None:
+    """12 slots x 4 envs, mini-batches of 8 = 2 slots per env: a permutation; every mini-batch holds 2 of
+    each env's slots; the 2-process split (envs 0-1 and 2-3) forms the same mini-batches; and envs do not
+    all take the same slots (time steps are mixed)."""
+    from vlarl_cli.training.update import _permutation
+
+    def settings(batch: int) -> UpdateSettings:
+        return UpdateSettings(update_epoch=1, global_batch_size=batch, micro_batch_size=batch, clip_ratio_low=0.2,
+                              clip_ratio_high=0.2, clip_ratio_c=None, value_clip=None, huber_delta=1.0,
+                              entropy_bonus=0.0, kl_beta=0.0, kl_type="kl", logprob_type="action_level",
+                              loss_agg="token-mean", clip_grad=1.0)
+
+    slots, envs = 12, 4
+
+    def batches(cols: range, batch: int) -> list[set[tuple[int, int]]]:
+        perm = _permutation(slots * len(cols), settings(batch), cols, torch.Generator().manual_seed(3))
+        assert sorted(perm.tolist()) == list(range(slots * len(cols)))
+        rows = perm.view(-1, batch)
+        return [{(int(r) // len(cols), cols[int(r) % len(cols)]) for r in mb} for mb in rows]  # (slot, env)
+
+    whole = batches(range(envs), 8)
+    halves = [batches(range(0, 2), 4), batches(range(2, 4), 4)]
+    assert whole == [a | b for a, b in zip(*halves, strict=True)]
+    for mb in whole:
+        assert all(sum(1 for _, e in mb if e == env) == 2 for env in range(envs))
+    per_env = [{s for s, e in whole[0] if e == env} for env in range(envs)]
+    assert len({frozenset(x) for x in per_env}) > 1
