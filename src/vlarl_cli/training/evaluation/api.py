@@ -1,0 +1,125 @@
+"""Entry points: :func:`evaluate` (``vlarl eval``: load the policy, spread over this launch's ranks) and
+:func:`evaluate_policy` (an already built policy), plus the result folder's preparation (card check,
+resume or discard) and the gathering of records over ranks when nothing is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vlarl_cli.training.evaluation.card import card_conflicts, make_card
+from vlarl_cli.training.evaluation.plan import EvalSettings, plan_episodes, split_blocks
+from vlarl_cli.training.evaluation.results import EvalSummary, print_summary, summarize, write_summary
+from vlarl_cli.training.evaluation.runner import run_episodes
+from vlarl_cli.training.evaluation.source import PolicyInfo, load_policy
+from vlarl_cli.video.episodes import CARD, EPISODES, EpisodeLog, EpisodeRecord, ResultsError
+
+
+def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | None = None,
+                    out_dir: Path | None = None, resume: bool = True, rank: int = 0, world_size: int = 1,
+                    show: bool = True, log_episodes: bool = True, group: Any = None) -> EvalSummary:
+    """Evaluate an already built policy (what ``rl-train``'s ``val_check_interval`` calls).
+
+    ``rank`` / ``world_size`` index the evaluating ranks, which form the process ``group`` (default: all
+    ranks; rl-train with a separated placement evaluates on its rollout ranks).
+
+    With ``out_dir``: card, crash-safe episode log, resume, summary files (written by rank 0).
+    Without: nothing is written; with several ranks the counts are summed over ranks, so every rank
+    returns the same summary.
+    """
+    from vlarl_cli.checkpoints.atomic import atomic_write_json
+    from vlarl_cli.distributed import dist
+
+    settings.validate()
+    plan = plan_episodes(settings.suite, settings.tasks, settings.trials)
+    card = make_card(settings, policy, info, plan)
+    log = EpisodeLog(out_dir / EPISODES) if out_dir is not None else None
+    if out_dir is not None and rank == 0:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _prepare_folder(out_dir, card, resume)
+    dist.barrier(group)
+    finished = {r.key for r in log.read()} if log is not None else set()
+    todo = [k for k in plan if (k.suite, k.task, k.trial) not in finished]
+    mine = split_blocks(todo, world_size)[rank]
+    if show and rank == 0:
+        print(f"vlarl eval: {len(plan)} episodes planned, {len(plan) - len(todo)} already finished, "
+              f"{len(todo)} to run on {world_size} rank(s)" + (f" -> {out_dir}" if out_dir else ""), flush=True)
+    records, stats = run_episodes(policy, settings, mine, on_episode=log.append if log else None, rank=rank,
+                                  out_dir=out_dir, log=log_episodes)
+    dist.barrier(group)
+    if log is not None:
+        summary = summarize(log.read(), card, plan)
+    else:
+        summary = summarize(_gather_records(records, world_size, group), card, plan)
+    summary.run_now, summary.skipped, summary.out_dir, summary.stats = len(records), len(plan) - len(todo), out_dir, stats
+    if rank == 0:
+        if out_dir is not None:
+            write_summary(out_dir, summary)
+            atomic_write_json(out_dir / CARD, card)  # the plan part follows the latest call
+        if show:
+            print_summary(summary)
+    return summary
+
+
+def _gather_records(records: list[EpisodeRecord], world_size: int, group: Any = None) -> list[EpisodeRecord]:
+    if world_size <= 1:
+        return records
+    import torch.distributed as torch_dist
+
+    gathered: list[Any] = [None] * world_size
+    torch_dist.all_gather_object(gathered, [r.to_json() for r in records], group=group)
+    import json
+
+    return [EpisodeRecord.from_dict(json.loads(line)) for part in gathered for line in part]
+
+
+def _prepare_folder(out_dir: Path, card: dict[str, Any], resume: bool) -> None:
+    import json
+    import shutil
+
+    from vlarl_cli.checkpoints.atomic import atomic_write_json
+
+    card_path, log = out_dir / CARD, EpisodeLog(out_dir / EPISODES)
+    if card_path.is_file() and log.path.is_file():
+        if resume:
+            old = json.loads(card_path.read_text())
+            conflicts = card_conflicts(old, card)
+            if conflicts:
+                raise ResultsError(
+                    f"{out_dir} holds results produced under a different setup ({', '.join(conflicts)} differ: "
+                    + "; ".join(f"{c}: {old.get(c.split('.')[0])!s:.80} -> {card.get(c.split('.')[0])!s:.80}"
+                                for c in conflicts[:3]) + ").",
+                    "Write to another folder with --out, or pass --no-resume to discard the old results.")
+            cut = log.repair()
+            if cut:
+                print(f"vlarl eval: removed a torn last line ({cut} bytes) from {log.path}", flush=True)
+        else:
+            log.path.unlink()
+            for sub in ("episodes", "frames"):
+                shutil.rmtree(out_dir / sub, ignore_errors=True)
+    atomic_write_json(card_path, card)
+
+
+def evaluate(checkpoint: Path | None = None, config: str | None = None, overrides: list[str] | None = None, *,
+             settings: EvalSettings, out_dir: Path | None = None, resume: bool = True) -> EvalSummary:
+    """``vlarl eval``: load the policy, evaluate it (spread over this launch's ranks), write the results.
+
+    ``out_dir`` defaults to ``eval/<checkpoint or config name>/<suite>_<protocol>``.
+    """
+    from vlarl_cli.distributed import dist
+
+    settings.validate()
+    ctx = dist.init_distributed()
+    try:
+        policy, info, _ = load_policy(checkpoint, config, overrides or [], ctx.device)
+        if out_dir is None:
+            path = Path(info.path)
+            # runs/<run>/checkpoints/global_step_<k> -> <run>_global_step_<k>
+            name = (f"{path.parent.parent.name}_{path.name}" if path.parent.name == "checkpoints" else path.name) \
+                if info.source == "checkpoint" else Path(info.config).stem
+            out_dir = Path("eval") / name / f"{settings.suite}_{settings.protocol}"
+        return evaluate_policy(policy, settings, info=info, out_dir=Path(out_dir), resume=resume,
+                               rank=ctx.rank, world_size=ctx.world_size)
+    finally:
+        dist.shutdown()

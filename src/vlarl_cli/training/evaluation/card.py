@@ -1,0 +1,67 @@
+"""The protocol card (``card.json``): everything a success rate depends on, and the check that refuses
+to resume into a folder whose card differs in anything but the episode plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from vlarl_cli import __version__
+from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings, expand_suite
+from vlarl_cli.training.evaluation.source import PolicyInfo
+
+
+def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
+              plan: list[EpisodeKey]) -> dict[str, Any]:
+    """The protocol card: everything a success rate depends on. ``plan`` fills its ``plan`` part."""
+    from vlarl_cli.envs.libero.protocol import get_protocol
+
+    p = get_protocol(settings.protocol)
+    suites = sorted({k.suite for k in plan}, key=lambda s: expand_suite("libero_130").index(s))
+    temperature = settings.temperature if not settings.deterministic else None
+    mode = "deterministic" if settings.deterministic else "sampled"
+    return {
+        "protocol": p.name,
+        "protocol_source": p.notes,
+        "init_states": "LIBERO fixed init states (task order 0); trial i starts from init state i",
+        "max_steps": {s: settings.effective(s)[0] for s in suites},
+        "settle_steps": settings.effective(suites[0])[1] if suites else p.settle_steps,
+        "settle_action": list(p.settle_action),
+        "env_seed": settings.effective(suites[0])[2] if suites else p.seed,
+        "env_seed_applied": "before every reset",
+        "reset": "hard" if settings.hard_reset else "soft (checked bit-identical to hard)",
+        "action_mode": mode if temperature is None else f"{mode} (temperature {temperature})",
+        "temperature": temperature,
+        "replan_size": int(getattr(policy, "num_action_chunks", 0)),
+        "resolution": settings.resolution,
+        "cameras": list(getattr(policy, "cameras", ("main", "wrist"))),
+        "policy_seed": settings.policy_seed,
+        "checkpoint": asdict(info) if info is not None else None,
+        "deviations": settings.deviations(suites),
+        "vlarl_version": __version__,
+        "plan": {
+            "suite": settings.suite,
+            "trials_per_task": settings.trials,
+            "tasks": {s: sorted({k.task for k in plan if k.suite == s}) for s in suites},
+            "episodes": len(plan),
+        },
+    }
+
+
+def card_conflicts(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Card fields (outside the plan and the per-suite step limits of new suites) that differ."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        if k in ("plan", "deviations", "protocol_source"):
+            continue
+        a, b = old.get(k), new.get(k)
+        if k == "max_steps" and isinstance(a, dict) and isinstance(b, dict):
+            if any(a[s] != b[s] for s in set(a) & set(b)):
+                out.append(k)
+        elif k == "checkpoint" and isinstance(a, dict) and isinstance(b, dict):
+            if a.get("sha256") != b.get("sha256"):
+                out.append("checkpoint.sha256")
+        elif a != b:
+            out.append(k)
+    return out

@@ -1,0 +1,183 @@
+"""What to evaluate: the episode plan ((suite, task, trial) keys), its split over ranks and envs, and
+:class:`EvalSettings` (everything except the policy, with the protocol deviations it implies).
+
+Episodes are planned task-major, trial i from LIBERO's fixed init state i, and split into contiguous
+blocks (over ranks, then over the envs of a rank's vector env) so an env rarely switches task: a switch
+rebuilds the simulator, ~4 s.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from vlarl_cli.errors import ConfigError, EnvError
+
+STANDARD_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
+
+
+@dataclass(frozen=True, order=True)
+class EpisodeKey:
+    """One evaluation episode: task ``task`` of the original ``suite``, started from init state ``trial``."""
+
+    suite: str
+    task: int
+    trial: int
+
+    @property
+    def libero130_task(self) -> int:
+        """The task's id in libero_130 (spatial, object, goal, 10, 90 concatenated)."""
+        from vlarl_cli.envs.libero.protocol import SUITE_ORDER
+        from vlarl_cli.envs.libero.suites import SUITE_SIZES
+
+        return sum(SUITE_SIZES[s] for s in SUITE_ORDER[: SUITE_ORDER.index(self.suite)]) + self.task
+
+    @property
+    def libero130_reset_state_id(self) -> int:
+        from vlarl_cli.envs.libero.suites import TRIALS_PER_TASK
+
+        return self.libero130_task * TRIALS_PER_TASK + self.trial
+
+
+def expand_suite(suite: str) -> tuple[str, ...]:
+    """``all`` -> the 4 standard suites; ``libero_130`` -> all 5; a suite name -> itself."""
+    from vlarl_cli.envs.libero.protocol import SUITE_ORDER
+    from vlarl_cli.envs.libero.suites import check_suite
+
+    if suite == "all":
+        return STANDARD_SUITES
+    check_suite(suite)
+    return tuple(SUITE_ORDER) if suite == "libero_130" else (suite,)
+
+
+def plan_episodes(suite: str, tasks: tuple[int, ...] | None, trials: int) -> list[EpisodeKey]:
+    """Every (original suite, task, trial) to evaluate, task-major.
+
+    ``tasks`` index the requested suite (``libero_130`` ids 0..129 for libero_130; with ``all`` they
+    select the same task ids in each of the four suites). Out-of-range ids raise EnvError.
+    """
+    from vlarl_cli.envs.libero import suites as S
+
+    if not 1 <= trials <= S.TRIALS_PER_TASK:
+        raise EnvError(f"trials must be in 1..{S.TRIALS_PER_TASK} (LIBERO ships 50 init states per task), "
+                       f"got {trials}.", fix="Pass --trials between 1 and 50.")
+    pairs: list[tuple[str, int]] = []
+    if suite == "libero_130":
+        ids = tasks if tasks is not None else tuple(range(S.num_tasks("libero_130")))
+        for t in ids:
+            info = S.get_task("libero_130", t)  # range-checked, names the fix
+            pairs.append((info.suite, info.suite_task_id))
+    else:
+        for s in expand_suite(suite):
+            n = S.num_tasks(s)
+            for t in tasks if tasks is not None else range(n):
+                if not 0 <= t < n:
+                    raise EnvError(f"task id {t} is out of range for {s} ({n} tasks).", fix=f"Use 0..{n - 1}.")
+                pairs.append((s, t))
+    ordered = list(dict.fromkeys(pairs))  # keep order, drop repeats
+    return [EpisodeKey(s, t, i) for s, t in ordered for i in range(trials)]
+
+
+def split_blocks(items: list[Any], parts: int) -> list[list[Any]]:
+    """Split ``items`` into ``parts`` contiguous blocks whose sizes differ by at most one (earlier first)."""
+    base, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for p in range(parts):
+        size = base + (p < extra)
+        out.append(items[start : start + size])
+        start += size
+    return out
+
+
+def workers_for(num_envs: int, requested: int | None) -> int:
+    """Env worker processes: as requested, else one per core, always a divisor of ``num_envs``."""
+    target = requested or min(num_envs, os.cpu_count() or 1)
+    target = max(1, min(target, num_envs))
+    while num_envs % target:
+        target -= 1
+    return target
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How to evaluate (everything except the policy).
+
+    Attributes:
+        suite: a LIBERO suite, ``libero_130`` or ``all`` (the four standard suites).
+        tasks: task ids of ``suite`` (None = all).
+        trials: episodes per task; trial i starts from init state i (standard: 50).
+        protocol: ``standard`` (openpi/OpenVLA) or ``rlinf``.
+        deterministic: deterministic actions (ODE denoising / argmax) instead of sampled ones.
+        temperature: sampling temperature of token policies (sampled mode only).
+        num_envs: simulators of this rank; num_workers: their processes (None: one per core).
+        resolution: camera render size (the protocol's 256 by default; the policy resizes).
+        max_steps / settle_steps / env_seed: overrides of the protocol (recorded as deviations).
+        policy_seed: seeds the policy's sampling noise.
+        live_video: record this many episodes' frames live (renders every step; slower).
+        hard_reset: robosuite hard resets (rebuild the model every episode).
+    """
+
+    suite: str = "libero_10"
+    tasks: tuple[int, ...] | None = None
+    trials: int = 50
+    protocol: str = "standard"
+    deterministic: bool = True
+    temperature: float | None = None
+    num_envs: int = 1
+    num_workers: int | None = None
+    resolution: int = 256
+    max_steps: int | None = None
+    settle_steps: int | None = None
+    env_seed: int | None = None
+    policy_seed: int = 0
+    live_video: int = 0
+    hard_reset: bool = False
+
+    def validate(self) -> None:
+        from vlarl_cli.envs.libero.env import RESOLUTIONS
+        from vlarl_cli.envs.libero.protocol import get_protocol
+
+        get_protocol(self.protocol)
+        expand_suite(self.suite)
+        if self.resolution not in RESOLUTIONS:
+            raise EnvError(f"Resolution {self.resolution} is not supported.", fix=f"Use one of {RESOLUTIONS}.")
+        if self.num_envs < 1:
+            raise ConfigError(f"num_envs must be >= 1, got {self.num_envs}.", "Pass --num-envs 1 or more.")
+        if self.temperature is not None and (self.deterministic or self.temperature <= 0):
+            raise ConfigError(f"temperature {self.temperature} needs sampled actions and a value > 0.",
+                              "Pass either --deterministic or --temperature T (T > 0), not both.")
+        for name in ("max_steps", "settle_steps"):
+            value = getattr(self, name)
+            if value is not None and value < (1 if name == "max_steps" else 0):
+                raise ConfigError(f"{name} must be positive, got {value}.", f"Fix --{name.replace('_', '-')}.")
+
+    def effective(self, suite: str) -> tuple[int, int, int]:
+        """(max steps, settle steps, env seed) of an episode of ``suite``."""
+        from vlarl_cli.envs.libero.protocol import get_protocol
+
+        p = get_protocol(self.protocol)
+        return (self.max_steps if self.max_steps is not None else p.max_steps_for(suite),
+                self.settle_steps if self.settle_steps is not None else p.settle_steps,
+                self.env_seed if self.env_seed is not None else p.seed)
+
+    def deviations(self, suites: list[str] | tuple[str, ...] = ()) -> list[str]:
+        """How these settings depart from the named protocol for ``suites`` (printed on the card)."""
+        from vlarl_cli.envs.libero.protocol import get_protocol
+
+        p = get_protocol(self.protocol)
+        out = []
+        if self.max_steps is not None:
+            limits = ", ".join(f"{s} {p.max_steps[s]}" for s in suites or p.max_steps)
+            out.append(f"max_steps={self.max_steps} (protocol: {limits})")
+        if self.settle_steps is not None and self.settle_steps != p.settle_steps:
+            out.append(f"settle_steps={self.settle_steps} (protocol: {p.settle_steps})")
+        if self.env_seed is not None and self.env_seed != p.seed:
+            out.append(f"env_seed={self.env_seed} (protocol: {p.seed})")
+        if self.trials != p.trials_per_task:
+            out.append(f"trials={self.trials} per task (protocol: {p.trials_per_task})")
+        if self.resolution != p.render_resolution:
+            out.append(f"render resolution {self.resolution} (protocol: {p.render_resolution})")
+        if self.hard_reset:
+            out.append("hard resets")
+        return out
