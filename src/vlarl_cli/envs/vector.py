@@ -60,6 +60,17 @@ ACTIVE = "active"  # [N] bool: env has a running episode (False only without aut
 _REPLY_TIMEOUT_S = 900.0  # a reset may construct a simulator (~4-12 s) under heavy CPU sharing
 
 
+def workers_for(num_envs: int, requested: int | None) -> int:
+    """Env worker processes: as requested, else one per core, always a divisor of ``num_envs``."""
+    import os
+
+    target = requested or min(num_envs, os.cpu_count() or 1)
+    target = max(1, min(target, num_envs))
+    while num_envs % target:
+        target -= 1
+    return target
+
+
 @dataclass(frozen=True)
 class VectorEnvSpec:
     """Everything the vector env needs, as plain fields (the runner maps its config onto it).

@@ -114,17 +114,6 @@ def resolve_model_path(path: str | None) -> str | None:
                           "Set actor.model.model_path to an existing folder, or download one with `vlarl download`.")
 
 
-def num_workers_for(num_envs: int, requested: int | None) -> int:
-    """Env worker processes: as requested, else one per core, always a divisor of ``num_envs``."""
-    import os
-
-    target = requested or min(num_envs, os.cpu_count() or 1)
-    target = max(1, min(target, num_envs))
-    while num_envs % target:
-        target -= 1
-    return target
-
-
 def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank: int, group_size: int,
              cameras: tuple[str, ...], record_video: bool, stages: int) -> Any:
     """This rank's vector env for ``split`` (LIBERO subprocess workers)."""
@@ -133,13 +122,13 @@ def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank:
 
         return ToyVectorEnv(num_envs, chunk=config.actor.model.num_action_chunks,
                             max_steps=split.max_episode_steps, seed=split.seed)
-    from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec
+    from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec, workers_for
 
     spec = VectorEnvSpec(
         suite=split.task_suite_name,
         task_ids=tuple(split.task_ids or ()),
         num_envs=num_envs,
-        num_workers=num_workers_for(num_envs, split.num_workers),
+        num_workers=workers_for(num_envs, split.num_workers),
         resolution=split.resolution,
         cameras=cameras,
         max_episode_steps=split.max_episode_steps,

@@ -8,10 +8,10 @@ rebuilds the simulator, ~4 s.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
+from vlarl_cli.envs.vector import workers_for  # noqa: F401 (re-exported: the eval API names it)
 from vlarl_cli.errors import ConfigError, EnvError
 
 STANDARD_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
@@ -88,15 +88,6 @@ def split_blocks(items: list[Any], parts: int) -> list[list[Any]]:
         out.append(items[start : start + size])
         start += size
     return out
-
-
-def workers_for(num_envs: int, requested: int | None) -> int:
-    """Env worker processes: as requested, else one per core, always a divisor of ``num_envs``."""
-    target = requested or min(num_envs, os.cpu_count() or 1)
-    target = max(1, min(target, num_envs))
-    while num_envs % target:
-        target -= 1
-    return target
 
 
 @dataclass(frozen=True)
