@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from vlarl_cli.errors import CheckpointError, ConfigError, did_you_mean
+from vlarl_cli.policies.normalization import gripper_to_libero
 
 __all__ = [
     "EMBODIMENT_IDS",
@@ -148,7 +149,7 @@ class ModalitySpec:
         """Apply the gripper convention to the last action dimension ([..., A] float32, new tensor)."""
         out = actions.clone()
         if self.gripper_convention == "zero_one_to_sign":
-            out[..., -1] = -torch.sign(2.0 * out[..., -1] - 1.0)
+            out[..., -1] = gripper_to_libero(out[..., -1])
         return out
 
     # ------------------------------------------------------------------ upstream files

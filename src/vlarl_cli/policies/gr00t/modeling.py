@@ -45,6 +45,7 @@ from vlarl_cli.policies.gr00t.processing import (
     preprocess_images,
 )
 from vlarl_cli.policies.noise import AnyGenerator
+from vlarl_cli.policies.normalization import gripper_from_libero
 from vlarl_cli.policies.value_head import ValueHead
 
 __all__ = ["Gr00tPolicy", "NoiseHead", "disable_dropout"]
@@ -340,7 +341,7 @@ class Gr00tPolicy(nn.Module):
 
         x = actions.detach().float().cpu().clone()
         if self.modality.gripper_convention == "zero_one_to_sign":
-            x[..., -1] = (1.0 - x[..., -1]) / 2.0  # inverse of -sign(2g - 1) on {-1, +1}
+            x[..., -1] = gripper_from_libero(x[..., -1])
         lo, hi = self.modality._bounds("action")
         x = min_max_normalize(x, lo, hi)
         target = pad_chunk(x, cfg.action_horizon, cfg.action_dim).to(device=self.device, dtype=torch.float32)

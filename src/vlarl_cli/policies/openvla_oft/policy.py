@@ -26,6 +26,7 @@ from torch import Tensor
 
 from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
 from vlarl_cli.policies.noise import AnyGenerator
+from vlarl_cli.policies.normalization import gripper_from_libero
 from vlarl_cli.policies.openvla_oft.config import OftConfig
 from vlarl_cli.policies.openvla_oft.modeling import OftModel
 from vlarl_cli.policies.openvla_oft.processing import (
@@ -163,7 +164,7 @@ class OftPolicy(OftModel):
             raise ValueError(f"actions must be [B={b}, C={c}, A={a}], got {tuple(actions.shape)}")
         x = actions.detach().double().cpu().clone()
         if cfg.gripper == "libero":
-            x[..., -1] = (1.0 - x[..., -1]) / 2.0  # inverse of -sign(2g - 1) on {-1, +1}
+            x[..., -1] = gripper_from_libero(x[..., -1])
         stats = self.processor.stats
         if stats is not None:
             normed = 2.0 * (x - stats.q01) / (stats.q99 - stats.q01 + 1e-8) - 1.0

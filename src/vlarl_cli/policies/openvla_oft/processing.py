@@ -42,6 +42,7 @@ from torch import Tensor
 
 from vlarl_cli import keys
 from vlarl_cli.errors import CheckpointError, ConfigError, did_you_mean
+from vlarl_cli.policies.normalization import gripper_to_libero
 from vlarl_cli.policies.openvla_oft.config import OftConfig
 
 __all__ = [
@@ -53,7 +54,6 @@ __all__ = [
     "PromptTokenizer",
     "bin_centers",
     "center_crop",
-    "libero_gripper",
     "load_dataset_statistics",
     "make_tokenizer",
     "openvla_prompt",
@@ -305,11 +305,6 @@ def unnormalize_actions(a: Tensor, stats: ActionStats | None) -> Tensor:
     return torch.where(mask, x, a.double())
 
 
-def libero_gripper(g: Tensor) -> Tensor:
-    """OpenVLA gripper in [0, 1] (1 = open) -> LIBERO (-1 open, +1 close): ``-sign(2 g - 1)``."""
-    return -torch.sign(2.0 * g - 1.0)
-
-
 # ---------------------------------------------------------------------------------------- processor
 class OftProcessor:
     """Turns env observations into model inputs and sampled bin indices into env actions."""
@@ -341,5 +336,5 @@ class OftProcessor:
         """Relative bin indices ``[B, C, A]`` -> env actions ``[B, C, A]`` float32."""
         a = unnormalize_actions(tokens_to_normalized_actions(k, self.cfg.n_action_bins), self.stats)
         if self.cfg.gripper == "libero":
-            a = torch.cat([a[..., :-1], libero_gripper(a[..., -1:])], dim=-1)
+            a = torch.cat([a[..., :-1], gripper_to_libero(a[..., -1:])], dim=-1)
         return a.float()

@@ -30,7 +30,7 @@ from vlarl_cli.policies import noise as noise_lib
 from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
 from vlarl_cli.policies.flow_matching import flow_training_draws, pad_chunk
 from vlarl_cli.policies.noise import AnyGenerator
-from vlarl_cli.policies.normalization import Normalizer, NormStats
+from vlarl_cli.policies.normalization import Normalizer, NormStats, gripper_from_libero
 from vlarl_cli.policies.pi0.config import Pi0Config
 from vlarl_cli.policies.pi0.modeling import ExpertCache, Pi0Model
 from vlarl_cli.policies.pi0.processing import Pi0Processor, make_tokenizer, to_model_images
@@ -206,8 +206,8 @@ class Pi0Policy(Pi0Model):
         if tuple(actions.shape) != (b, c, a):
             raise ValueError(f"actions must be [B={b}, C={c}, A={a}], got {tuple(actions.shape)}")
         x = actions.detach().float().cpu().clone()
-        if cfg.gripper == "from_01":  # env -1 open / +1 close -> [0, 1] with 1 = open (inverse of -sign(2g - 1))
-            x[..., -1] = (1.0 - x[..., -1]) / 2.0
+        if cfg.gripper == "from_01":
+            x[..., -1] = gripper_from_libero(x[..., -1])
         # "binarize" keeps +-1 (its inverse picks the sign); "none" is the identity
         if cfg.extra_delta_transform:
             d = min(6, inputs["raw_state"].shape[-1])

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from vlarl_cli import keys
 from vlarl_cli.errors import ConfigError
-from vlarl_cli.policies.normalization import Normalizer
+from vlarl_cli.policies.normalization import Normalizer, gripper_to_libero
 from vlarl_cli.policies.pi0.config import Pi0Config
 from vlarl_cli.policies.tokenization import ByteTokenizer, FileTokenizer, Tokenizer
 
@@ -152,6 +152,6 @@ class Pi0Processor:
             if cfg.gripper == "binarize":
                 g = torch.where(g > 0, 1.0, -1.0)
             else:  # from_01: 1 = open in [0, 1] -> LIBERO -1 open / +1 close (OpenVLA mapping)
-                g = -torch.sign(2 * g - 1)
+                g = gripper_to_libero(g)
             x = torch.cat([x[..., :-1], g[..., None].to(x.dtype)], dim=-1)
         return x
