@@ -371,7 +371,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
     # when every actor rank samples with it (collocated, or an unsharded actor), else an unsharded copy
     # that the actor's rank A[0] keeps up to date (WeightSync)
     policy: torch.nn.Module | None = None
-    actor = _build_actor(config, ctx, roles, groups) if roles.is_actor else None
+    actor = _Actor(config, ctx, roles, groups) if roles.is_actor else None
     own_copy = roles.rank in _rollout_copy_ranks(config, roles)
     if roles.is_rollout:
         seed_everything(config.actor.seed)
@@ -433,6 +433,9 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
     last_metrics: dict[str, float] = {}
     last_ckpt: Path | None = None
     weights_version, synced_version = state.optimizer_steps, None
+    steps_per_iter = _steps_per_iter(config, roles)
+    rollout_reduce = dist.CrossRank(groups.get("rollout")) if roles.is_rollout else LOCAL
+    eval_copy: torch.nn.Module | None = None
 
     def sync_weights(metrics: dict[str, float]) -> None:
         """Actor -> ranks with their own rollout copy; only called when the weights changed (every rank
@@ -483,7 +486,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
                                             stages=stages, reset_state_ids=ids, generator=streams))
                 if isinstance(env, pl.RemoteVectorEnv):
                     env.end_iteration(state.iteration + 1)
-                metrics.update(rollout_metrics(rollouts, dist.CrossRank(groups.get("rollout"))))
+                metrics.update(rollout_metrics(rollouts, rollout_reduce))
                 metrics.update({
                     "time/env": sum(r.env_time for r in rollouts),
                     "time/rollout": sum(r.inference_time for r in rollouts),
@@ -500,7 +503,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
                 if roles.is_rollout:
                     metrics["time/transfer"] = time.perf_counter() - t_collect
             state.iteration += 1
-            state.optimizer_steps += actor.steps_per_iter if actor is not None else _steps_per_iter(config, roles)
+            state.optimizer_steps += steps_per_iter
             if actor is not None:
                 assert rollouts is not None
                 if own_copy and config.rollout.enable_offload:
@@ -508,7 +511,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
                 t_adv = time.perf_counter()
                 batch, adv_metrics = build_batch(config, rollouts, critic=actor.critic, reduce=actor.reduce)
                 t_update = time.perf_counter()
-                update_metrics = actor.update(batch, generators["shuffle"], state.optimizer_steps - actor.steps_per_iter,
+                update_metrics = actor.update(batch, generators["shuffle"], state.optimizer_steps - steps_per_iter,
                                               env_columns=actor.columns)
                 if update_metrics.get("actor/optimizer_steps", 0) > 0:
                     weights_version = state.optimizer_steps
@@ -517,7 +520,8 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
                                 "time/actor": time.perf_counter() - t_update})
             if roles.rank == roles.env[0] and video.save_video:
                 _write_videos(env, run_dir, video, state.iteration, config)
-            weights_version = int(_broadcast_object(weights_version, roles.actor[0]))
+            if sync is not None:  # only the actor ranks know whether an optimizer step happened
+                weights_version = int(_broadcast_object(weights_version, roles.actor[0]))
             if config.runner.val_check_interval > 0 and state.iteration % config.runner.val_check_interval == 0:
                 if sync is not None and weights_version != synced_version:
                     sync_weights(metrics)  # evaluate the weights this iteration produced
@@ -527,14 +531,15 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
                     eval_policy = policy
                     if actor is not None and policy is actor.policy and actor.sharded:
                         # a sharded module would need the same forwards on every rank; evaluation runs a
-                        # different number of steps per rank, so it uses an unsharded copy
+                        # different number of steps per rank, so it uses an unsharded copy (built once)
                         full = actor.full_state(owner=None)
-                        seed_everything(config.actor.seed)
-                        eval_policy = _build_rollout_policy(config, ctx)
-                        eval_policy.load_state_dict(full)
+                        if eval_copy is None:
+                            seed_everything(config.actor.seed)
+                            eval_copy = _build_rollout_policy(config, ctx)
+                        eval_copy.load_state_dict(full)
+                        eval_policy = eval_copy
                     metrics.update(evaluate_in_training(eval_policy, config, ctx, state.iteration, run_dir,
                                                         roles=roles, group=groups.get("rollout")))
-                    del eval_policy
             metrics = _mean_over_ranks(metrics)
             metrics["time/iteration"] = time.perf_counter() - it_start
             logger.log(metrics, step=state.iteration)
@@ -633,8 +638,7 @@ class _Actor:
         dist.broadcast_module_(policy, src=roles.actor[0], group=self.group)
         fsdp_cfg = config.actor.fsdp_config
         n_actor = len(roles.actor)
-        self.sharded = _actor_sharded(config, roles) or (roles.collocated and ctx.distributed
-                                                         and fsdp_cfg.sharding_strategy != "no_shard")
+        self.sharded = _actor_sharded(config, roles)
         self.ref_policy = None
         if config.algorithm.kl_beta > 0:  # frozen copy of the starting weights for the KL penalty
             import copy
@@ -655,10 +659,9 @@ class _Actor:
         self.settings = update_settings(config, n_actor)
         self.reduce = dist.CrossRank(self.group)
         self.critic = config.algorithm.loss_type == "actor_critic" and config.actor.model.effective_add_value_head
-        self.steps_per_iter = _steps_per_iter(config, roles)
         self.optimizer = build_optimizer(policy, config)
         self.weights_offloaded = False
-        self.scheduler = build_scheduler(self.optimizer, config, self.steps_per_iter * config.runner.max_epochs)
+        self.scheduler = build_scheduler(self.optimizer, config, _steps_per_iter(config, roles) * config.runner.max_epochs)
 
     def load(self, path: Path, generators: dict[str, torch.Generator]) -> ckpt.TrainerState:
         from vlarl_cli.distributed import fsdp
@@ -728,10 +731,6 @@ class _Actor:
                                         trainer_state=state, config_yaml=to_yaml(config))
         dist.barrier(self.group)
         return path
-
-
-def _build_actor(config: VlarlConfig, ctx: dist.DistContext, roles: Any, groups: dict[str, Any]) -> _Actor:
-    return _Actor(config, ctx, roles, groups)
 
 
 def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
