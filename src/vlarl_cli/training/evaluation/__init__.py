@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from vlarl_cli.envs.vector import workers_for
 from vlarl_cli.training.evaluation.api import evaluate, evaluate_policy
 from vlarl_cli.training.evaluation.card import card_conflicts, make_card
 from vlarl_cli.training.evaluation.comparison import Comparison, DiffRow, compare, print_comparison
@@ -54,7 +55,6 @@ from vlarl_cli.training.evaluation.plan import (
     expand_suite,
     plan_episodes,
     split_blocks,
-    workers_for,
 )
 from vlarl_cli.training.evaluation.results import (
     CSV_CARD_COLUMNS,

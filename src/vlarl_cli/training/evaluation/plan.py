@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vlarl_cli.envs.vector import workers_for  # noqa: F401 (re-exported: the eval API names it)
 from vlarl_cli.errors import ConfigError, EnvError
 
 STANDARD_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")

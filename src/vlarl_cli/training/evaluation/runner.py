@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from vlarl_cli import keys
+from vlarl_cli.envs.vector import workers_for
 from vlarl_cli.errors import ConfigError
-from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings, split_blocks, workers_for
+from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings, split_blocks
 from vlarl_cli.video.episodes import EpisodeData, EpisodeRecord, episode_paths, save_frames
 
 
