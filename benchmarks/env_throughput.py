@@ -34,13 +34,12 @@ def _actions(steps: int, seed: int = 0) -> np.ndarray:
     return a
 
 
-def _raw_worker(args: tuple) -> tuple[float, float, int]:
-    """Raw LIBERO: both cameras rendered on every step. Returns (start, end, steps) for aggregation."""
-    resolution, steps, barrier = args
+def _raw_env(resolution: int):
+    """Plain LIBERO (both cameras rendered every step) at the benchmark's task and init state."""
     from vlarl_cli.envs.libero import suites
     from vlarl_cli.envs.libero.setup import prepare_libero
 
-    prepare_libero(check_assets=False)
+    prepare_libero(check_assets=False)  # before importing libero: no prompt
     from libero.libero.envs import OffScreenRenderEnv
 
     task = suites.get_task(SUITE, TASK)
@@ -50,6 +49,13 @@ def _raw_worker(args: tuple) -> tuple[float, float, int]:
     env.seed(7)
     env.reset()
     env.set_init_state(suites.init_states(SUITE, TASK)[TRIAL])
+    return env
+
+
+def _raw_worker(args: tuple) -> tuple[float, float, int]:
+    """Raw LIBERO: both cameras rendered on every step. Returns (start, end, steps) for aggregation."""
+    resolution, steps, barrier = args
+    env = _raw_env(resolution)
     actions = _actions(steps)
     if barrier is not None:
         barrier.wait()
@@ -99,21 +105,10 @@ def paired_c1(resolution: int, steps: int, block: int = 3) -> dict:
     Pairing puts both under the same machine load, which drifts on a shared machine; the ratio of the
     summed times is the overhead of vlarl at C = 1 (gating, rotation, state assembly, checks).
     """
-    from vlarl_cli.envs.libero import suites
     from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv, close_libero_env
-    from vlarl_cli.envs.libero.setup import prepare_libero
-
-    prepare_libero(check_assets=False)  # before importing libero: no prompt
-    from libero.libero.envs import OffScreenRenderEnv
 
     ours = LiberoEnv(SUITE, TASK, EnvOptions(resolution=resolution, max_episode_steps=10_000))
-    task = suites.get_task(SUITE, TASK)
-    raw = OffScreenRenderEnv(
-        bddl_file_name=str(task.bddl_file), camera_heights=resolution, camera_widths=resolution
-    )
-    raw.seed(7)
-    raw.reset()
-    raw.set_init_state(suites.init_states(SUITE, TASK)[TRIAL])
+    raw = _raw_env(resolution)
     ours.reset(TRIAL)
     actions = _actions(steps)
     t_raw = t_ours = 0.0
