@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 
-@pytest.fixture(autouse=True, scope="package")
-def _one_thread():
-    """Tiny tensors: one thread avoids oversubscribing the shared CPU (restored afterwards)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread: None) -> None:
+    """Every test in this folder runs single-threaded (``one_thread``, tests/conftest.py)."""

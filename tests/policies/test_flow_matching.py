@@ -22,13 +22,7 @@ from vlarl_cli.policies.value_head import ValueHead
 B, H, D = 5, 3, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread avoids oversubscribing the shared CPU (restored afterwards)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 class LinearVelocity(torch.nn.Module):

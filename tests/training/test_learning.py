@@ -9,18 +9,10 @@ margin below what the fixed seeds reach (flow PPO ~0.9, flow GRPO ~0.8, Gaussian
 from __future__ import annotations
 
 import pytest
-import torch
 
 from vlarl_cli.training import toy as bench
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One thread: reproducible float sums for the fixed seeds, and no oversubscription of the CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _check(result: dict, final_at_least: float, gain_at_least: float) -> None:

@@ -19,14 +19,7 @@ from vlarl_cli.errors import ConfigError, VlarlError
 from vlarl_cli.policies.registry import build_policy
 from vlarl_cli.policies.toy import ToyFlowPolicy, ToyGaussianPolicy, ToyTokenPolicy
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads on a shared 2-core machine; restore afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _toy_obs(b: int = 6, seed: int = 0) -> dict[str, Any]:

@@ -15,14 +15,7 @@ from vlarl_cli.policies.flow_matching import FlowConfig
 from vlarl_cli.policies.toy import ToyFlowPolicy, ToyGaussianPolicy, ToyTokenPolicy
 from vlarl_cli.training.update import RolloutBatch, UpdateSettings, ppo_update
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread avoids oversubscribing the shared CPU (restored afterwards)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 REQUIRED = ["actor/policy_loss", "actor/value_loss", "actor/approx_kl", "actor/pg_clipfrac", "actor/clipped_ratio",

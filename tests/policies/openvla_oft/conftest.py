@@ -28,12 +28,8 @@ STATS: dict[str, Any] = {
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads on a shared 2-core machine; restore afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread: None) -> None:
+    """Every test in this folder runs single-threaded (``one_thread``, tests/conftest.py)."""
 
 
 def randomize(policy: torch.nn.Module, seed: int = 0, scale: float = 0.05) -> None:

@@ -12,13 +12,8 @@ from vlarl_cli import keys
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine spinning
-    worker threads make them 100x slower; restore the setting afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread: None) -> None:
+    """Every test in this folder runs single-threaded (``one_thread``, tests/conftest.py)."""
 
 
 def _randomize_zero_inits(policy: torch.nn.Module, seed: int = 0) -> None:

@@ -1,0 +1,19 @@
+"""Fixtures shared by every test folder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Run single-threaded, then restore. Tiny models and tensors gain nothing from intra-op threads: on a
+    shared 2-core machine spinning worker threads make them up to 100x slower, and one thread keeps float
+    sums reproducible for the fixed seeds of the learning tests."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
