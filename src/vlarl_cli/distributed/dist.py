@@ -72,12 +72,6 @@ def all_reduce_mean_(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
     return tensor
 
 
-def all_reduce_sum_(tensor: torch.Tensor) -> torch.Tensor:
-    if torch_dist.is_initialized() and torch_dist.get_world_size() > 1:
-        torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
-    return tensor
-
-
 class CrossRank:
     """:class:`vlarl_cli.algorithms.reduction.Reduce` over a process group (the data-parallel ranks).
 

@@ -106,7 +106,7 @@ def full_model_state(model: nn.Module, owner: int | None = 0) -> dict[str, torch
     for name, value in model.state_dict().items():
         full = _gather(value, keep)
         if keep:
-            out[name] = full if not isinstance(full, torch.Tensor) or full.device.type == "cpu" else full.cpu()
+            out[name] = full.cpu() if isinstance(full, torch.Tensor) else full  # no-op for gathered shards
     return out
 
 

@@ -417,14 +417,14 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
     n_envs = roles.envs_per_env_rank
     records = video.save_video and roles.rank == roles.env[0]
     env: Any = None
-    if roles.is_env and roles.is_rollout:
+    if roles.is_env:
+        # an env-only rank has no policy: its rollout rank says which cameras to render
+        cameras = (_cameras(policy) if roles.is_rollout
+                   else tuple(pl.receive_setup(roles.rollout_of_env(ctx.rank))["cameras"]))
         env = make_env(config, split, num_envs=n_envs, rank=ctx.rank, group_size=config.train_group_size,
-                       cameras=_cameras(policy), record_video=records, stages=stages)
-    elif roles.is_env:
-        setup = pl.receive_setup(roles.rollout_of_env(ctx.rank))
-        env = make_env(config, split, num_envs=n_envs, rank=ctx.rank, group_size=config.train_group_size,
-                       cameras=tuple(setup["cameras"]), record_video=records, stages=stages)
-        pl.send_hello(env, roles.rollout_of_env(ctx.rank), stages)
+                       cameras=cameras, record_video=records, stages=stages)
+        if not roles.is_rollout:
+            pl.send_hello(env, roles.rollout_of_env(ctx.rank), stages)
     elif roles.is_rollout:
         env = pl.RemoteVectorEnv(roles.env_ranks_of(ctx.rank), {"cameras": list(_cameras(policy))})
     columns = roles.rollout_columns(ctx.rank) if roles.is_rollout else range(0)
