@@ -317,3 +317,9 @@ def test_readme_config_reference_is_current() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme[readme.index(BEGIN) + len(BEGIN):readme.index(END)]
     assert section.strip() == render().strip(), "run: python -m vlarl_cli.config.reference --write"
+
+
+def test_gae_with_action_level_rewards_is_refused_at_load_time() -> None:
+    with pytest.raises(ConfigError, match="reward_type action_level is not supported with gae") as err:
+        load_config("quickstart", ["algorithm.reward_type=action_level"])
+    assert "chunk_level" in str(err.value)
