@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import EVAL_ARGS, CliRun, run_cli
 
+from conftest import EVAL_ARGS, CliRun, run_cli
 from vlarl_cli.video.episodes import EpisodeData, read_episodes
 
 pytestmark = pytest.mark.libero
