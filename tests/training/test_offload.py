@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from vlarl_cli.policies.toy import ToyFlowPolicy
-from vlarl_cli.training.rl import offload_module, offload_optimizer_state
+from vlarl_cli.training.actor import offload_module, offload_optimizer_state
 
 
 def _trained() -> tuple[ToyFlowPolicy, torch.optim.Optimizer]:

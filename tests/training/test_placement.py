@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from vlarl_cli.distributed.columns import join_columns, select_columns
+from vlarl_cli.distributed.placement import roles_for
 from vlarl_cli.errors import ConfigError
-from vlarl_cli.training.placement import join_columns, roles_for, select_columns
 from vlarl_cli.training.rollout import Rollout
 
 
@@ -49,14 +50,15 @@ def _rollout(t: int = 3, n: int = 6, c: int = 2, a: int = 7) -> Rollout:
 
 def test_columns_split_and_join_back_exactly() -> None:
     r = _rollout()
-    parts = [select_columns(r, range(0, 2)), select_columns(r, range(2, 5)), select_columns(r, range(5, 6))]
-    back = join_columns(parts)
+    cols = r.columns()
+    parts = [select_columns(cols, range(0, 2)), select_columns(cols, range(2, 5)), select_columns(cols, range(5, 6))]
+    back = Rollout.from_columns(join_columns(parts))
     for name in ("logprobs", "values", "rewards", "dones", "success"):
         assert torch.equal(getattr(back, name), getattr(r, name)), name
     for k in r.replay:
         assert torch.equal(back.replay[k], r.replay[k]), k
     # a piece holds its envs at every step: replay row t * n + env of the original
-    piece = join_columns([select_columns(r, range(2, 5))])
+    piece = Rollout.from_columns(join_columns([select_columns(cols, range(2, 5))]))
     assert piece.replay["index"].tolist() == [t * 6 + e for t in range(3) for e in (2, 3, 4)]
 
 
@@ -92,8 +94,8 @@ class _RecordingEnv:
 @pytest.mark.parametrize("stages", [1, 2, 3])
 def test_env_ranks_follow_collects_exact_schedule(stages: int) -> None:
     """serve_env replays collect_schedule; if collect's order changed, an env rank would deadlock."""
+    from vlarl_cli.distributed.remote_env import collect_schedule
     from vlarl_cli.policies.toy import ToyFlowPolicy
-    from vlarl_cli.training.placement import collect_schedule
     from vlarl_cli.training.rollout import collect
 
     env = _RecordingEnv(stages)

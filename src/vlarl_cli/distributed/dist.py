@@ -122,6 +122,15 @@ def broadcast_module_(module: torch.nn.Module, src: int = 0, group: Any = None) 
             torch_dist.broadcast(tensor.data, src=src, group=group)
 
 
+def broadcast_object(obj: Any, src: int) -> Any:
+    """``obj`` as (global) rank ``src`` has it, on every rank (a picklable object; identity for one process)."""
+    if not torch_dist.is_initialized():
+        return obj
+    box = [obj]
+    torch_dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
 def print0(*args: object) -> None:
     """print on the main process only."""
     if env_world()[0] == 0:

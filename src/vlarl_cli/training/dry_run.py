@@ -80,9 +80,9 @@ def estimate_memory(config: VlarlConfig, params: ParamCount, world_size: int) ->
         host += weights + optim  # moved out while envs and rollout run; peak on device is unchanged
     rollout_copy = float(params.total * compute)
     envs_per_env_rank = config.train_num_envs / max(1, len(placement["env"]))
-    from vlarl_cli.training.placement import rollout_copy_ranks
+    from vlarl_cli.distributed.placement import rollout_copy_ranks
 
-    # the rollout samples with the actor module itself unless it needs its own copy (training.placement)
+    # the rollout samples with the actor module itself unless it needs its own copy (distributed.placement)
     copies = rollout_copy_ranks(placement, world_size, len(actor_ranks) > 1 and fsdp.sharding_strategy != "no_shard")
     out: dict[str, MemoryEstimate] = {}
     for rank in range(world_size):

@@ -44,6 +44,23 @@ class Rollout:
     inference_time: float = 0.0
     collect_time: float = 0.0
 
+    def columns(self) -> dict[str, Any]:
+        """The tensors with envs on dim 1 (replay rows ``t * N + n`` -> ``[T, N, ...]``), for moving env
+        columns between ranks (``distributed.columns``); episodes and timings stay."""
+        t, n = self.rewards.shape[:2]
+        out: dict[str, Any] = {name: getattr(self, name) for name in _TENSORS}
+        out["replay"] = {k: v.reshape(t, n, *v.shape[1:]) for k, v in self.replay.items()}
+        return out
+
+    @classmethod
+    def from_columns(cls, columns: dict[str, Any]) -> Rollout:
+        """The inverse of :meth:`columns` (replay flattened t-major again)."""
+        replay = {k: v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]) for k, v in columns["replay"].items()}
+        return cls(replay=replay, **{name: columns[name] for name in _TENSORS})
+
+
+_TENSORS = ("logprobs", "values", "rewards", "dones", "success")
+
 
 def _subset_obs(obs: dict[str, Any], rows: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {}

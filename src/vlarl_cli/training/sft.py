@@ -19,7 +19,7 @@ What it does (:func:`train_sft`):
    own normalised action space for pi0 / GR00T / toy flow, token cross-entropy for OpenVLA-OFT / toy token,
    NLL for toy Gaussian; flow losses also take ``generator=`` for their noise and times); AdamW (``actor.optim``; the value head, untouched by
    the loss, keeps its weights), gradient-norm clipping at ``clip_grad``, the LR schedule of ``rl-train``
-   (:func:`vlarl_cli.training.rl.build_scheduler` with horizon ``steps``);
+   (:func:`vlarl_cli.training.common.build_scheduler` with horizon ``steps``);
 4. ``sft/loss``, ``sft/grad_norm``, ``sft/lr`` every ``log_every`` steps to ``<run>/sft_metrics.jsonl``;
 5. one atomic checkpoint at the end: ``-o OUT``, else ``<run>/checkpoints/global_step_<steps>`` (and the
    ``latest`` pointer next to it). It holds the family's ``save_policy(format="vlarl")`` files (weights,
@@ -201,8 +201,8 @@ def train_sft(loaded: LoadedConfig, *, demos: Path | None = None, record: int | 
     from vlarl_cli.checkpoints.atomic import atomic_write_text
     from vlarl_cli.config.loading import to_yaml
     from vlarl_cli.policies.registry import build_policy
+    from vlarl_cli.training.common import build_scheduler, derived_seed, resolve_model_path, seed_everything
     from vlarl_cli.training.demos import load_episodes
-    from vlarl_cli.training.rl import build_scheduler, derived_seed, resolve_model_path, seed_everything
 
     config = loaded.config
     if steps is None:

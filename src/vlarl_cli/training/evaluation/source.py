@@ -101,7 +101,7 @@ def load_policy(checkpoint: Path | None, config: str | None, overrides: list[str
 
     from vlarl_cli.config.loading import load_config
     from vlarl_cli.policies.registry import build_policy
-    from vlarl_cli.training.rl import resolve_model_path
+    from vlarl_cli.training.common import resolve_model_path
 
     if checkpoint is None and config is None:
         raise ConfigError("Nothing to evaluate: neither --checkpoint nor --config was given.",

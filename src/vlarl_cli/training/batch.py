@@ -1,0 +1,132 @@
+"""From rollouts to the update's batch: advantages and returns per rollout epoch, and the rollout metrics.
+
+Shapes as in :mod:`vlarl_cli.training.rollout` (``T`` chunk steps, ``N`` envs, ``C`` steps per chunk). The
+batch is flattened t-major like the replay: row ``(e * T + t) * N + n`` for rollout epoch ``e``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vlarl_cli import keys
+from vlarl_cli.algorithms.advantages import (
+    BATCH_NORMALIZED,
+    AdvantageResult,
+    advantage_metrics,
+    aggregate_dones,
+    aggregate_rewards,
+    compute_advantages,
+    loss_mask_from_dones,
+    normalize_pieces,
+    trajectory_valid_fraction,
+)
+from vlarl_cli.algorithms.reduction import LOCAL, Reduce, masked_moments
+from vlarl_cli.config.schema import VlarlConfig
+from vlarl_cli.training.rollout import Rollout
+from vlarl_cli.training.update import RolloutBatch
+
+
+def rollout_metrics(rollouts: list[Rollout], reduce: Reduce = LOCAL) -> dict[str, float]:
+    """``env/*`` means over the finished episodes and env steps of every process (``reduce``)."""
+    episodes: dict[str, list[float]] = {}
+    for r in rollouts:
+        for k, v in r.episodes.items():
+            episodes.setdefault(k, []).extend(v)
+    names = (keys.SUCCESS_ONCE, keys.SUCCESS_AT_END, keys.RETURN, keys.EPISODE_LEN)
+    rewards = torch.cat([r.rewards.flatten() for r in rollouts]).double()
+    # did an env succeed at some step of the rollout (incl. unfinished episodes)
+    any_success = torch.cat([r.success.any(dim=(0, 2)).double() for r in rollouts])
+    local = [float(sum(episodes.get(k, []))) for k in names] + [
+        float(len(episodes.get(keys.SUCCESS_ONCE, []))), float(rewards.sum()), float(rewards.numel()),
+        float(any_success.sum()), float(any_success.numel())]
+    sums: list[float] = reduce.sum(torch.tensor(local, dtype=torch.float64)).tolist()
+    count = sums[len(names)]
+    out = {f"env/{k}": sums[i] / count for i, k in enumerate(names) if count > 0}
+    out["env/num_episodes"] = count
+    out["env/reward"] = sums[-4] / max(1.0, sums[-3])
+    out["env/success_any_step"] = sums[-2] / max(1.0, sums[-1])
+    return out
+
+
+def epoch_advantages(config: VlarlConfig, r: Rollout, *, critic: bool, normalize: bool) -> AdvantageResult:
+    """The configured estimator over one rollout epoch (``[T, N]``, or ``[T, N, C]`` for action-level
+    rewards); with auto-reset every step is valid, else the steps after an episode's first done are masked."""
+    algo = config.algorithm
+    t, n, c = r.rewards.shape
+    rewards = aggregate_rewards(r.rewards, algo.reward_type)  # [T, N] or [T, N, C]
+    dones = aggregate_dones(r.dones, algo.reward_type)  # [T+1, N] or [T+1, N, C]
+    if config.env.train.auto_reset:
+        loss_mask = torch.ones(t, n, dtype=torch.bool)
+    else:
+        loss_mask = loss_mask_from_dones(r.dones.any(dim=-1))  # from the chunk dones [T+1, N]
+    step_mask = loss_mask if algo.reward_type == "chunk_level" else loss_mask.unsqueeze(-1).expand(t, n, c)
+    bounds = (algo.rewards_lower_bound, algo.rewards_upper_bound) if algo.filter_rewards else None
+    return compute_advantages(
+        algo.adv_type, rewards, dones, step_mask, values=r.values if critic else None, gamma=algo.gamma,
+        gae_lambda=algo.gae_lambda, group_size=config.train_group_size, normalize=normalize,
+        filter_bounds=bounds)
+
+
+def build_batch(config: VlarlConfig, rollouts: list[Rollout], *, critic: bool, reduce: Reduce = LOCAL
+                ) -> tuple[RolloutBatch, dict[str, float]]:
+    """Advantages and returns per rollout epoch, flattened into one ``RolloutBatch`` of E*T*N samples.
+    Batch-wide normalisation and the metrics cover every rollout epoch and, through ``reduce``, every
+    process."""
+    algo = config.algorithm
+    normalize_later = algo.normalize_advantages and algo.adv_type in BATCH_NORMALIZED
+    results = [epoch_advantages(config, r, critic=critic, normalize=algo.normalize_advantages and not normalize_later)
+               for r in rollouts]
+    if normalize_later:  # one mean / std over all rollout epochs on all processes
+        normalized = normalize_pieces([(x.advantages, x.loss_mask) for x in results], reduce=reduce)
+        for x, a in zip(results, normalized, strict=True):
+            x.advantages = a
+    return _flatten(rollouts, results, critic=critic, reduce=reduce)
+
+
+def _flatten(rollouts: list[Rollout], results: list[AdvantageResult], *, critic: bool, reduce: Reduce
+             ) -> tuple[RolloutBatch, dict[str, float]]:
+    t, n, c = rollouts[0].rewards.shape
+
+    def flat(x: torch.Tensor) -> torch.Tensor:  # [T, N, ...] -> [T*N, ...] (t-major, like the replay)
+        return x.reshape(t * n, *x.shape[2:])
+
+    adv, ret, masks, fractions, old_values, metrics_adv = [], [], [], [], [], []
+    for r, result in zip(rollouts, results, strict=True):
+        valid = result.loss_mask if result.loss_mask.dim() == 2 else result.loss_mask.any(-1)  # [T, N]
+        adv.append(flat(result.advantages))
+        masks.append(flat(valid.unsqueeze(-1).expand(t, n, c)))
+        fractions.append(flat(trajectory_valid_fraction(valid)))
+        if critic and result.returns is not None:
+            ret.append(flat(result.returns))
+            old_values.append(flat(r.values[:-1]))
+        metrics_adv.append((result.advantages, valid if result.advantages.dim() == 2 else result.loss_mask))
+    batch = RolloutBatch(
+        replay={k: torch.cat([r.replay[k] for r in rollouts]) for k in rollouts[0].replay},
+        old_logprobs=torch.cat([flat(r.logprobs) for r in rollouts]).float(),
+        advantages=torch.cat(adv).float(),
+        loss_mask=torch.cat(masks),
+        old_values=torch.cat(old_values).float() if ret else None,
+        returns=torch.cat(ret).float() if ret else None,
+        valid_fraction=torch.cat(fractions).float(),
+        steps_per_trajectory=t,
+    )
+    metrics = _batch_metrics(rollouts, batch, metrics_adv, ret, old_values, reduce)
+    return batch, metrics
+
+
+def _batch_metrics(rollouts: list[Rollout], batch: RolloutBatch, metrics_adv: list[tuple[torch.Tensor, torch.Tensor]],
+                   ret: list[torch.Tensor], old_values: list[torch.Tensor], reduce: Reduce) -> dict[str, float]:
+    all_adv = torch.cat([a.flatten() for a, _ in metrics_adv])
+    all_mask = torch.cat([m.flatten() for _, m in metrics_adv])
+    metrics = {f"rollout/{k}": v for k, v in advantage_metrics(all_adv, all_mask, reduce).items()}
+
+    def mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+        count, value, _ = masked_moments([(x.float(), mask)], reduce)
+        return float(value) if count else 0.0
+
+    if ret:
+        metrics["rollout/returns_mean"] = mean(torch.cat(ret), all_mask)
+        metrics["rollout/values_mean"] = mean(torch.cat(old_values))
+    metrics["rollout/rewards"] = mean(torch.cat([r.rewards.sum(-1).flatten() for r in rollouts]))
+    metrics["rollout/valid_fraction"] = mean(batch.loss_mask)
+    return metrics

@@ -1,0 +1,39 @@
+"""``eval/*`` every ``runner.val_check_interval`` iterations: deterministic actions on ``env.eval``.
+
+LIBERO runs the same code as ``vlarl eval`` (protocol, fixed init states, results folder
+``<run>/eval/iter_<k>``) on the rollout ranks; the toy task runs one deterministic collect.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vlarl_cli.config.schema import VlarlConfig
+from vlarl_cli.training.batch import rollout_metrics
+from vlarl_cli.training.envs import make_env, sampling_generator
+from vlarl_cli.training.rollout import collect
+
+
+def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, iteration: int, run_dir: Path, *,
+                         rank: int, ranks: list[int], group: Any = None) -> dict[str, float]:
+    """``eval/*`` metrics of ``policy`` on ``env.eval``, split over the rollout ``ranks`` (process ``group``)."""
+    split = config.env.eval
+    if split.env_type == "libero":
+        from vlarl_cli.training.evaluation import training_eval_metrics
+
+        return training_eval_metrics(policy, config, rank=ranks.index(rank), world_size=len(ranks),
+                                     out_dir=run_dir / "eval" / f"iter_{iteration:05d}", group=group)
+    env = make_env(config, split, num_envs=max(1, split.total_num_envs or 1), rank=rank, group_size=1,
+                   cameras=(), record_video=False, stages=1)
+    try:
+        policy.eval()
+        steps = split.max_steps_per_rollout_epoch // config.actor.model.num_action_chunks
+        # the same noise streams at every evaluation (flow policies start their ODE from noise)
+        streams = sampling_generator(config.actor.seed, -1, range(env.num_envs))
+        rollout = collect(policy, env, steps, deterministic=True, generator=streams)  # type: ignore[arg-type]
+    finally:
+        env.close()
+    return {k.replace("env/", "eval/"): v for k, v in rollout_metrics([rollout]).items()}
