@@ -35,9 +35,9 @@ def _overrides(stages: int, args: argparse.Namespace, log_path: Path) -> list[st
 
 
 def _phases(m: dict[str, float]) -> dict[str, float]:
-    return {"collect_s": m["time/collect"], "env_s": m["time/env"], "inference_s": m["time/rollout"],
-            "sync_s": m.get("time/sync", 0.0), "transfer_s": m.get("time/transfer", 0.0),
-            "actor_s": m["time/actor"], "iteration_s": m["time/iteration"],
+    return {"collect_s": m["time/generate_rollouts"], "env_s": m["time/env/env_interact_step"], "inference_s": m["time/rollout/predict"],
+            "sync_s": m.get("time/sync_weights", 0.0), "transfer_s": m.get("time/transfer", 0.0),
+            "actor_s": m["time/actor_training"], "iteration_s": m["time/step"],
             "env_steps_per_s": m["time/env_steps_per_s"]}
 
 

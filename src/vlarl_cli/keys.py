@@ -26,3 +26,11 @@ SUCCESS_ONCE = "success_once"
 SUCCESS_AT_END = "success_at_end"
 RETURN = "return"
 EPISODE_LEN = "episode_len"
+EPISODE_METRICS = (SUCCESS_ONCE, SUCCESS_AT_END, RETURN, EPISODE_LEN)  # [N], valid where EPISODE_DONE
+
+# Bookkeeping infos of a vector env's step (envs/base.py).
+EPISODE_DONE = "episode_done"  # [N] bool: an episode ended during this chunk (its metrics are valid)
+ERRORS = "errors"  # {env id: message} for episodes that failed during this chunk
+RESET_STATE_IDS = "reset_state_ids"  # [N] int: flat reset-state id each env (re)started from
+ACTIVE = "active"  # [N] bool: the env has a running episode (False only without auto-reset)
+ENV_IDS = "env_ids"  # list[int]: the global env ids of the rows (a pipeline stage's subset)

@@ -12,7 +12,6 @@ from vlarl_cli.algorithms.advantages import (
     advantage_metrics,
     aggregate_dones,
     aggregate_rewards,
-    bootstrap_truncated,
     compute_advantages,
     filter_groups,
     gae,
@@ -217,12 +216,10 @@ def test_compute_advantages_dispatch():
         compute_advantages("gae", r, d)
 
 
-def test_trajectory_valid_fraction_and_bootstrap_and_metrics():
+def test_trajectory_valid_fraction_and_metrics():
     mask = torch.tensor([[T_, T_], [T_, F], [T_, F], [F, F]])
     vf = trajectory_valid_fraction(mask)
     assert vf.tolist() == [[0.75, 0.25]] * 4
-    r = bootstrap_truncated(torch.ones(2, 2), torch.tensor([[F, T_], [F, F]]), torch.full((2, 2), 2.0), 0.5)
-    assert r.tolist() == [[1.0, 2.0], [1.0, 1.0]]
     m = advantage_metrics(torch.tensor([[1.0, -3.0], [2.0, 9.0]]), torch.tensor([[T_, T_], [T_, F]]))
     assert m == {"advantages_mean": 0.0, "advantages_min": -3.0, "advantages_max": 2.0}
 

@@ -92,8 +92,8 @@ def test_two_processes_equal_one(mode: str, tmp_path: Path) -> None:
     # micro-batches are GLOBAL_BATCH/4 in both runs; the gradient of one big batch is the same either way
     single = ppo_update(policy, optimizer, batch, _settings(GLOBAL_BATCH, GLOBAL_BATCH // 4),
                         generator=torch.Generator().manual_seed(0), env_columns=range(ENVS))
-    assert single["actor/optimizer_steps"] == 4.0  # 2 epochs x 2 mini-batches
-    assert 0 < single["actor/pg_clipfrac"] < 1  # the clipped branch is exercised
+    assert single["train/actor/optimizer_steps"] == 4.0  # 2 epochs x 2 mini-batches
+    assert 0 < single["train/actor/clip_fraction"] < 1  # the clipped branch is exercised
     mp.start_processes(_run, args=(2, _free_port(), mode, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
     result = torch.load(tmp_path / f"{mode}_0.pt", weights_only=True)
     other = torch.load(tmp_path / f"{mode}_1.pt", weights_only=True)

@@ -54,5 +54,5 @@ def test_sigkill_then_resume_repeats_the_uninterrupted_run(tmp_path: Path) -> No
     assert [r["step"] for r in b] == [1, 2, 3, 4, 5, 6]
     for ra, rb in zip(a, b, strict=True):
         for key, value in ra.items():
-            if key.startswith(("actor/", "rollout/", "env/")):
+            if key.startswith(("train/", "rollout/", "env/")):
                 assert rb[key] == pytest.approx(value, rel=1e-6, abs=1e-9), (ra["step"], key)

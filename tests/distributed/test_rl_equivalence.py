@@ -41,16 +41,16 @@ def _compare(single: Path, run: Path) -> None:
     compared = 0
     for a, b in zip(one, two, strict=True):
         # eval/* too: the evaluation must see this iteration's weights under every placement
-        keys = [k for k in a if k.startswith(("actor/", "rollout/", "env/", "eval/"))]
-        assert set(keys) == {k for k in b if k.startswith(("actor/", "rollout/", "env/", "eval/"))}
+        keys = [k for k in a if k.startswith(("train/", "rollout/", "env/", "eval/"))]
+        assert set(keys) == {k for k in b if k.startswith(("train/", "rollout/", "env/", "eval/"))}
         assert any(k.startswith("eval/") for k in keys)
         for key in keys:
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
             compared += 1
     assert compared > 70
     # the learning signal is not trivial: episodes finished, some succeeded, the policy moved
-    assert one[-1]["env/num_episodes"] == 16 and 0 < one[-1]["env/success_once"] < 1
-    assert one[-1]["actor/approx_kl"] > 1e-4
+    assert one[-1]["env/num_trajectories"] == 16 and 0 < one[-1]["env/success_once"] < 1
+    assert one[-1]["train/actor/approx_kl"] > 1e-4
     w1 = load_file(str(single / "checkpoints" / "global_step_3" / "model.safetensors"))
     w2 = load_file(str(run / "checkpoints" / "global_step_3" / "model.safetensors"))
     assert w1.keys() == w2.keys()
@@ -106,12 +106,12 @@ def test_remote_pipelined_envs_on_libero_reproduce_the_local_run(tmp_path: Path)
                  "--master-port", "{port}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (a,), (b,) = _rows(local), _rows(remote)
-    assert a["env/episode_len"] == 10 and a["env/num_episodes"] == 2
+    assert a["env/episode_len"] == 10 and a["env/num_trajectories"] == 2
     for key in [k for k in a if k.startswith(("env/", "rollout/"))]:
         assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
     # log-probs of a tiny pi0 sum 10 x 7 elements per chunk: float rounding of different batch sizes
     # shows up at ~1e-3 in the losses
-    for key in ("actor/policy_loss", "actor/value_loss", "actor/grad_norm"):
+    for key in ("train/actor/policy_loss", "train/critic/value_loss", "train/actor/grad_norm"):
         assert b[key] == pytest.approx(a[key], rel=2e-2), key
     assert b["sync/bytes"] > 0 and b["time/transfer"] >= 0
 

@@ -13,41 +13,6 @@ from vlarl_cli.envs.vector import VectorEnvSpec, draw_group_states, group_reset_
 from vlarl_cli.errors import EnvError
 
 
-@pytest.mark.parametrize(
-    ("convention", "policy_open", "policy_close"),
-    [("libero", -1.0, 1.0), ("unit_open1", 1.0, 0.0), ("unit_close1", 0.0, 1.0), ("signed_open1", 1.0, -1.0)],
-)
-def test_gripper_open_close_map_to_libero(convention, policy_open, policy_close):
-    out = conv.gripper_to_libero(np.array([policy_open, policy_close]), convention)
-    np.testing.assert_array_equal(out, np.array([-1.0, 1.0], np.float32))  # LIBERO: -1 open, +1 close
-
-
-@pytest.mark.parametrize("convention", sorted(conv.GRIPPER_CONVENTIONS))
-def test_gripper_round_trip(convention):
-    libero = np.linspace(-1, 1, 9, dtype=np.float32)
-    back = conv.gripper_to_libero(conv.gripper_from_libero(libero, convention), convention)
-    np.testing.assert_allclose(back, libero, atol=1e-6)
-
-
-def test_gripper_binarize_unit_open1_midpoints():
-    # 0.7 (mostly open) -> -0.4 -> -1 ; 0.3 -> 0.4 -> +1 ; 0.5 -> 0 -> +1 (close on ties)
-    out = conv.gripper_to_libero(np.array([0.7, 0.3, 0.5]), "unit_open1", binarize=True)
-    np.testing.assert_array_equal(out, [-1.0, 1.0, 1.0])
-
-
-def test_unknown_convention_suggests():
-    with pytest.raises(EnvError, match='Did you mean "unit_open1"'):
-        conv.gripper_to_libero(np.zeros(1), "unit_open")
-
-
-def test_actions_to_libero_clips_and_converts():
-    a = np.array([[2.0, -3.0, 0.5, 0, 0, 0, 1.0]])  # OFT-style gripper 1 = open
-    out = conv.actions_to_libero(a, "unit_open1")
-    np.testing.assert_array_equal(out, [[1.0, -1.0, 0.5, 0, 0, 0, -1.0]])
-    with pytest.raises(EnvError, match="last dimension 6"):
-        conv.actions_to_libero(np.zeros((2, 6)))
-
-
 def test_quat_to_axis_angle_hand_values():
     s = math.sin(math.pi / 4)
     # 90 degrees about z, quaternion (x, y, z, w)

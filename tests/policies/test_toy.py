@@ -9,7 +9,7 @@ import torch
 
 from vlarl_cli import keys
 from vlarl_cli.algorithms.advantages import loss_mask_from_dones
-from vlarl_cli.envs.toy import ReachEnv, collect_rollout
+from vlarl_cli.envs.toy import ReachEnv
 from vlarl_cli.policies.base import Policy
 from vlarl_cli.policies.flow_matching import FlowConfig
 from vlarl_cli.policies.token import (
@@ -20,6 +20,7 @@ from vlarl_cli.policies.token import (
     tokens_to_actions,
 )
 from vlarl_cli.policies.toy import ToyFlowPolicy, ToyGaussianPolicy, ToyTokenPolicy
+from vlarl_cli.training.toy import collect_toy, episode_success
 
 POLICIES = {
     "flow_sde": lambda: ToyFlowPolicy(flow=FlowConfig(method="flow_sde", num_steps=3)),
@@ -103,7 +104,7 @@ def test_reach_env_dynamics_and_done_layout():
 
 def test_collect_rollout_layout_and_group_goals():
     env = ReachEnv(8, chunk=4, max_steps=16)
-    ro = collect_rollout(env, ToyGaussianPolicy(), group_size=4, generator=torch.Generator().manual_seed(0))
+    ro = collect_toy(env, ToyGaussianPolicy(), group_size=4, generator=torch.Generator().manual_seed(0))
     assert ro.logprobs.shape == (4, 8, 4, 2) and ro.values.shape == (5, 8)
     assert ro.rewards.shape == (4, 8, 4) and ro.dones.shape == (5, 8, 4) and not ro.dones[0].any()
     assert ro.dones[-1, :, -1].all()  # every episode is over by the time limit
@@ -111,7 +112,7 @@ def test_collect_rollout_layout_and_group_goals():
     assert torch.equal(goals[:4], goals[:1].expand(4, 2)) and not torch.equal(goals[0], goals[4])
     # the reward of each successful env sits on its last valid step
     mask = loss_mask_from_dones(ro.dones)
-    assert torch.equal((ro.rewards * mask).sum((0, 2)) > 0, ro.success)
+    assert torch.equal((ro.rewards * mask).sum((0, 2)) > 0, episode_success(ro))
 
 
 def test_toy_policy_loads_model_path(tmp_path) -> None:

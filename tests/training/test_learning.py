@@ -26,14 +26,14 @@ def test_flow_policy_learns_with_ppo_gae_flow_sde():
     result = bench.train_toy(bench.ToyRun(policy="flow_sde", adv_type="gae", iterations=50, seed=0))
     _check(result, final_at_least=0.75, gain_at_least=0.5)
     m = result["metrics"]
-    assert 0 < m["actor/pg_clipfrac"] <= 1 and m["actor/skipped_steps"] == 0
+    assert 0 < m["train/actor/clip_fraction"] <= 1 and m["train/actor/skipped_steps"] == 0
 
 
 def test_flow_policy_learns_with_grpo_flow_sde():
     result = bench.train_toy(bench.ToyRun(policy="flow_sde", adv_type="grpo", iterations=40, num_envs=128,
                                           group_size=8, global_batch_size=256, seed=0))
     _check(result, final_at_least=0.65, gain_at_least=0.45)
-    assert "actor/value_loss" not in result["metrics"]
+    assert "train/critic/value_loss" not in result["metrics"]
 
 
 def test_gaussian_control_learns_with_ppo():

@@ -32,14 +32,14 @@ def test_train_then_resume_reproduces_the_uninterrupted_run(tmp_path: Path) -> N
     assert full.iterations == 2
     rows = _metrics(full_dir)
     assert [r["step"] for r in rows] == [1, 2]
-    for key in ("actor/policy_loss", "actor/value_loss", "actor/approx_kl", "actor/pg_clipfrac", "actor/grad_norm",
+    for key in ("train/actor/policy_loss", "train/critic/value_loss", "train/actor/approx_kl", "train/actor/clip_fraction", "train/actor/grad_norm",
                 "env/success_once", "env/episode_len", "rollout/advantages_mean", "rollout/returns_mean",
-                "time/env", "time/rollout", "time/actor"):
+                "time/env/env_interact_step", "time/rollout/predict", "time/actor_training"):
         assert key in rows[0], key
     # the step penalty of the quickstart makes every loss term non-zero; the random policy never succeeds
     assert rows[0]["env/success_once"] == 0.0 and rows[0]["env/episode_len"] == 10
-    assert rows[0]["rollout/returns_mean"] < 0 and rows[0]["actor/value_loss"] > 0 and rows[0]["actor/grad_norm"] > 0
-    assert rows[0]["actor/pg_clipfrac"] <= 1.0
+    assert rows[0]["rollout/returns_mean"] < 0 and rows[0]["train/critic/value_loss"] > 0 and rows[0]["train/actor/grad_norm"] > 0
+    assert rows[0]["train/actor/clip_fraction"] <= 1.0
     # checkpoints are complete and `latest` points at the last one
     last = ckpt.resolve_checkpoint(full_dir, "auto")
     assert last.name == "global_step_2"
@@ -55,7 +55,7 @@ def test_train_then_resume_reproduces_the_uninterrupted_run(tmp_path: Path) -> N
     cut_rows = _metrics(cut_dir)
     assert [r["step"] for r in cut_rows] == [1, 2]
     for key, value in rows[1].items():
-        if key.startswith(("actor/", "rollout/", "env/")):
+        if key.startswith(("train/", "rollout/", "env/")):
             assert cut_rows[1][key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
     from safetensors.torch import load_file
 
@@ -98,6 +98,6 @@ def test_seed_recipe_runs_with_its_tiny_model(recipe: str, extra: list[str], tmp
     assert result.iterations == 1
     metrics = result.last_metrics
     assert metrics["env/episode_len"] == config.config.env.train.max_episode_steps
-    assert metrics["actor/skipped_steps"] == 0
-    assert abs(metrics["actor/ratio"] - 1.0) < 0.5  # one mini-batch step from the sampling weights
+    assert metrics["train/actor/skipped_steps"] == 0
+    assert abs(metrics["train/actor/ratio"] - 1.0) < 0.5  # one mini-batch step from the sampling weights
     assert (result.checkpoint / "vlarl_config.json").is_file()  # a family policy folder (vlarl eval/convert)

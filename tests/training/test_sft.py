@@ -270,11 +270,12 @@ def test_actions_of_the_wrong_shape_are_refused():
 
 
 def _toy_success(policy: Any, n: int = 256) -> float:
-    from vlarl_cli.envs.toy import ReachEnv, collect_rollout
+    from vlarl_cli.envs.toy import ReachEnv
+    from vlarl_cli.training.toy import collect_toy, episode_success
 
     env = ReachEnv(n, chunk=4, max_steps=16)
-    out = collect_rollout(env, policy, deterministic=True, generator=torch.Generator().manual_seed(123))
-    return out.success.float().mean().item()
+    out = collect_toy(env, policy, deterministic=True, generator=torch.Generator().manual_seed(123))
+    return episode_success(out).float().mean().item()
 
 
 def test_toy_sft_lifts_deterministic_success(tmp_path):

@@ -9,18 +9,19 @@ import warnings
 import pytest
 import torch
 
-from vlarl_cli.envs.toy import ReachEnv, collect_rollout
+from vlarl_cli.envs.toy import ReachEnv
 from vlarl_cli.errors import ConfigError
 from vlarl_cli.policies.flow_matching import FlowConfig
 from vlarl_cli.policies.toy import ToyFlowPolicy, ToyGaussianPolicy, ToyTokenPolicy
+from vlarl_cli.training.toy import collect_toy
 from vlarl_cli.training.update import RolloutBatch, UpdateSettings, ppo_update
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
-REQUIRED = ["actor/policy_loss", "actor/value_loss", "actor/approx_kl", "actor/pg_clipfrac", "actor/clipped_ratio",
-            "actor/value_clip_ratio", "actor/grad_norm", "actor/explained_variance", "actor/lr", "actor/loss",
-            "actor/skipped_steps"]
+REQUIRED = ["train/actor/policy_loss", "train/critic/value_loss", "train/actor/approx_kl", "train/actor/clip_fraction", "train/actor/clipped_ratio",
+            "train/critic/value_clip_ratio", "train/actor/grad_norm", "train/critic/explained_variance", "train/actor/lr", "train/actor/total_loss",
+            "train/actor/skipped_steps"]
 
 
 def _policy(kind: str, seed: int = 0) -> torch.nn.Module:
@@ -34,7 +35,7 @@ def _policy(kind: str, seed: int = 0) -> torch.nn.Module:
 
 def _batch(policy, num_envs: int = 16, seed: int = 0, critic: bool = True) -> RolloutBatch:
     env = ReachEnv(num_envs)
-    ro = collect_rollout(env, policy, generator=torch.Generator().manual_seed(seed))
+    ro = collect_toy(env, policy, generator=torch.Generator().manual_seed(seed))
     t, b, c, a = ro.logprobs.shape
     g = torch.Generator().manual_seed(seed + 1)
     mask = torch.rand(t * b, c, generator=g) > 0.2
@@ -78,7 +79,7 @@ def test_micro_batching_equals_one_big_batch(kind, level, agg):
         results.append((torch.cat([p.detach().flatten() for p in policy.parameters()]), m))
     for params, m in results[1:]:
         torch.testing.assert_close(params, results[0][0], atol=2e-6, rtol=1e-5)
-        for k in ("actor/policy_loss", "actor/value_loss", "actor/loss", "actor/grad_norm", "actor/pg_clipfrac"):
+        for k in ("train/actor/policy_loss", "train/critic/value_loss", "train/actor/total_loss", "train/actor/grad_norm", "train/actor/clip_fraction"):
             assert m[k] == pytest.approx(results[0][1][k], rel=1e-4, abs=1e-6), k
 
 
@@ -104,7 +105,7 @@ def test_ratio_is_exactly_one_before_the_first_step(kind):
     perm = torch.randperm(64, generator=torch.Generator().manual_seed(0))
     ratio = torch.exp(first - batch.old_logprobs[perm])
     torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
-    assert abs(m["actor/approx_kl"]) < 1e-6 and m["actor/pg_clipfrac"] == 0.0
+    assert abs(m["train/actor/approx_kl"]) < 1e-6 and m["train/actor/clip_fraction"] == 0.0
 
 
 def test_zero_lr_keeps_ratio_one_for_all_epochs():
@@ -113,8 +114,8 @@ def test_zero_lr_keeps_ratio_one_for_all_epochs():
     opt = torch.optim.SGD(policy.parameters(), lr=0.0)
     m = ppo_update(policy, opt, batch, _settings(update_epoch=3, global_batch_size=32, micro_batch_size=16),
                    generator=torch.Generator().manual_seed(0))
-    assert m["actor/ratio"] == pytest.approx(1.0, abs=1e-6) and m["actor/optimizer_steps"] == 6
-    assert abs(m["actor/approx_kl"]) < 1e-6
+    assert m["train/actor/ratio"] == pytest.approx(1.0, abs=1e-6) and m["train/actor/optimizer_steps"] == 6
+    assert abs(m["train/actor/approx_kl"]) < 1e-6
 
 
 def test_metrics_present_and_bounded():
@@ -123,11 +124,11 @@ def test_metrics_present_and_bounded():
     opt = torch.optim.Adam(policy.parameters(), lr=3e-2)
     m = ppo_update(policy, opt, batch, _settings(update_epoch=4, global_batch_size=16, micro_batch_size=8),
                    generator=torch.Generator().manual_seed(0))
-    for k in [*REQUIRED, "actor/entropy"]:
+    for k in [*REQUIRED, "train/actor/entropy_loss"]:
         assert k in m, k
-    assert 0.0 < m["actor/pg_clipfrac"] <= 1.0  # large lr: something gets clipped
-    assert 0.0 <= m["actor/value_clip_ratio"] <= 1.0
-    assert m["actor/lr"] == 3e-2 and m["actor/skipped_steps"] == 0 and m["actor/optimizer_steps"] == 16
+    assert 0.0 < m["train/actor/clip_fraction"] <= 1.0  # large lr: something gets clipped
+    assert 0.0 <= m["train/critic/value_clip_ratio"] <= 1.0
+    assert m["train/actor/lr"] == 3e-2 and m["train/actor/skipped_steps"] == 0 and m["train/actor/optimizer_steps"] == 16
 
 
 def test_nan_loss_skips_the_step_with_a_warning():
@@ -139,7 +140,7 @@ def test_nan_loss_skips_the_step_with_a_warning():
     opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
     with pytest.warns(RuntimeWarning, match="skipping an optimizer step"):
         m = ppo_update(policy, opt, batch, _settings(update_epoch=2), generator=torch.Generator().manual_seed(0))
-    assert m["actor/skipped_steps"] == 2 and m["actor/optimizer_steps"] == 0
+    assert m["train/actor/skipped_steps"] == 2 and m["train/actor/optimizer_steps"] == 0
     for p, q in zip(before, policy.parameters(), strict=True):
         assert torch.equal(p, q)
 
@@ -184,7 +185,7 @@ def test_kl_penalty_pulls_towards_the_reference(kl_type):
     for _ in range(5):
         m = ppo_update(policy, opt, batch, _settings(kl_beta=1.0, kl_type=kl_type, value_clip=None),
                        generator=torch.Generator().manual_seed(0), ref_policy=ref)
-        kls.append(m["actor/kl_ref"])
+        kls.append(m["train/actor/kl_loss"])
     dist = (policy.mean[-1].bias - ref.mean[-1].bias).abs().mean().item()
     assert dist < 0.5, f"policy did not move towards the reference ({dist})"
     if kl_type != "k1":  # k1 is signed; the others are >= 0 and must shrink
@@ -197,7 +198,7 @@ def test_without_critic_there_is_no_value_loss():
     value_before = [p.detach().clone() for p in policy.value_head.parameters()]
     m = ppo_update(policy, torch.optim.SGD(policy.parameters(), lr=0.1), batch, _settings(),
                    generator=torch.Generator().manual_seed(0))
-    assert "actor/value_loss" not in m and "actor/explained_variance" not in m
+    assert "train/critic/value_loss" not in m and "train/critic/explained_variance" not in m
     assert all(torch.equal(a, b) for a, b in zip(value_before, policy.value_head.parameters(), strict=True))
 
 
@@ -259,7 +260,7 @@ def test_values_at_masked_entries_change_nothing_not_even_nan(level):
         results.append((torch.cat([p.detach().flatten() for p in policy.parameters()]), m))
     for params, m in results[1:]:
         assert torch.equal(params, results[0][0])
-        assert m["actor/skipped_steps"] == 0 and m["actor/policy_loss"] == results[0][1]["actor/policy_loss"]
+        assert m["train/actor/skipped_steps"] == 0 and m["train/actor/policy_loss"] == results[0][1]["train/actor/policy_loss"]
 
 
 def test_shuffle_by_env_column_is_split_invariant_and_mixes_time_steps() -> None:

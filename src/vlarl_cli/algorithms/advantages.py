@@ -35,7 +35,6 @@ __all__ = [
     "advantage_metrics",
     "aggregate_dones",
     "aggregate_rewards",
-    "bootstrap_truncated",
     "compute_advantages",
     "episode_scores",
     "filter_groups",
@@ -44,7 +43,6 @@ __all__ = [
     "group_normalize",
     "grpo",
     "loss_mask_from_dones",
-    "masked_mean",
     "masked_normalize",
     "normalize_pieces",
     "raw",
@@ -63,14 +61,6 @@ BATCH_NORMALIZED = frozenset({"gae", "reinpp", "raw"})
 
 # ---------------------------------------------------------------------------------------------------
 # masked statistics
-
-
-def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
-    """Mean of ``x`` over entries where ``mask`` is true (``mask`` broadcastable to ``x``; 0 if none valid)."""
-    if mask is None:
-        return x.mean()
-    m = mask.to(x.dtype).expand_as(x)
-    return (x * m).sum() / m.sum().clamp(min=1.0)
 
 
 def masked_normalize(x: Tensor, mask: Tensor | None, eps: float = 1e-5, reduce: Reduce = LOCAL) -> Tensor:
@@ -161,18 +151,6 @@ def trajectory_valid_fraction(loss_mask: Tensor) -> Tensor:
     per_col = m.reshape(m.shape[0], m.shape[1], -1).mean(dim=(0, 2))  # [B]
     per_col = torch.where(per_col > 0, per_col, torch.ones_like(per_col))
     return per_col.unsqueeze(0).expand(m.shape[0], m.shape[1]).contiguous()
-
-
-def bootstrap_truncated(rewards: Tensor, truncated: Tensor, final_values: Tensor, gamma: float) -> Tensor:
-    """With auto-reset, a truncated (time-limit) step's value is not zero: ``r += gamma * V(final_obs)``.
-
-    All tensors ``[T, B]`` (``truncated`` bool: the episode was cut by the time limit at this step,
-    ``final_values`` the critic's value of the final observation before the reset).
-    """
-    if not rewards.shape == truncated.shape == final_values.shape:
-        raise ValueError(f"shapes differ: rewards {tuple(rewards.shape)}, truncated {tuple(truncated.shape)}, "
-                         f"final_values {tuple(final_values.shape)}")
-    return rewards + gamma * final_values * truncated.to(rewards.dtype)
 
 
 def episode_scores(rewards: Tensor, loss_mask: Tensor | None) -> Tensor:

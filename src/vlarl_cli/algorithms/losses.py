@@ -40,7 +40,6 @@ __all__ = [
     "LOSS_AGGS",
     "aggregate_logprobs",
     "aggregate_loss",
-    "entropy_loss",
     "expand_to_elements",
     "explained_variance",
     "huber",
@@ -251,11 +250,6 @@ def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, kl_type: str) -> Tensor:
         return 0.5 * diff**2
     r = (-diff).clamp(-20.0, 20.0)
     return (torch.exp(r) - r - 1.0).clamp(-10.0, 10.0)
-
-
-def entropy_loss(entropy: Tensor, weight: Tensor, denominator: Tensor | float) -> Tensor:
-    """Aggregated entropy (to be SUBTRACTED from the loss times ``entropy_bonus``)."""
-    return aggregate_loss(entropy, weight, denominator)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -288,10 +288,6 @@ class SamplingParams(Section):
     repetition_penalty: float = Field(1.0, description="Accepted for RLinf compatibility; must be 1.0.")
 
 
-class RolloutModelConfig(Section):
-    rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"model_path", "precision"})
-
-
 class RolloutConfig(Section):
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
         {"group_name", "generation_backend", "backend", "recompute_logprobs", "unnorm_key", "model",

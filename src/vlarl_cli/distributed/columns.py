@@ -20,14 +20,14 @@ Columns = dict[str, Any]  # name -> tensor [T(+1), N, ...], and "replay" -> {nam
 def select_columns(piece: Columns, cols: range) -> Columns:
     """Envs ``cols`` (positions in ``piece``) of a piece."""
     sl = slice(cols.start, cols.stop)
-    out = {k: v[:, sl] for k, v in piece.items() if k != "replay"}
+    out: Columns = {k: v[:, sl] for k, v in piece.items() if k != "replay"}
     out["replay"] = {k: v[:, sl] for k, v in piece["replay"].items()}
     return out
 
 
 def join_columns(parts: list[Columns]) -> Columns:
     """Concatenate pieces (in env order) along the env axis."""
-    out = {k: torch.cat([p[k] for p in parts], dim=1) for k in parts[0] if k != "replay"}
+    out: Columns = {k: torch.cat([p[k] for p in parts], dim=1) for k in parts[0] if k != "replay"}
     out["replay"] = {k: torch.cat([p["replay"][k] for p in parts], dim=1) for k in parts[0]["replay"]}
     return out
 

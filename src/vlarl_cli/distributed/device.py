@@ -1,4 +1,4 @@
-"""Device and dtype choice, in one place.
+"""Device choice, in one place (precision names and dtypes: ``vlarl_cli.precision``).
 
 Everything else receives a ``torch.device`` and never calls ``torch.cuda`` itself, so the same code
 runs on CPU with gloo in tests and on GPUs with NCCL in production.
@@ -9,6 +9,10 @@ from __future__ import annotations
 import os
 
 import torch
+
+from vlarl_cli.precision import resolve_dtype  # the old home of resolve_dtype: keep importable
+
+__all__ = ["default_backend", "default_device", "resolve_dtype"]
 
 
 def default_device(local_rank: int | None = None) -> torch.device:
@@ -30,18 +34,3 @@ def default_backend(device: torch.device) -> str:
     """torch.distributed backend for a device: NCCL for CUDA tensors (plus gloo for the few CPU tensors:
     metrics, object messages) on GPUs, gloo elsewhere."""
     return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """Map a precision name to a dtype; bf16 falls back to fp32 on CPU (slow and inexact there)."""
-    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-             "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-    if name not in table:
-        from vlarl_cli.errors import ConfigError, did_you_mean
-
-        raise ConfigError(f'Unknown precision "{name}".{did_you_mean(name, list(table))}',
-                          "Use one of fp32, bf16, fp16.")
-    dtype = table[name]
-    if device.type == "cpu" and dtype is not torch.float32:
-        return torch.float32
-    return dtype

@@ -20,12 +20,11 @@ import torch
 from torch import nn
 
 from vlarl_cli.errors import ConfigError
+from vlarl_cli.precision import to_dtype
 
 
 def _dtype(name: str | None) -> torch.dtype | None:
-    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
-             "fp32": torch.float32, "float32": torch.float32}
-    return table.get(name) if name else None
+    return to_dtype(name) if name else None
 
 
 def wrap_classes(model: nn.Module, configured: list[str]) -> list[str]:

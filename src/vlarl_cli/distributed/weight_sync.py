@@ -317,11 +317,6 @@ class WeightSync:
                                   "Pass a state dict of tensors (module.state_dict()).")
         return send
 
-    def release_buffers(self) -> None:
-        """Free the two staging buffers (they are kept between pushes: re-allocating them costs page faults
-        on the CPU); call this when the rollout and the actor share a device and memory is tight."""
-        self._buffers = []
-
     def _staging(self, i: int, bucket: Bucket, device: torch.device) -> Tensor:
         """Flat view of ``bucket.numel`` elements in staging buffer ``i % 2``.
 

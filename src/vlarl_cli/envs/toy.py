@@ -11,9 +11,8 @@ expects. Observations use the shared key ``STATES``: ``[pos_x, pos_y, goal_x, go
 Random actions rarely succeed (a few percent with the defaults); moving straight to the goal always
 does, so success rate is an unambiguous learning signal.
 
-:func:`collect_rollout` runs one episode per env with any object implementing the Policy contract
-(``policies/base.py``) and returns the RLinf-layout tensors (``T`` chunk steps, ``dones [T+1, B, C]``
-with row 0 carried in).
+:class:`ToyVectorEnv` puts it behind the vector-env interface (``envs/base.py``), so rollouts of the toy
+task come from the same ``training.rollout.collect`` as LIBERO's.
 """
 
 from __future__ import annotations
@@ -22,13 +21,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from vlarl_cli import keys
-from vlarl_cli.policies.base import Replay, stack_replays
 
-__all__ = ["ReachEnv", "ReachStep", "ToyRollout", "collect_rollout"]
+__all__ = ["ReachEnv", "ReachStep", "ToyVectorEnv"]
 
 
 @dataclass
@@ -127,52 +126,6 @@ class ReachEnv:
         return ReachStep(self.observe(), rewards, terminated, truncated, dones)
 
 
-@dataclass
-class ToyRollout:
-    """One episode per env, RLinf layout (``T`` chunk steps, ``B`` envs, ``C`` steps per chunk)."""
-
-    replay: Replay  # every tensor [T*B, ...], time-major (row t*B + b)
-    logprobs: Tensor  # [T, B, C, A]
-    values: Tensor  # [T+1, B] (row T: value of the final observation)
-    rewards: Tensor  # [T, B, C]
-    dones: Tensor  # [T+1, B, C] bool, row 0 carried in (all False after a reset)
-    success: Tensor  # [B] bool
-
-
-@torch.no_grad()
-def collect_rollout(
-    env: ReachEnv,
-    policy: Any,
-    *,
-    deterministic: bool = False,
-    goals: Tensor | None = None,
-    group_size: int = 1,
-    generator: torch.Generator | None = None,
-) -> ToyRollout:
-    """Reset ``env`` and run ``env.num_chunks`` chunk steps with ``policy.sample``."""
-    obs = env.reset(goals, group_size=group_size, generator=generator)
-    replays, logps, values, rewards = [], [], [], []
-    dones = [torch.zeros(env.num_envs, env.chunk, dtype=torch.bool, device=env.device)]
-    for _ in range(env.num_chunks):
-        out = policy.sample(obs, deterministic=deterministic)
-        step = env.step(out.actions)
-        replays.append(out.replay)
-        logps.append(out.logprobs)
-        values.append(out.values)
-        rewards.append(step.rewards)
-        dones.append(step.dones)
-        obs = step.obs
-    values.append(policy.sample(obs, deterministic=True).values)
-    return ToyRollout(
-        replay=stack_replays(replays),
-        logprobs=torch.stack(logps),
-        values=torch.stack(values),
-        rewards=torch.stack(rewards),
-        dones=torch.stack(dones),
-        success=env.success.clone(),
-    )
-
-
 class ToyVectorEnv:
     """:class:`ReachEnv` behind the vector-env interface the trainer uses (``LiberoVectorEnv``'s), so
     ``vlarl rl-train`` runs the toy task through exactly the same collect / advantage / update code.
@@ -184,14 +137,23 @@ class ToyVectorEnv:
     def __init__(
         self, num_envs: int, *, chunk: int = 4, max_steps: int = 16, seed: int = 0, pool_size: int = 1024
     ) -> None:
-        import numpy as np
+        env = ReachEnv(num_envs, chunk=chunk, max_steps=max_steps)
+        self._setup(env, env.sample_goals(pool_size, torch.Generator().manual_seed(seed)))
 
-        self._env = ReachEnv(num_envs, chunk=chunk, max_steps=max_steps)
-        self.num_envs = num_envs
-        self.goals = self._env.sample_goals(pool_size, torch.Generator().manual_seed(seed))
-        self.pool = np.arange(pool_size)
-        self._ids = torch.zeros(num_envs, dtype=torch.long)
-        self._return = torch.zeros(num_envs)
+    @classmethod
+    def over(cls, env: ReachEnv, goals: Tensor) -> ToyVectorEnv:
+        """``env`` behind this interface with the pool ``goals [P, 2]`` (reset id ``i`` is goal ``i``)."""
+        out = cls.__new__(cls)
+        out._setup(env, goals)
+        return out
+
+    def _setup(self, env: ReachEnv, goals: Tensor) -> None:
+        self._env = env
+        self.num_envs = env.num_envs
+        self.goals = goals
+        self.pool = np.arange(len(goals))
+        self._ids = torch.zeros(env.num_envs, dtype=torch.long)
+        self._return = torch.zeros(env.num_envs)
 
     def stage_ids(self, stage: int) -> list[int]:  # pipelining is meaningless for an in-process env
         raise NotImplementedError("the toy env runs in-process; use rollout.pipeline_stage_num: 1")
@@ -210,12 +172,12 @@ class ToyVectorEnv:
         infos = {
             keys.SUCCESS: out.terminated,
             keys.TRUNCATED: out.truncated,
-            "episode_done": ended,
+            keys.EPISODE_DONE: ended,
             keys.SUCCESS_ONCE: self._env.success.clone(),
             keys.SUCCESS_AT_END: self._env.success.clone(),
             keys.RETURN: self._return.clone(),
             keys.EPISODE_LEN: self._env.steps.clone(),
-            "errors": {},
+            keys.ERRORS: {},
         }
         return out.obs, out.rewards, out.dones, infos
 

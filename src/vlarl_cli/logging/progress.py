@@ -23,11 +23,11 @@ class Progress:
             return
         info = (f"success {metrics.get('env/success_once', float('nan')):.2f} | "
                 f"{metrics.get('time/env_steps_per_s', 0.0):.1f} env steps/s | "
-                f"loss {metrics.get('actor/loss', float('nan')):.4f}")
+                f"loss {metrics.get('train/actor/total_loss', float('nan')):.4f}")
         self._bar.update(self._task, completed=iteration, info=info)
         self._bar.console.log(f"iter {iteration}: " + ", ".join(
             f"{k}={v:.4g}" for k, v in sorted(metrics.items())
-            if k.split("/")[0] in ("env", "actor", "eval") and isinstance(v, float)))
+            if k.split("/")[0] in ("env", "train", "eval") and isinstance(v, float)))
 
     def close(self) -> None:
         if self.enabled:

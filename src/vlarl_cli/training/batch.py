@@ -27,24 +27,33 @@ from vlarl_cli.training.update import RolloutBatch
 
 
 def rollout_metrics(rollouts: list[Rollout], reduce: Reduce = LOCAL) -> dict[str, float]:
-    """``env/*`` means over the finished episodes and env steps of every process (``reduce``)."""
+    """``env/*`` means over the finished episodes and env steps of every process (``reduce``).
+
+    RLinf's names (``envs/libero/libero_env.py``, ``utils/metric_utils.compute_evaluate_metrics``):
+    ``env/success_once``, ``env/return``, ``env/episode_len``, ``env/reward`` (per episode: return / length)
+    and ``env/num_trajectories``; ours besides: ``env/success_at_end``, ``env/mean_step_reward`` (over every
+    env step of the rollout) and ``env/success_any_step`` (per env, unfinished episodes included)."""
     episodes: dict[str, list[float]] = {}
     for r in rollouts:
         for k, v in r.episodes.items():
             episodes.setdefault(k, []).extend(v)
-    names = (keys.SUCCESS_ONCE, keys.SUCCESS_AT_END, keys.RETURN, keys.EPISODE_LEN)
+    names = keys.EPISODE_METRICS
+    per_step = [ret / max(1.0, n) for ret, n in zip(episodes.get(keys.RETURN, []), episodes.get(keys.EPISODE_LEN, []),
+                                                    strict=True)]
     rewards = torch.cat([r.rewards.flatten() for r in rollouts]).double()
     # did an env succeed at some step of the rollout (incl. unfinished episodes)
     any_success = torch.cat([r.success.any(dim=(0, 2)).double() for r in rollouts])
     local = [float(sum(episodes.get(k, []))) for k in names] + [
         float(len(episodes.get(keys.SUCCESS_ONCE, []))), float(rewards.sum()), float(rewards.numel()),
-        float(any_success.sum()), float(any_success.numel())]
+        float(any_success.sum()), float(any_success.numel()), float(sum(per_step))]
     sums: list[float] = reduce.sum(torch.tensor(local, dtype=torch.float64)).tolist()
     count = sums[len(names)]
     out = {f"env/{k}": sums[i] / count for i, k in enumerate(names) if count > 0}
-    out["env/num_episodes"] = count
-    out["env/reward"] = sums[-4] / max(1.0, sums[-3])
-    out["env/success_any_step"] = sums[-2] / max(1.0, sums[-1])
+    if count > 0:
+        out["env/reward"] = sums[-1] / count
+    out["env/num_trajectories"] = count
+    out["env/mean_step_reward"] = sums[-5] / max(1.0, sums[-4])
+    out["env/success_any_step"] = sums[-3] / max(1.0, sums[-2])
     return out
 
 

@@ -16,7 +16,8 @@ One iteration (RLinf's embodied runner, on torch.distributed instead of Ray), ea
    whole batch of every actor rank), then ``update_epoch`` passes of shuffled mini-batches
    (``training.actor``, gradients averaged over the actor ranks before clipping);
 4. ``evaluate``: ``eval/*`` every ``val_check_interval`` iterations (``training.validate``);
-5. ``log``: metrics (``actor/*``, ``rollout/*``, ``env/*``, ``time/*``) to every sink; ``checkpoint``: an
+5. ``log``: metrics to every sink under RLinf's names (``train/actor/*``, ``train/critic/*``,
+   ``rollout/*``, ``env/*``, ``eval/*``, ``time/*``; see the README's metric table); ``checkpoint``: an
    atomic checkpoint every ``save_interval`` iterations and at the end.
 
 Randomness: models are initialised under one seed on every rank; reset states and sampling noise are
@@ -138,7 +139,7 @@ class RolloutWeights:
         self.synced = self.version
         if self.cluster.rank in self.sync.ranks:
             metrics["sync/bytes"] = self.sync.stats["bytes"]
-            metrics["time/sync"] = time.perf_counter() - t
+            metrics["time/sync_weights"] = time.perf_counter() - t
 
     def agree(self) -> None:
         """Only the actor ranks know whether an optimizer step happened: they tell the others."""
@@ -283,11 +284,11 @@ class Trainer:
         env_steps = (len(cluster.rollout_columns) * config.chunk_steps_per_epoch * config.actor.model.num_action_chunks
                      * config.rollout_epoch)
         metrics.update({
-            "time/env": sum(r.env_time for r in rollouts),
-            "time/rollout": sum(r.inference_time for r in rollouts),
+            "time/env/env_interact_step": sum(r.env_time for r in rollouts),
+            "time/rollout/predict": sum(r.inference_time for r in rollouts),
             "time/env_steps_per_s": env_steps / max(1e-9, time.perf_counter() - self.iteration_start),
         })
-        metrics["time/collect"] = time.perf_counter() - self.iteration_start
+        metrics["time/generate_rollouts"] = time.perf_counter() - self.iteration_start
         return rollouts
 
     def _collect_epoch(self, policy: torch.nn.Module, epoch: int) -> Rollout:
@@ -335,11 +336,11 @@ class Trainer:
         t_update = time.perf_counter()
         update_metrics = actor.update(batch, self.generators["shuffle"],
                                       self.state.optimizer_steps - self.steps_per_iteration)
-        if update_metrics.get("actor/optimizer_steps", 0) > 0:
+        if update_metrics.get("train/actor/optimizer_steps", 0) > 0:
             self.weights.version = self.state.optimizer_steps
-        self.state.skipped_steps += int(update_metrics.get("actor/skipped_steps", 0))
-        return {**update_metrics, **adv_metrics, "time/advantages": t_update - t_adv,
-                "time/actor": time.perf_counter() - t_update}
+        self.state.skipped_steps += int(update_metrics.get("train/actor/skipped_steps", 0))
+        return {**update_metrics, **adv_metrics, "time/cal_adv_and_returns": t_update - t_adv,
+                "time/actor_training": time.perf_counter() - t_update}
 
     def evaluate(self, metrics: dict[str, float]) -> None:
         """``eval/*`` every ``val_check_interval`` iterations, with the weights this iteration produced."""
@@ -353,9 +354,11 @@ class Trainer:
         if not cluster.is_rollout:
             return
         offload_module(self.policy, cluster.device if cluster.owns_rollout_copy else None)  # back from offload
+        t = time.perf_counter()
         metrics.update(evaluate_in_training(self._eval_policy(), self.config, self.state.iteration, self.run_dir,
                                             rank=cluster.rank, ranks=list(cluster.roles.rollout),
                                             group=cluster.groups.get("rollout")))
+        metrics["time/eval"] = time.perf_counter() - t
 
     def _eval_policy(self) -> torch.nn.Module:
         policy, actor = self.policy, self.actor
@@ -373,7 +376,7 @@ class Trainer:
 
     def log(self, metrics: dict[str, float]) -> None:
         metrics = self.cluster.combine_metrics(metrics)
-        metrics["time/iteration"] = time.perf_counter() - self.iteration_start
+        metrics["time/step"] = time.perf_counter() - self.iteration_start
         self.logger.log(metrics, step=self.state.iteration)
         self.last_metrics = metrics
         self.progress.update(self.state.iteration, metrics)
@@ -426,3 +429,8 @@ def _print_plan(config: VlarlConfig, world_size: int, policy: torch.nn.Module, r
               f"total_num_envs {config.train_num_envs}: mini-batches are shuffled by sample, so this run's "
               "mini-batches differ from a 1-process run's (otherwise every env gives each mini-batch the same "
               "number of its chunk steps)", flush=True)
+    if config.env.train.auto_reset and config.algorithm.adv_type == "gae":
+        # REFERENCE.md section 2: with auto-reset RLinf adds gamma * V(final_obs) to a truncated last step; the
+        # vector env returns the next episode's first observation instead of the final one, so we cannot
+        print("note: env.train.auto_reset with gae: a time-limit (truncated) step is treated as terminal, "
+              "without RLinf's bootstrap r += gamma * V(final observation).", flush=True)

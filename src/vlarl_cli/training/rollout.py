@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from vlarl_cli import keys
+from vlarl_cli.envs.base import PipelinedVectorEnv, VectorEnv
 from vlarl_cli.policies.base import Policy, PolicyOutput, Replay
 from vlarl_cli.policies.noise import RowGenerator
 
@@ -74,89 +75,105 @@ def _subset_obs(obs: dict[str, Any], rows: list[int]) -> dict[str, Any]:
     return out
 
 
-def _record_episodes(store: dict[str, list[float]], infos: dict[str, Any]) -> None:
-    done = infos["episode_done"]
-    for key in (keys.SUCCESS_ONCE, keys.SUCCESS_AT_END, keys.RETURN, keys.EPISODE_LEN):
-        store.setdefault(key, []).extend(float(x) for x in infos[key][done].tolist())
-
-
 @torch.no_grad()
-def collect(policy: Policy, env: Any, num_chunk_steps: int, *, stages: int = 1,
+def collect(policy: Policy, env: VectorEnv, num_chunk_steps: int, *, stages: int = 1,
             deterministic: bool = False, reset_state_ids: Any = None, generator: RowGenerator | None = None
             ) -> Rollout:
     """Reset ``env`` (to ``reset_state_ids`` when given) and run ``num_chunk_steps`` chunk steps of ``policy``
     (sampling noise from ``generator``'s per-env streams when given, else the policy's default)."""
     start = time.perf_counter()
-    env_time = infer_time = 0.0
-    t0 = time.perf_counter()
-    obs = env.reset(reset_state_ids)
-    env_time += time.perf_counter() - t0
-    n = env.num_envs
-    stage_rows = [env.stage_ids(s) for s in range(stages)] if stages > 1 else [list(range(n))]
-    stage_obs = [_subset_obs(obs, rows) for rows in stage_rows]
-    stage_gen = [generator.rows(rows) if generator is not None else None for rows in stage_rows]
-    if generator is not None and len(generator) != n:
-        raise ValueError(f"generator has {len(generator)} streams for {n} envs")
-
-    outs: list[list[PolicyOutput]] = [[] for _ in range(stages)]
-    rewards = [[] for _ in range(stages)]  # type: list[list[torch.Tensor]]
-    dones = [[] for _ in range(stages)]  # type: list[list[torch.Tensor]]
-    success = [[] for _ in range(stages)]  # type: list[list[torch.Tensor]]
-    episodes: dict[str, list[float]] = {}
-
-    def receive(s: int) -> None:
-        nonlocal env_time
-        t = time.perf_counter()
-        if stages == 1:
-            o, r, d, info = env.step_chunk(outs[s][-1].actions)
-        else:
-            o, r, d, info = env.wait(s)
-        env_time += time.perf_counter() - t
-        stage_obs[s] = o
-        rewards[s].append(r.float())
-        dones[s].append(d.bool())
-        success[s].append(info[keys.SUCCESS].bool())
-        _record_episodes(episodes, info)
-
+    run = _Collection(policy, env, stages, deterministic)
+    run.reset(reset_state_ids, generator)
     for _ in range(num_chunk_steps):
         for s in range(stages):
-            if stages > 1 and outs[s]:
-                receive(s)  # this stage's previous chunk; the other stages keep stepping meanwhile
-            t = time.perf_counter()
-            out = (policy.sample(stage_obs[s], deterministic=deterministic) if stage_gen[s] is None
-                   else policy.sample(stage_obs[s], deterministic=deterministic, generator=stage_gen[s]))
-            infer_time += time.perf_counter() - t
-            outs[s].append(out)
-            if stages > 1:
-                env.step_chunk_async(s, out.actions)
-            else:
-                receive(s)
+            if stages > 1 and run.outs[s]:
+                run.receive(s)  # this stage's previous chunk; the other stages keep stepping meanwhile
+            run.act(s)
     if stages > 1:
         for s in range(stages):
-            receive(s)
-    t = time.perf_counter()
-    last_values = [policy.sample(stage_obs[s], deterministic=True).values for s in range(stages)]
-    infer_time += time.perf_counter() - t
+            run.receive(s)
+    return run.rollout(num_chunk_steps, start)
 
-    # Reassemble stage-major pieces into env order: row positions of each stage's envs.
-    order = torch.tensor([e for rows in stage_rows for e in rows])
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(n)
 
-    def merge(per_stage: list[torch.Tensor]) -> torch.Tensor:  # [rows_s, ...] per stage -> [N, ...]
-        return torch.cat(per_stage, dim=0)[inverse]
+class _Collection:
+    """The per-stage state of one :func:`collect`: observations, policy outputs, env results, timings."""
 
-    steps = num_chunk_steps
-    logprobs = torch.stack([merge([outs[s][t].logprobs for s in range(stages)]) for t in range(steps)])
-    values = torch.stack([merge([outs[s][t].values for s in range(stages)]) for t in range(steps)]
-                         + [merge(last_values)])
-    reward_t = torch.stack([merge([rewards[s][t] for s in range(stages)]) for t in range(steps)])
-    done_t = torch.stack([merge([dones[s][t] for s in range(stages)]) for t in range(steps)])
-    success_t = torch.stack([merge([success[s][t] for s in range(stages)]) for t in range(steps)])
-    dones_full = torch.cat([torch.zeros_like(done_t[:1]), done_t], dim=0)
-    replay_keys = outs[0][0].replay.keys()
-    replay = {k: torch.cat([merge([outs[s][t].replay[k] for s in range(stages)]) for t in range(steps)])
-              for k in replay_keys}
-    return Rollout(replay=replay, logprobs=logprobs, values=values.float(), rewards=reward_t,
-                   dones=dones_full, success=success_t, episodes=episodes, env_time=env_time,
-                   inference_time=infer_time, collect_time=time.perf_counter() - start)
+    def __init__(self, policy: Policy, env: VectorEnv, stages: int, deterministic: bool) -> None:
+        if stages > 1 and not (hasattr(env, "step_chunk_async") and hasattr(env, "wait")):
+            raise ValueError(f"{type(env).__name__} steps in-process and cannot be pipelined; "
+                             "use rollout.pipeline_stage_num: 1")
+        self.policy, self.env, self.stages, self.deterministic = policy, env, stages, deterministic
+        self.env_time = self.infer_time = 0.0
+        self.outs: list[list[PolicyOutput]] = [[] for _ in range(stages)]
+        self.rewards: list[list[torch.Tensor]] = [[] for _ in range(stages)]
+        self.dones: list[list[torch.Tensor]] = [[] for _ in range(stages)]
+        self.success: list[list[torch.Tensor]] = [[] for _ in range(stages)]
+        self.episodes: dict[str, list[float]] = {}
+
+    def reset(self, reset_state_ids: Any, generator: RowGenerator | None) -> None:
+        t0 = time.perf_counter()
+        obs = self.env.reset(reset_state_ids)
+        self.env_time += time.perf_counter() - t0
+        n = self.env.num_envs
+        self.rows = [self.env.stage_ids(s) for s in range(self.stages)] if self.stages > 1 else [list(range(n))]
+        self.obs = [_subset_obs(obs, rows) for rows in self.rows]
+        self.gens = [generator.rows(rows) if generator is not None else None for rows in self.rows]
+        if generator is not None and len(generator) != n:
+            raise ValueError(f"generator has {len(generator)} streams for {n} envs")
+
+    def act(self, s: int) -> None:
+        """Stage ``s``'s actions for its current observations, sent to its envs."""
+        t = time.perf_counter()
+        gen = self.gens[s]
+        out = (self.policy.sample(self.obs[s], deterministic=self.deterministic) if gen is None
+               else self.policy.sample(self.obs[s], deterministic=self.deterministic, generator=gen))
+        self.infer_time += time.perf_counter() - t
+        self.outs[s].append(out)
+        if self.stages > 1:
+            cast(PipelinedVectorEnv, self.env).step_chunk_async(s, out.actions)
+        else:
+            self.receive(s)
+
+    def receive(self, s: int) -> None:
+        """Stage ``s``'s env results of its last actions."""
+        t = time.perf_counter()
+        if self.stages == 1:
+            o, r, d, info = self.env.step_chunk(self.outs[s][-1].actions)
+        else:
+            o, r, d, info = cast(PipelinedVectorEnv, self.env).wait(s)
+        self.env_time += time.perf_counter() - t
+        self.obs[s] = o
+        self.rewards[s].append(r.float())
+        self.dones[s].append(d.bool())
+        self.success[s].append(info[keys.SUCCESS].bool())
+        done = info[keys.EPISODE_DONE]
+        for key in keys.EPISODE_METRICS:
+            self.episodes.setdefault(key, []).extend(float(x) for x in info[key][done].tolist())
+
+    def rollout(self, steps: int, start: float) -> Rollout:
+        """The bootstrap values of the last observations, then every stage's pieces back in env order."""
+        t = time.perf_counter()
+        last_values = [self.policy.sample(self.obs[s], deterministic=True).values for s in range(self.stages)]
+        self.infer_time += time.perf_counter() - t
+        # row positions of each stage's envs
+        order = torch.tensor([e for rows in self.rows for e in rows])
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(len(order))
+        stages = range(self.stages)
+
+        def merge(per_stage: list[torch.Tensor]) -> torch.Tensor:  # [rows_s, ...] per stage -> [N, ...]
+            return torch.cat(per_stage, dim=0)[inverse]
+
+        def over_time(pieces: list[list[torch.Tensor]]) -> torch.Tensor:  # -> [T, N, ...]
+            return torch.stack([merge([pieces[s][t] for s in stages]) for t in range(steps)])
+
+        outs = self.outs
+        values = torch.cat([over_time([[o.values for o in outs[s]] for s in stages]), merge(last_values)[None]])
+        done_t = over_time(self.dones)
+        replay = {k: torch.cat([merge([outs[s][t].replay[k] for s in stages]) for t in range(steps)])
+                  for k in outs[0][0].replay}
+        return Rollout(replay=replay, logprobs=over_time([[o.logprobs for o in outs[s]] for s in stages]),
+                       values=values.float(), rewards=over_time(self.rewards),
+                       dones=torch.cat([torch.zeros_like(done_t[:1]), done_t], dim=0),
+                       success=over_time(self.success), episodes=self.episodes, env_time=self.env_time,
+                       inference_time=self.infer_time, collect_time=time.perf_counter() - start)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import cast
 
+import numpy as np
 import torch
 
 from vlarl_cli.algorithms.advantages import (
@@ -20,9 +22,11 @@ from vlarl_cli.algorithms.advantages import (
     loss_mask_from_dones,
     trajectory_valid_fraction,
 )
-from vlarl_cli.envs.toy import ReachEnv, collect_rollout
+from vlarl_cli.envs.toy import ReachEnv, ToyVectorEnv
+from vlarl_cli.policies.base import Policy
 from vlarl_cli.policies.flow_matching import FlowConfig
 from vlarl_cli.policies.toy import ToyFlowPolicy, ToyGaussianPolicy, ToyTokenPolicy
+from vlarl_cli.training.rollout import Rollout, collect
 from vlarl_cli.training.update import RolloutBatch, UpdateSettings, ppo_update
 
 POLICY_KINDS = ("flow_sde", "flow_cps", "flow_noise", "gaussian", "token")
@@ -71,10 +75,31 @@ def make_policy(run: ToyRun, env: ReachEnv) -> torch.nn.Module:
 
 
 @torch.no_grad()
+def collect_toy(env: ReachEnv, policy: Policy, *, deterministic: bool = False, goals: torch.Tensor | None = None,
+                group_size: int = 1, generator: torch.Generator | None = None) -> Rollout:
+    """One episode per env of the toy task (``env.num_chunks`` chunk steps) through the runner's
+    :func:`~vlarl_cli.training.rollout.collect`. ``goals [B, 2]``, or drawn from ``generator`` with
+    ``group_size`` consecutive envs sharing a goal (GRPO); sampling noise from the global torch RNG."""
+    if goals is None:
+        if env.num_envs % group_size:
+            raise ValueError(f"num_envs {env.num_envs} is not a multiple of group_size {group_size}")
+        goals = env.sample_goals(env.num_envs // group_size, generator).repeat_interleave(group_size, 0)
+    vector_env = ToyVectorEnv.over(env, goals)
+    return collect(policy, vector_env, env.num_chunks, deterministic=deterministic,
+                   reset_state_ids=np.arange(env.num_envs))
+
+
+def episode_success(rollout: Rollout) -> torch.Tensor:
+    """``[N]`` bool: env ``n`` reached its goal at some step (one episode per env, no auto-reset)."""
+    return rollout.success.any(dim=(0, 2))
+
+
+@torch.no_grad()
 def evaluate_success(policy: torch.nn.Module, goals: torch.Tensor) -> float:
     """Success rate of the deterministic policy on fixed goals."""
     env = ReachEnv(goals.shape[0])
-    return collect_rollout(env, policy, deterministic=True, goals=goals).success.float().mean().item()
+    rollout = collect_toy(env, cast(Policy, policy), deterministic=True, goals=goals)
+    return episode_success(rollout).float().mean().item()
 
 
 def train_toy(run: ToyRun) -> dict[str, object]:
@@ -96,8 +121,8 @@ def train_toy(run: ToyRun) -> dict[str, object]:
     metrics: dict[str, float] = {}
     steps = 0
     for it in range(1, run.iterations + 1):
-        ro = collect_rollout(env, policy, group_size=run.group_size if grpo else 1, generator=gen)
-        train_succ.append(ro.success.float().mean().item())
+        ro = collect_toy(env, cast(Policy, policy), group_size=run.group_size if grpo else 1, generator=gen)
+        train_succ.append(episode_success(ro).float().mean().item())
         rewards = aggregate_rewards(ro.rewards, "chunk_level")  # [T, B]
         dones = aggregate_dones(ro.dones, "chunk_level")  # [T+1, B]
         chunk_mask = loss_mask_from_dones(dones)  # [T, B]
@@ -113,7 +138,7 @@ def train_toy(run: ToyRun) -> dict[str, object]:
             returns=None if res.returns is None else res.returns.reshape(t * b),
             valid_fraction=trajectory_valid_fraction(step_mask).reshape(t * b), steps_per_trajectory=t)
         metrics = ppo_update(policy, optimizer, batch, settings, generator=gen, step_offset=steps)
-        steps += int(metrics["actor/optimizer_steps"])
+        steps += int(metrics["train/actor/optimizer_steps"])
         if it % run.eval_every == 0 or it == run.iterations:
             its.append(it)
             succ.append(evaluate_success(policy, eval_goals))

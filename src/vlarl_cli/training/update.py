@@ -250,16 +250,34 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: Rollo
             (the runner's layout): the shuffle then keeps mini-batches independent of how the envs are split
             over processes (see ``_permutation``).
     Returns:
-        ``actor/policy_loss``, ``actor/value_loss``, ``actor/approx_kl``, ``actor/pg_clipfrac``,
-        ``actor/clipped_ratio``, ``actor/value_clip_ratio``, ``actor/grad_norm``, ``actor/entropy``,
-        ``actor/explained_variance``, ``actor/lr``, ``actor/loss``, ``actor/skipped_steps``, plus
-        ``actor/ratio``, ``actor/dual_clipfrac``, ``actor/kl_ref`` (when ``kl_beta > 0``),
-        ``actor/optimizer_steps``. Value metrics are absent without a critic (``returns is None``),
-        ``actor/entropy`` is absent when the policy defines no entropy, ``actor/explained_variance`` is
-        absent when it is undefined (constant returns).
+        RLinf's names (``runner/embodied_runner.py`` logs the actor's metrics under ``train/``):
+        ``train/actor/policy_loss``, ``train/actor/approx_kl``, ``train/actor/clip_fraction``,
+        ``train/actor/ratio``, ``train/actor/clipped_ratio``, ``train/actor/dual_clip_fraction``,
+        ``train/actor/entropy_loss`` (the mean entropy, absent when the policy defines none),
+        ``train/actor/kl_loss`` (when ``kl_beta > 0``), ``train/actor/grad_norm``, ``train/actor/lr``,
+        ``train/actor/total_loss`` (the whole mini-batch's loss), ``train/critic/value_loss``,
+        ``train/critic/value_clip_ratio``, ``train/critic/explained_variance`` (absent without a critic, or
+        when undefined: constant returns), ``train/critic/lr`` (a value head with its own group); and ours:
+        ``train/actor/skipped_steps``, ``train/actor/optimizer_steps``.
     """
     s = settings
-    n = len(batch)
+    _check_update(len(batch), s, ref_policy)
+    update = _Update(policy, s, ref_policy, has_critic=batch.returns is not None, reduce=reduce)
+    steps = skipped = 0
+    for _epoch in range(s.update_epoch):
+        perm = _permutation(len(batch), s, env_columns, generator)
+        for start in range(0, len(batch), s.global_batch_size):
+            mb = batch.select(perm[start:start + s.global_batch_size])
+            optimizer.zero_grad(set_to_none=True)
+            total = update.accumulate(mb, actor_on=step_offset + steps + skipped >= s.critic_warmup_steps)
+            if update.step(optimizer, scheduler, total, grad_sync):
+                steps += 1
+            else:
+                skipped += 1
+    return update.metrics(optimizer, batch, skipped=skipped, steps=steps)
+
+
+def _check_update(n: int, s: UpdateSettings, ref_policy: nn.Module | None) -> None:
     if n % s.global_batch_size:
         raise ConfigError(f"The rollout has {n} samples, not a multiple of global_batch_size "
                           f"({s.global_batch_size}); the remainder would be silently dropped.",
@@ -267,139 +285,184 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: Rollo
     if s.kl_beta > 0 and ref_policy is None:
         raise ConfigError(f"kl_beta = {s.kl_beta} > 0 needs a frozen reference policy, but none was given.",
                           "Keep a reference copy of the initial weights, or set kl_beta to 0.")
-    entropy_level = s.entropy_type or s.logprob_type
-    has_critic = batch.returns is not None
-    params = [p for p in policy.parameters() if p.requires_grad]
-    m = _Mean()
-    skipped = 0
-    steps = 0
 
-    for _epoch in range(s.update_epoch):
-        perm = _permutation(n, s, env_columns, generator)
-        for start in range(0, n, s.global_batch_size):
-            mb = batch.select(perm[start:start + s.global_batch_size])
-            den = _denominators(mb, s, entropy_level, reduce)
-            actor_on = step_offset + steps + skipped >= s.critic_warmup_steps
+
+# our internal metric name -> RLinf's (rlinf/algorithms/losses.py, workers/actor/fsdp_actor_worker.py)
+_RLINF_NAMES = {
+    "policy_loss": "train/actor/policy_loss", "approx_kl": "train/actor/approx_kl",
+    "clipfrac": "train/actor/clip_fraction", "dual_clipfrac": "train/actor/dual_clip_fraction",
+    "ratio": "train/actor/ratio", "clipped_ratio": "train/actor/clipped_ratio",
+    "entropy": "train/actor/entropy_loss", "kl_ref": "train/actor/kl_loss", "grad_norm": "train/actor/grad_norm",
+    "loss": "train/actor/total_loss", "value_loss": "train/critic/value_loss",
+    "value_clip_ratio": "train/critic/value_clip_ratio",
+}
+
+
+class _Update:
+    """One ``ppo_update`` call: the losses of micro-batches, optimizer steps and running metrics."""
+
+    def __init__(self, policy: nn.Module, s: UpdateSettings, ref_policy: nn.Module | None, *, has_critic: bool,
+                 reduce: Reduce) -> None:
+        self.policy, self.s, self.ref_policy, self.has_critic, self.reduce = policy, s, ref_policy, has_critic, reduce
+        self.entropy_level = s.entropy_type or s.logprob_type
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+        self.m = _Mean()
+
+    def accumulate(self, mb: RolloutBatch, *, actor_on: bool) -> dict[str, float]:
+        """Backward over the micro-batches of ``mb``; the summed losses (``loss``, ``policy_loss``,
+        ``value_loss``). A non-finite loss poisons the gradients so that every process skips this step."""
+        s = self.s
+        den = _denominators(mb, s, self.entropy_level, self.reduce)
+        total = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0}
+        for mstart in range(0, s.global_batch_size, s.micro_batch_size):
+            micro = mb.select(torch.arange(mstart, mstart + s.micro_batch_size))
+            loss = self.micro_loss(micro, den, actor_on, total)
+            if loss.requires_grad:  # critic warm-up without a critic has nothing to train
+                loss.backward()
+            total["loss"] += float(loss.detach())
+        if not math.isfinite(total["loss"]):
+            # make every process see a non-finite norm after grad_sync, so all skip this step
+            for p in self.params:
+                if p.grad is not None:
+                    p.grad.fill_(float("nan"))
+        return total
+
+    def step(self, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+             total: dict[str, float], grad_sync: Callable[[nn.Module], None] | None) -> bool:
+        """Sync, clip and step; False (gradients discarded, with a warning) when the loss or norm is not finite."""
+        if grad_sync is not None:
+            grad_sync(self.policy)
+        max_norm = self.s.clip_grad if self.s.clip_grad > 0 else float("inf")
+        grad_norm = _clip_grad_norm(self.params, max_norm)
+        if not (math.isfinite(grad_norm) and math.isfinite(total["loss"])):
+            warnings.warn(f"ppo_update: skipping an optimizer step (loss {total['loss']}, grad norm "
+                          f"{grad_norm}); the gradients were discarded.", RuntimeWarning, stacklevel=3)
             optimizer.zero_grad(set_to_none=True)
-            total = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0}
-            for mstart in range(0, s.global_batch_size, s.micro_batch_size):
-                micro = mb.select(torch.arange(mstart, mstart + s.micro_batch_size))
-                loss = _micro_loss(policy, micro, s, den, entropy_level, actor_on, has_critic, ref_policy, m,
-                                   total)
-                if loss.requires_grad:  # critic warm-up without a critic has nothing to train
-                    loss.backward()
-                total["loss"] += float(loss.detach())
-            if not math.isfinite(total["loss"]):
-                # make every process see a non-finite norm after grad_sync, so all skip this step
-                for p in params:
-                    if p.grad is not None:
-                        p.grad.fill_(float("nan"))
-            if grad_sync is not None:
-                grad_sync(policy)
-            max_norm = s.clip_grad if s.clip_grad > 0 else float("inf")
-            grad_norm = _clip_grad_norm(params, max_norm)
-            if not (math.isfinite(grad_norm) and math.isfinite(total["loss"])):
-                warnings.warn(f"ppo_update: skipping an optimizer step (loss {total['loss']}, grad norm "
-                              f"{grad_norm}); the gradients were discarded.", RuntimeWarning, stacklevel=2)
-                optimizer.zero_grad(set_to_none=True)
-                skipped += 1
-                continue
-            optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
-            steps += 1
-            m.add("grad_norm", grad_norm)
-            m.add("loss", total["loss"])
-            m.add("policy_loss", total["policy_loss"])
-            if has_critic:
-                m.add("value_loss", total["value_loss"])
+            return False
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        self.m.add("grad_norm", grad_norm)
+        self.m.add("loss", total["loss"])
+        self.m.add("policy_loss", total["policy_loss"])
+        if self.has_critic:
+            self.m.add("value_loss", total["value_loss"])
+        return True
 
-    m.reduce(reduce)
-    out = {f"actor/{k}": v for k, v in m.result().items()}
-    if "actor/clipfrac" in out:
-        out["actor/pg_clipfrac"] = out.pop("actor/clipfrac")
-    out["actor/skipped_steps"] = float(skipped)
-    out["actor/optimizer_steps"] = float(steps)
-    out["actor/lr"] = float(optimizer.param_groups[0]["lr"])
-    if has_critic:
-        assert batch.old_values is not None and batch.returns is not None
-        ev = explained_variance(batch.old_values, batch.returns, batch.loss_mask.any(-1), reduce)
-        if math.isfinite(ev):
-            out["actor/explained_variance"] = ev
-    return out
+    def metrics(self, optimizer: torch.optim.Optimizer, batch: RolloutBatch, *, skipped: int, steps: int
+                ) -> dict[str, float]:
+        self.m.reduce(self.reduce)
+        out = {_RLINF_NAMES[k]: v for k, v in self.m.result().items()}
+        out["train/actor/skipped_steps"] = float(skipped)
+        out["train/actor/optimizer_steps"] = float(steps)
+        lrs = {g.get("name", "policy"): float(g["lr"]) for g in optimizer.param_groups}
+        out["train/actor/lr"] = float(optimizer.param_groups[0]["lr"])
+        if "value_head" in lrs:
+            out["train/critic/lr"] = lrs["value_head"]
+        if self.has_critic:
+            assert batch.old_values is not None and batch.returns is not None
+            ev = explained_variance(batch.old_values, batch.returns, batch.loss_mask.any(-1), self.reduce)
+            if math.isfinite(ev):
+                out["train/critic/explained_variance"] = ev
+        return out
 
+    def micro_loss(self, micro: RolloutBatch, den: dict[str, Tensor], actor_on: bool, total: dict[str, float]
+                   ) -> Tensor:
+        """Loss of one micro-batch, already divided by the mini-batch denominators."""
+        ev = cast(Policy, self.policy).evaluate(micro.replay)
+        # the rollout usually lives on the CPU, the policy's outputs on its device
+        device = ev.logprobs.device
+        micro = micro.to(device)
+        den = {k: v.to(device) for k, v in den.items()}
+        if ev.logprobs.shape != micro.old_logprobs.shape:
+            raise ValueError(f"policy.evaluate returned logprobs {tuple(ev.logprobs.shape)}, expected "
+                             f"{tuple(micro.old_logprobs.shape)} like the rollout's")
+        terms = _PolicyTerms(self.s, micro, ev.logprobs)
+        pg_loss = terms.pg_loss(den["policy"], self.m)
+        loss = torch.zeros((), device=device)
+        if actor_on:
+            loss = loss + pg_loss
+            total["policy_loss"] += float(pg_loss.detach())
+        loss = loss - self._entropy_term(micro, ev.entropy, den["entropy"], actor_on)
+        if self.s.kl_beta > 0 and actor_on:
+            loss = loss + self._kl_term(micro, terms, den["policy"])
+        if self.has_critic:
+            vl = self._value_term(micro, ev.values, den["value"])
+            loss = loss + self.s.value_coef * vl
+            total["value_loss"] += float(vl.detach())
+        return loss
 
-def _micro_loss(policy: nn.Module, micro: RolloutBatch, s: UpdateSettings, den: dict[str, Tensor],
-                entropy_level: str, actor_on: bool, has_critic: bool, ref_policy: nn.Module | None, m: _Mean,
-                total: dict[str, float]) -> Tensor:
-    """Loss of one micro-batch, already divided by the mini-batch denominators."""
-    ev = cast(Policy, policy).evaluate(micro.replay)
-    # the rollout usually lives on the CPU, the policy's outputs on its device
-    device = ev.logprobs.device
-    micro = micro.to(device)
-    den = {k: v.to(device) for k, v in den.items()}
-    shape = micro.old_logprobs.shape
-    if ev.logprobs.shape != shape:
-        raise ValueError(f"policy.evaluate returned logprobs {tuple(ev.logprobs.shape)}, expected "
-                         f"{tuple(shape)} like the rollout's")
-    level = s.logprob_type
-    unit_mask = mask_to_unit(micro.loss_mask, level, shape)
-    w, _ = loss_weights(unit_mask, s.loss_agg, valid_fraction=micro.valid_fraction,
-                        steps_per_trajectory=micro.steps_per_trajectory)
-    logp = aggregate_logprobs(ev.logprobs.float(), level)
-    old = aggregate_logprobs(micro.old_logprobs.float(), level)
-    adv = to_unit(micro.advantages.float(), level, shape, micro.loss_mask)
-    # masked units must not reach the gradient even through 0 * NaN: neutral values there
-    adv = torch.where(unit_mask, adv, 0.0)
-    old = torch.where(unit_mask, old, logp.detach())
-    pg_loss, pm = ppo_actor_loss(logp, old, adv, w, den["policy"], clip_ratio_low=s.clip_ratio_low,
-                                 clip_ratio_high=s.clip_ratio_high, clip_ratio_c=s.clip_ratio_c,
-                                 log_ratio_min=s.clip_log_ratio_min, log_ratio_max=s.clip_log_ratio_max)
-    count = pm.pop("count")
-    for k, v in pm.items():
-        m.add(k, v, count)
-    loss = torch.zeros((), device=logp.device)
-    if actor_on:
-        loss = loss + pg_loss
-        total["policy_loss"] += float(pg_loss.detach())
-
-    if ev.entropy is not None:
-        ent_mask = mask_to_unit(micro.loss_mask, entropy_level, shape)
-        ent = aggregate_logprobs(ev.entropy.float(), entropy_level)
+    def _entropy_term(self, micro: RolloutBatch, entropy: Tensor | None, den: Tensor, actor_on: bool) -> Tensor:
+        """``entropy_bonus * H`` (to subtract from the loss); records the mean entropy."""
+        s, level, shape = self.s, self.entropy_level, micro.old_logprobs.shape
+        if entropy is None:
+            if s.entropy_bonus > 0:
+                raise ConfigError(f"entropy_bonus = {s.entropy_bonus} > 0, but this policy defines no entropy "
+                                  "(e.g. flow_sde / flow_cps have a fixed noise schedule).",
+                                  "Set entropy_bonus to 0, or use a policy with an entropy (flow_noise, token, "
+                                  "Gaussian).")
+            return torch.zeros((), device=micro.old_logprobs.device)
+        ent_mask = mask_to_unit(micro.loss_mask, level, shape)
+        ent = aggregate_logprobs(entropy.float(), level)
         ew, _ = loss_weights(ent_mask, s.loss_agg, valid_fraction=micro.valid_fraction,
                              steps_per_trajectory=micro.steps_per_trajectory)
         with torch.no_grad():
-            m.add("entropy", torch.where(ent_mask, ent, 0.0).sum() / ent_mask.sum().clamp(min=1), ent_mask.sum())
+            self.m.add("entropy", torch.where(ent_mask, ent, 0.0).sum() / ent_mask.sum().clamp(min=1), ent_mask.sum())
         if s.entropy_bonus > 0 and actor_on:
-            loss = loss - s.entropy_bonus * aggregate_loss(ent, ew, den["entropy"])
-    elif s.entropy_bonus > 0:
-        raise ConfigError(f"entropy_bonus = {s.entropy_bonus} > 0, but this policy defines no entropy "
-                          "(e.g. flow_sde / flow_cps have a fixed noise schedule).",
-                          "Set entropy_bonus to 0, or use a policy with an entropy (flow_noise, token, Gaussian).")
+            return s.entropy_bonus * aggregate_loss(ent, ew, den)
+        return torch.zeros((), device=ent.device)
 
-    if s.kl_beta > 0 and actor_on:
-        assert ref_policy is not None
+    def _kl_term(self, micro: RolloutBatch, terms: _PolicyTerms, den: Tensor) -> Tensor:
+        """``kl_beta * KL(policy || reference)``; records the mean KL."""
+        assert self.ref_policy is not None
         with torch.no_grad():
-            ref = cast(Policy, ref_policy).evaluate(micro.replay)
-        kl = kl_penalty(logp, aggregate_logprobs(ref.logprobs.float(), level), s.kl_type)
-        loss = loss + s.kl_beta * aggregate_loss(kl, w, den["policy"])
+            ref = cast(Policy, self.ref_policy).evaluate(micro.replay)
+        kl = kl_penalty(terms.logp, aggregate_logprobs(ref.logprobs.float(), self.s.logprob_type), self.s.kl_type)
         with torch.no_grad():
-            m.add("kl_ref", torch.where(unit_mask, kl, 0.0).sum() / unit_mask.sum().clamp(min=1), unit_mask.sum())
+            mask = terms.unit_mask
+            self.m.add("kl_ref", torch.where(mask, kl, 0.0).sum() / mask.sum().clamp(min=1), mask.sum())
+        return self.s.kl_beta * aggregate_loss(kl, terms.weight, den)
 
-    if has_critic:
+    def _value_term(self, micro: RolloutBatch, values_new: Tensor, den: Tensor) -> Tensor:
+        """The clipped Huber value loss; records the value-clip ratio."""
         assert micro.old_values is not None and micro.returns is not None
+        s = self.s
         v_mask = micro.loss_mask.any(-1)
         vw, _ = loss_weights(v_mask, s.loss_agg, valid_fraction=micro.valid_fraction,
                              steps_per_trajectory=micro.steps_per_trajectory)
-        if ev.values.shape != micro.returns.shape:
-            raise ValueError(f"policy.evaluate returned values {tuple(ev.values.shape)}, expected "
+        if values_new.shape != micro.returns.shape:
+            raise ValueError(f"policy.evaluate returned values {tuple(values_new.shape)}, expected "
                              f"{tuple(micro.returns.shape)} ([B])")
-        values = ev.values.float()
+        values = values_new.float()
         old_values = torch.where(v_mask, micro.old_values.float(), values.detach())
         returns = torch.where(v_mask, micro.returns.float(), values.detach())
-        vl, vm = value_loss(values, old_values, returns, vw, den["value"], value_clip=s.value_clip,
-                            huber_delta=s.huber_delta)
-        m.add("value_clip_ratio", vm["value_clip_ratio"], vm["count"])
-        loss = loss + s.value_coef * vl
-        total["value_loss"] += float(vl.detach())
-    return loss
+        vl, vm = value_loss(values, old_values, returns, vw, den, value_clip=s.value_clip, huber_delta=s.huber_delta)
+        self.m.add("value_clip_ratio", vm["value_clip_ratio"], vm["count"])
+        return vl
+
+
+class _PolicyTerms:
+    """The micro-batch at the ``logprob_type`` granularity: log-probs, advantages, mask and loss weights."""
+
+    def __init__(self, s: UpdateSettings, micro: RolloutBatch, logprobs: Tensor) -> None:
+        self.s = s
+        level, shape = s.logprob_type, micro.old_logprobs.shape
+        self.unit_mask = mask_to_unit(micro.loss_mask, level, shape)
+        self.weight, _ = loss_weights(self.unit_mask, s.loss_agg, valid_fraction=micro.valid_fraction,
+                                      steps_per_trajectory=micro.steps_per_trajectory)
+        self.logp = aggregate_logprobs(logprobs.float(), level)
+        old = aggregate_logprobs(micro.old_logprobs.float(), level)
+        adv = to_unit(micro.advantages.float(), level, shape, micro.loss_mask)
+        # masked units must not reach the gradient even through 0 * NaN: neutral values there
+        self.adv = torch.where(self.unit_mask, adv, 0.0)
+        self.old = torch.where(self.unit_mask, old, self.logp.detach())
+
+    def pg_loss(self, den: Tensor, m: _Mean) -> Tensor:
+        s = self.s
+        loss, pm = ppo_actor_loss(self.logp, self.old, self.adv, self.weight, den, clip_ratio_low=s.clip_ratio_low,
+                                  clip_ratio_high=s.clip_ratio_high, clip_ratio_c=s.clip_ratio_c,
+                                  log_ratio_min=s.clip_log_ratio_min, log_ratio_max=s.clip_log_ratio_max)
+        count = pm.pop("count")
+        for k, v in pm.items():
+            m.add(k, v, count)
+        return loss

@@ -332,7 +332,7 @@ def build_policy(model: ModelSettings, device: Any = "cpu") -> Any:
     """
     import torch
 
-    from vlarl_cli.distributed.device import resolve_dtype
+    from vlarl_cli.precision import resolve_dtype
 
     device = torch.device(device)
     dtype = resolve_dtype(model.precision or "fp32", device)  # bf16 -> fp32 on CPU

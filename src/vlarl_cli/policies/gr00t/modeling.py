@@ -92,7 +92,7 @@ class Gr00tPolicy(nn.Module):
                  device: Any = "cpu", dtype: torch.dtype | None = None,
                  tokenizer: PromptTokenizer | None = None) -> None:
         super().__init__()
-        from vlarl_cli.distributed.device import resolve_dtype
+        from vlarl_cli.precision import resolve_dtype
 
         device = torch.device(device)
         if settings.version != config.version:

@@ -38,8 +38,7 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Of
     import torch
 
     from vlarl_cli.policies.openvla_oft.policy import OftPolicy
-
-    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    from vlarl_cli.precision import DTYPES as dtypes
     dev = torch.device(device)
     rl: dict[str, Any] = model.rl_fields()
     if model.model_path:

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlarl_cli.errors import ConfigError, did_you_mean
+from vlarl_cli.precision import PRECISION_ALIASES as _PRECISION_ALIASES
+from vlarl_cli.precision import PRECISIONS
 
 __all__ = ["ATTENTION_MODES", "PRESETS", "ModelSettings", "OftConfig", "preset"]
 
-PRECISIONS = ("fp32", "bf16", "fp16")
-_PRECISION_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 #: ``bidirectional``: every token attends every valid token (the openvla-oft transformers fork makes ALL
 #: attention bidirectional; moojink/openvla-oft issues #27 and #89). ``action_bidirectional``: the
 #: prompt stays causal and only the action block attends bidirectionally (to itself + the prompt).

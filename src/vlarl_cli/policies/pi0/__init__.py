@@ -41,8 +41,7 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi
     import torch
 
     from vlarl_cli.policies.pi0.policy import Pi0Policy
-
-    _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    from vlarl_cli.precision import DTYPES as _DTYPES
     cfg = model.to_pi0_config()
     if model.precision is None and model.model_path and torch.device(device).type not in ("cpu", "meta"):
         cfg = cfg.replace(precision=_stored_precision(model.model_path))

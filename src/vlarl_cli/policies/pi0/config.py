@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlarl_cli.errors import ConfigError, did_you_mean
+from vlarl_cli.precision import PRECISION_ALIASES as _PRECISION_ALIASES
+from vlarl_cli.precision import PRECISIONS
 
 __all__ = ["PRESETS", "VARIANTS", "ModelSettings", "Pi0Config", "preset"]
 
 VARIANTS = ("pi0", "pi05")
 NOISE_METHODS = ("ode", "flow_sde", "flow_cps", "flow_noise")
-PRECISIONS = ("fp32", "bf16", "fp16")
-_PRECISION_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 GRIPPER_MODES = ("none", "binarize", "from_01")
 
 

@@ -1,0 +1,53 @@
+"""The vector-env contract that ``training.rollout.collect`` drives.
+
+Three implementations satisfy it: ``envs.vector.LiberoVectorEnv`` (subprocess workers),
+``envs.toy.ToyVectorEnv`` (in-process, pure torch) and ``distributed.remote_env.RemoteVectorEnv`` (envs
+on other ranks). A structural :class:`typing.Protocol`: nothing inherits from it, mypy checks the fit.
+
+Shapes (``N`` = ``num_envs``, ``C`` env steps per chunk, ``A`` action dims):
+    reset(ids)          -> obs: dict keyed by ``vlarl_cli.keys`` observation names, batch first
+    step_chunk(actions) -> (obs, rewards [N, C] float, dones [N, C] bool, infos)
+    infos               keys.SUCCESS / keys.TRUNCATED [N, C] bool, keys.EPISODE_DONE [N] bool and the
+                        episode metrics (keys.EPISODE_METRICS, [N], valid where EPISODE_DONE), keys.ERRORS
+Pipelining (``stages > 1``): ``step_chunk_async(stage, actions)`` then ``wait(stage)`` for the envs
+``stage_ids(stage)``; envs that run in-process may refuse it (``stage_ids`` raises).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+StepResult = tuple[dict[str, Any], torch.Tensor, torch.Tensor, dict[str, Any]]
+
+
+class VectorEnv(Protocol):
+    """``N`` envs stepped together one action chunk at a time."""
+
+    @property
+    def num_envs(self) -> int: ...
+
+    @property
+    def pool(self) -> np.ndarray:
+        """Flat ids of the reset states (init states or goals) that ``reset`` accepts."""
+        ...
+
+    def reset(self, reset_state_ids: Any = None) -> dict[str, Any]: ...
+
+    def step_chunk(self, actions: torch.Tensor) -> StepResult: ...
+
+    def stage_ids(self, stage: int) -> list[int]: ...
+
+    def episode_frames(self, env_id: int) -> list[dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+class PipelinedVectorEnv(VectorEnv, Protocol):
+    """A vector env whose pipeline stages step while the policy computes the next stage's actions."""
+
+    def step_chunk_async(self, stage: int, actions: torch.Tensor) -> None: ...
+
+    def wait(self, stage: int) -> StepResult: ...
