@@ -21,3 +21,64 @@ def test_ppo_flow_sde_learns_to_reach(tmp_path: Path) -> None:
     late = sum(r["env/success_once"] for r in rows[-5:]) / 5
     assert late >= first + 0.25, (first, late)
     assert result.checkpoint is not None and (result.checkpoint / "model.safetensors").is_file()
+
+
+def test_one_iteration_step_by_step(tmp_path: Path) -> None:
+    """Each step of the loop is a Trainer method that can be called (and checked) on its own."""
+    from vlarl_cli.distributed import dist
+    from vlarl_cli.distributed.placement import Cluster
+    from vlarl_cli.training.rl import Trainer
+
+    config = load_config("toy_reach_ppo", [f"runner.logger.log_path={tmp_path}", "runner.max_epochs=1",
+                                           "env.train.total_num_envs=8", "actor.global_batch_size=16",
+                                           "actor.micro_batch_size=8", "runner.val_check_interval=1"]).config
+    cluster = Cluster.create(dist.init_distributed(), config.cluster.placement(1), num_envs=8, group_size=1,
+                             shard_actor=True)
+    assert cluster.collocated and cluster.is_actor_source and not cluster.owns_rollout_copy
+    run = Trainer(config, cluster)
+    run.resume(None)
+    run.open_logs()
+    run.open_envs()
+    try:
+        assert run.running()
+        metrics = run.start_iteration()
+        run.sync(metrics)
+        assert metrics == {}  # collocated: the rollout samples with the actor module, nothing to send
+        rollouts = run.collect(metrics)
+        assert rollouts is not None and len(rollouts) == config.rollout_epoch
+        t, c = config.chunk_steps_per_epoch, config.actor.model.num_action_chunks
+        assert rollouts[0].rewards.shape == (t, 8, c) and rollouts[0].values.shape == (t + 1, 8)
+        assert metrics["env/num_trajectories"] == 8  # every toy episode ends within the rollout epoch
+        assert run.hand_to_actors(rollouts, metrics) is rollouts
+        run.update(rollouts, metrics)
+        assert run.state.iteration == 1 and run.state.optimizer_steps == run.steps_per_iteration
+        # 4 update epochs x 2 mini-batches (8 envs x 4 chunk steps = 32 samples, 16 per mini-batch)
+        assert metrics["train/actor/optimizer_steps"] == run.steps_per_iteration == 8
+        run.evaluate(metrics)
+        assert 0.0 <= metrics["eval/success_once"] <= 1.0
+        run.log(metrics)
+        run.checkpoint()
+        assert not run.running()
+    finally:
+        run.close()
+    assert run.result().checkpoint == tmp_path / "checkpoints" / "global_step_1"
+
+
+def test_env_metrics_by_hand() -> None:
+    """RLinf's env/reward is the mean over episodes of return / length; ours besides: the mean step reward."""
+    import torch
+
+    from vlarl_cli.training.batch import rollout_metrics
+    from vlarl_cli.training.rollout import Rollout
+
+    rewards = torch.zeros(2, 2, 2)
+    rewards[1, 0, 1] = 1.0  # env 0 succeeds at its 4th step; env 1 runs out of time after 4 steps
+    success = rewards.bool()
+    r = Rollout(replay={}, logprobs=torch.zeros(2, 2, 2, 1), values=torch.zeros(3, 2), rewards=rewards,
+                dones=torch.zeros(3, 2, 2, dtype=torch.bool), success=success,
+                episodes={"success_once": [1.0, 0.0], "success_at_end": [1.0, 0.0], "return": [1.0, 0.0],
+                          "episode_len": [4.0, 4.0]})
+    m = rollout_metrics([r])
+    assert m["env/num_trajectories"] == 2 and m["env/success_once"] == 0.5 and m["env/episode_len"] == 4.0
+    assert m["env/reward"] == (1.0 / 4 + 0.0 / 4) / 2
+    assert m["env/mean_step_reward"] == 1.0 / 8 and m["env/success_any_step"] == 0.5

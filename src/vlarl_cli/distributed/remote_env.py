@@ -9,10 +9,13 @@ pipelining run unchanged) and each env-only rank runs :func:`serve_env` in the s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
+
+from vlarl_cli import keys
+from vlarl_cli.envs.base import PipelinedVectorEnv, StepResult, VectorEnv
 
 
 class RemoteVectorEnv:
@@ -57,7 +60,7 @@ class RemoteVectorEnv:
             start += count
         self._pending[stage] = sends
 
-    def wait(self, stage: int) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor, dict[str, Any]]:
+    def wait(self, stage: int) -> StepResult:
         from vlarl_cli.distributed.transport import recv_dict
 
         replies = [recv_dict(r) for r in self.env_ranks]
@@ -66,9 +69,9 @@ class RemoteVectorEnv:
         infos: dict[str, Any] = {}
         for key in replies[0]["infos"]:
             values = [rep["infos"][key] for rep in replies]
-            if key == "errors":
+            if key == keys.ERRORS:
                 infos[key] = {off + int(e): msg for off, v in zip(self.offsets, values, strict=True) for e, msg in v.items()}
-            elif key == "env_ids":
+            elif key == keys.ENV_IDS:
                 infos[key] = [off + int(e) for off, v in zip(self.offsets, values, strict=True) for e in v]
             elif isinstance(values[0], torch.Tensor):
                 infos[key] = torch.cat(values)
@@ -77,7 +80,7 @@ class RemoteVectorEnv:
         return (_cat_obs([rep["obs"] for rep in replies]), torch.cat([rep["rewards"] for rep in replies]),
                 torch.cat([rep["dones"] for rep in replies]), infos)
 
-    def step_chunk(self, actions: torch.Tensor) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor, dict[str, Any]]:
+    def step_chunk(self, actions: torch.Tensor) -> StepResult:
         self.step_chunk_async(0, actions)
         return self.wait(0)
 
@@ -116,7 +119,7 @@ def receive_setup(rollout_rank: int) -> dict[str, Any]:
     return recv_dict(rollout_rank)
 
 
-def send_hello(env: Any, rollout_rank: int, stages: int) -> None:
+def send_hello(env: VectorEnv, rollout_rank: int, stages: int) -> None:
     from vlarl_cli.distributed.transport import send_dict
 
     send_dict({"num_envs": env.num_envs, "pool": torch.as_tensor(np.asarray(env.pool)),
@@ -137,12 +140,13 @@ def collect_schedule(stages: int, chunk_steps: int) -> list[tuple[str, int]]:
     return events + [("wait", s) for s in range(stages)]
 
 
-def serve_env(env: Any, rollout_rank: int, stages: int, chunk_steps: int) -> dict[str, Any]:
+def serve_env(env: VectorEnv, rollout_rank: int, stages: int, chunk_steps: int) -> dict[str, Any]:
     """On an env-only rank: serve the rollout rank's collects (a ``reset``, then :func:`collect_schedule`)
     until ``end`` (returned)."""
     from vlarl_cli.distributed.transport import recv_dict, send_dict
 
-    asynchronous = hasattr(env, "step_chunk_async")  # the in-process toy env only steps synchronously
+    # the in-process toy env only steps synchronously
+    pipelined = cast(PipelinedVectorEnv, env) if hasattr(env, "step_chunk_async") else None
     while True:
         msg = recv_dict(rollout_rank)
         if msg["op"] == "end":
@@ -158,12 +162,12 @@ def serve_env(env: Any, rollout_rank: int, stages: int, chunk_steps: int) -> dic
                 if cmd["op"] != "step" or cmd["stage"] != stage:
                     raise RuntimeError(f"env rank expected the actions of stage {stage}, got {cmd['op']!r} "
                                        f"for stage {cmd.get('stage')}")
-                if asynchronous:
-                    env.step_chunk_async(stage, cmd["actions"])
+                if pipelined is not None:
+                    pipelined.step_chunk_async(stage, cmd["actions"])
                 else:
                     queued[stage] = cmd["actions"]
             else:
-                obs, rewards, dones, infos = (env.wait(stage) if asynchronous
+                obs, rewards, dones, infos = (pipelined.wait(stage) if pipelined is not None
                                               else env.step_chunk(queued.pop(stage)))
                 send_dict({"obs": obs, "rewards": rewards, "dones": dones, "infos": infos}, rollout_rank)
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from vlarl_cli.config.schema import EnvSplitConfig, VlarlConfig
+from vlarl_cli.envs.base import VectorEnv
 from vlarl_cli.training.common import derived_seed
 
 
@@ -44,7 +45,7 @@ def sampling_generator(seed: int, epoch_index: int, env_ids: range) -> Any:
 
 
 def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank: int, group_size: int,
-             cameras: tuple[str, ...], record_video: bool, stages: int) -> Any:
+             cameras: tuple[str, ...], record_video: bool, stages: int) -> VectorEnv:
     """This rank's vector env for ``split`` (LIBERO subprocess workers)."""
     if split.env_type == "toy_reach":
         from vlarl_cli.envs.toy import ToyVectorEnv
@@ -79,7 +80,7 @@ def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank:
     return LiberoVectorEnv(spec)
 
 
-def write_videos(env: Any, video: Any, iteration: int) -> None:
+def write_videos(env: VectorEnv, video: Any, iteration: int) -> None:
     """This iteration's recorded episodes, at most ``video.max_videos`` of them."""
     from vlarl_cli.video.writer import write_episode_video
 

@@ -16,9 +16,12 @@ One iteration (RLinf's embodied runner, on torch.distributed instead of Ray), ea
    whole batch of every actor rank), then ``update_epoch`` passes of shuffled mini-batches
    (``training.actor``, gradients averaged over the actor ranks before clipping);
 4. ``evaluate``: ``eval/*`` every ``val_check_interval`` iterations (``training.validate``);
-5. ``log``: metrics to every sink under RLinf's names (``train/actor/*``, ``train/critic/*``,
-   ``rollout/*``, ``env/*``, ``eval/*``, ``time/*``; see the README's metric table); ``checkpoint``: an
-   atomic checkpoint every ``save_interval`` iterations and at the end.
+5. ``log``: metrics to every sink under RLinf's names: ``train/actor/*``, ``train/critic/*``
+   (:func:`vlarl_cli.training.update.ppo_update`), ``rollout/*`` and ``env/*``
+   (:mod:`vlarl_cli.training.batch`), ``eval/*``, and ``time/sync_weights``, ``time/generate_rollouts``,
+   ``time/env/env_interact_step``, ``time/rollout/predict``, ``time/cal_adv_and_returns``,
+   ``time/actor_training``, ``time/eval``, ``time/step`` (the slowest rank's); ``checkpoint``: an atomic
+   checkpoint every ``save_interval`` iterations and at the end.
 
 Randomness: models are initialised under one seed on every rank; reset states and sampling noise are
 functions of (seed, rollout epoch, global env id); the shuffle of iteration k is seeded by (seed, k). So a
@@ -30,7 +33,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -40,6 +43,8 @@ from vlarl_cli.config.loading import LoadedConfig, to_yaml
 from vlarl_cli.config.schema import VlarlConfig
 from vlarl_cli.distributed import dist
 from vlarl_cli.distributed.placement import Cluster
+from vlarl_cli.envs.base import VectorEnv
+from vlarl_cli.policies.base import Policy
 from vlarl_cli.training import checkpoint as ckpt
 from vlarl_cli.training.actor import (
     Actor,
@@ -168,7 +173,7 @@ class Trainer:
         self.weights = RolloutWeights(cluster, self.actor, self.policy)
         self.steps_per_iteration = steps_per_iteration(config, len(cluster.roles.actor))
         self.rollout_reduce: Reduce = dist.CrossRank(cluster.groups.get("rollout")) if cluster.is_rollout else LOCAL
-        self.env: Any = None
+        self.env: VectorEnv | None = None
         self.logger: Any = None
         self.progress: Any = None
         self.eval_copy: torch.nn.Module | None = None
@@ -262,6 +267,7 @@ class Trainer:
         if self.cluster.is_rollout:
             return self._collect_rollouts(metrics)
         if self.cluster.is_env:
+            assert self.env is not None
             serve_env(self.env, self.cluster.roles.rollout_of_env(self.cluster.rank),
                       self.config.rollout.pipeline_stage_num, self.config.chunk_steps_per_epoch)
         return None
@@ -295,12 +301,13 @@ class Trainer:
         config, cluster, split = self.config, self.cluster, self.config.env.train
         epoch_index = self.state.iteration * config.rollout_epoch + epoch
         columns, rollout_ranks = cluster.rollout_columns, cluster.roles.rollout
+        assert self.env is not None
         ids = draw_reset_ids(self.env.pool, len(columns), config.train_group_size,
                              ordered=split.use_ordered_reset_state_ids, seed=split.seed,
                              rank=rollout_ranks.index(cluster.rank), world_size=len(rollout_ranks),
                              epoch_index=epoch_index)
         streams = sampling_generator(config.actor.seed, epoch_index, columns)
-        return collect(policy, self.env, config.chunk_steps_per_epoch,  # type: ignore[arg-type]
+        return collect(cast(Policy, policy), self.env, config.chunk_steps_per_epoch,
                        stages=config.rollout.pipeline_stage_num, reset_state_ids=ids, generator=streams)
 
     def hand_to_actors(self, rollouts: list[Rollout] | None, metrics: dict[str, float]) -> list[Rollout] | None:
@@ -324,7 +331,7 @@ class Trainer:
             assert rollouts is not None
             metrics.update(self._update_actor(self.actor, rollouts))
         video = self.config.env.train.video_cfg
-        if self.cluster.is_first_env and video.save_video:
+        if self.cluster.is_first_env and video.save_video and self.env is not None:
             write_videos(self.env, video, self.state.iteration)
         self.weights.agree()
 

@@ -7,11 +7,12 @@ LIBERO runs the same code as ``vlarl eval`` (protocol, fixed init states, result
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from vlarl_cli.config.schema import VlarlConfig
+from vlarl_cli.policies.base import Policy
 from vlarl_cli.training.batch import rollout_metrics
 from vlarl_cli.training.envs import make_env, sampling_generator
 from vlarl_cli.training.rollout import collect
@@ -33,7 +34,7 @@ def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, iteration
         steps = split.max_steps_per_rollout_epoch // config.actor.model.num_action_chunks
         # the same noise streams at every evaluation (flow policies start their ODE from noise)
         streams = sampling_generator(config.actor.seed, -1, range(env.num_envs))
-        rollout = collect(policy, env, steps, deterministic=True, generator=streams)  # type: ignore[arg-type]
+        rollout = collect(cast(Policy, policy), env, steps, deterministic=True, generator=streams)
     finally:
         env.close()
     return {k.replace("env/", "eval/"): v for k, v in rollout_metrics([rollout]).items()}
