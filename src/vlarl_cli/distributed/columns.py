@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from vlarl_cli.distributed.placement import Roles
+from vlarl_cli.distributed.transport import isend_dict, recv_dict
 
 Columns = dict[str, Any]  # name -> tensor [T(+1), N, ...], and "replay" -> {name: tensor [T, N, ...]}
 
@@ -39,8 +40,6 @@ def _overlap(have: range, want: range) -> range:
 def redistribute(epochs: list[Columns] | None, roles: Roles) -> list[Columns] | None:
     """Move every rollout epoch's env columns from the rollout ranks to the actor ranks that train on them.
     Called on every rank; returns the actor's epochs (None on ranks that are not actors)."""
-    from vlarl_cli.distributed.transport import isend_dict, recv_dict
-
     sends = []
     mine: dict[int, dict[str, Any]] = {}
     if roles.is_rollout:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from vlarl_cli import keys
+from vlarl_cli.distributed.transport import isend_dict, recv_dict, send_dict
 from vlarl_cli.envs.base import PipelinedVectorEnv, StepResult, VectorEnv
 
 
@@ -26,8 +27,6 @@ class RemoteVectorEnv:
     computes the next stage's actions."""
 
     def __init__(self, env_ranks: list[int], setup: dict[str, Any]) -> None:
-        from vlarl_cli.distributed.transport import recv_dict, send_dict
-
         self.env_ranks = env_ranks
         for r in env_ranks:  # what the env ranks cannot know without a policy (cameras, video)
             send_dict(setup, r)
@@ -43,16 +42,12 @@ class RemoteVectorEnv:
         return [off + i for off, ids in zip(self.offsets, self._local_stage_ids, strict=True) for i in ids[stage]]
 
     def reset(self, reset_state_ids: Any = None) -> dict[str, Any]:
-        from vlarl_cli.distributed.transport import recv_dict, send_dict
-
         ids = None if reset_state_ids is None else torch.as_tensor(np.asarray(reset_state_ids))
         for r, off, n in zip(self.env_ranks, self.offsets, self.sizes, strict=True):
             send_dict({"op": "reset", "ids": None if ids is None else ids[off:off + n]}, r)
         return _cat_obs([recv_dict(r)["obs"] for r in self.env_ranks])
 
     def step_chunk_async(self, stage: int, actions: torch.Tensor) -> None:
-        from vlarl_cli.distributed.transport import isend_dict
-
         start, sends = 0, []
         for r, ids in zip(self.env_ranks, self._local_stage_ids, strict=True):
             count = len(ids[stage])
@@ -61,8 +56,6 @@ class RemoteVectorEnv:
         self._pending[stage] = sends
 
     def wait(self, stage: int) -> StepResult:
-        from vlarl_cli.distributed.transport import recv_dict
-
         replies = [recv_dict(r) for r in self.env_ranks]
         for send in self._pending.pop(stage):
             send.wait()
@@ -86,8 +79,6 @@ class RemoteVectorEnv:
 
     def end_iteration(self, iteration: int) -> None:
         """Tell the env ranks that this iteration's collect is over (they write their videos)."""
-        from vlarl_cli.distributed.transport import send_dict
-
         for r in self.env_ranks:
             send_dict({"op": "end", "iteration": iteration}, r)
 
@@ -114,14 +105,10 @@ def _cat_obs(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 def receive_setup(rollout_rank: int) -> dict[str, Any]:
     """On an env-only rank: the setup its rollout rank sends first (see :class:`RemoteVectorEnv`)."""
-    from vlarl_cli.distributed.transport import recv_dict
-
     return recv_dict(rollout_rank)
 
 
 def send_hello(env: VectorEnv, rollout_rank: int, stages: int) -> None:
-    from vlarl_cli.distributed.transport import send_dict
-
     send_dict({"num_envs": env.num_envs, "pool": torch.as_tensor(np.asarray(env.pool)),
                "stage_ids": [list(env.stage_ids(s)) if stages > 1 else list(range(env.num_envs))
                              for s in range(stages)]}, rollout_rank)
@@ -143,8 +130,6 @@ def collect_schedule(stages: int, chunk_steps: int) -> list[tuple[str, int]]:
 def serve_env(env: VectorEnv, rollout_rank: int, stages: int, chunk_steps: int) -> dict[str, Any]:
     """On an env-only rank: serve the rollout rank's collects (a ``reset``, then :func:`collect_schedule`)
     until ``end`` (returned)."""
-    from vlarl_cli.distributed.transport import recv_dict, send_dict
-
     # the in-process toy env only steps synchronously
     pipelined = cast(PipelinedVectorEnv, env) if hasattr(env, "step_chunk_async") else None
     while True:

@@ -51,6 +51,7 @@ from vlarl_cli.training.actor import (
     build_rollout_policy,
     offload_module,
     offload_optimizer_state,
+    steps_per_iteration,
     update_settings,
 )
 from vlarl_cli.training.batch import build_batch, rollout_metrics
@@ -156,8 +157,6 @@ class Trainer:
     """One rank's part of an rl-train run; :func:`train` calls its steps in order."""
 
     def __init__(self, config: VlarlConfig, cluster: Cluster) -> None:
-        from vlarl_cli.training.actor import steps_per_iteration
-
         self.config, self.cluster = config, cluster
         self.run_dir = Path(config.runner.logger.log_path).expanduser()
         # the same seed on every rank while the models are built: freshly initialised weights (tiny presets,
@@ -180,6 +179,7 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}
         self.last_checkpoint: Path | None = None
         self.iteration_start = 0.0
+        self.resumed = False
         seed_everything(derived_seed(config.actor.seed, cluster.rank))
 
     def _rollout_policy(self) -> torch.nn.Module | None:
