@@ -101,3 +101,36 @@ def test_env_ranks_follow_collects_exact_schedule(stages: int) -> None:
     env = _RecordingEnv(stages)
     collect(ToyFlowPolicy(chunk=2), env, 3, stages=stages)
     assert env.calls == collect_schedule(stages, 3)
+
+
+def _cluster(placement: dict[str, list[int]], rank: int, world: int, sharded: bool):
+    from vlarl_cli.distributed.dist import DistContext
+    from vlarl_cli.distributed.placement import Cluster
+
+    ctx = DistContext(rank=rank, world_size=world, local_rank=rank, device=torch.device("cpu"))
+    return Cluster(ctx, _roles(placement, rank=rank, world=world), actor_sharded=sharded)
+
+
+@pytest.mark.parametrize(("placement", "sharded", "copies"), [
+    # training on its own rank: the rollout rank samples with a copy that the actor keeps current
+    ({"env": [0], "rollout": [0], "actor": [1]}, False, [0]),
+    # an FSDP actor over ranks that do not all sample: every rollout rank needs its own unsharded copy
+    ({"env": [0], "rollout": [1], "actor": [0, 1]}, True, [1]),
+    # an unsharded actor on a rollout rank samples with the actor module itself
+    ({"env": [0, 1], "rollout": [0, 1], "actor": [0]}, False, [1]),
+])
+def test_cluster_answers_who_holds_a_rollout_copy(placement: dict[str, list[int]], sharded: bool,
+                                                   copies: list[int]) -> None:
+    for rank in range(2):
+        c = _cluster(placement, rank, 2, sharded)
+        assert c.rollout_copy_ranks == copies and c.owns_rollout_copy == (rank in copies)
+        assert c.sync_ranks == sorted({placement["actor"][0], *copies})
+        assert c.is_actor_source == (rank == placement["actor"][0]) and not c.collocated
+        assert c.is_env_only == (rank in placement["env"] and rank not in placement["rollout"])
+        assert c.rollout_columns == (c.roles.rollout_columns(rank) if rank in placement["rollout"] else range(0))
+
+
+def test_collocated_cluster_has_no_copies_and_combines_nothing() -> None:
+    c = _cluster({k: [0, 1] for k in ("env", "rollout", "actor")}, 1, 2, sharded=True)
+    assert c.collocated and c.rollout_copy_ranks == [] and c.sync_ranks == [0] and not c.is_actor_source
+    assert c.combine_metrics({"time/step": 1.0}) == {"time/step": 1.0}  # one process: nothing to gather
