@@ -19,7 +19,7 @@ LAYOUTS = [("n1.5", "vlarl"), ("n1.5", "gr00t_n15"), ("n1.6", "vlarl"), ("n1.6",
 def test_round_trip_is_exact(version, fmt, tmp_path, policy_factory, obs_factory) -> None:
     policy = policy_factory(version, seed=3)
     with torch.no_grad():  # make the zero-initialised value layer non-trivial so it round-trips visibly
-        policy.action_head.value_head.out.weight.normal_()
+        policy.action_head.value_head.mlp[-1].weight.normal_()
     path = tmp_path / fmt
     ck.save_policy(policy, path, format=fmt, max_shard_bytes=1_500_000)  # forces several shards
     assert ck.detect_format(path) == fmt
@@ -108,8 +108,8 @@ def test_upstream_checkpoint_without_value_head_and_with_lm_head(tmp_path, polic
     assert sorted(r.fresh_optional) == sorted(k for k in policy.state_dict() if k.startswith("action_head.value_head."))
     assert torch.equal(loaded.state_dict()["backbone.eagle_model.language_model.model.embed_tokens.weight"],
                        policy.state_dict()["backbone.eagle_model.language_model.model.embed_tokens.weight"])
-    out = loaded.sample(obs_factory(2))
-    assert torch.equal(out.values, torch.zeros(2))  # fresh value head, zero last layer
+    last = loaded.action_head.value_head.mlp[-1]  # fresh RLinf critic: N(0, 0.02) last layer, zero bias
+    assert torch.equal(last.bias, torch.zeros(1)) and 0.005 < float(last.weight.std()) < 0.05
     assert all(p.requires_grad for p in loaded.action_head.value_head.parameters())
 
 
@@ -189,7 +189,7 @@ def test_resave_with_fewer_shards_removes_stale_files(tmp_path, policy_factory) 
 def test_describe_lists_the_modality_and_checkpoint_tokenizer_is_used(tmp_path, policy_factory) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from vlarl_cli.policies.gr00t.processing import FileTokenizer
+    from vlarl_cli.policies.gr00t.tokenizer import QwenTokenizer as FileTokenizer
 
     ck.save_policy(policy_factory("n1.5"), tmp_path / "a", format="gr00t_n15")
     d = ck.describe(tmp_path / "a")
@@ -245,6 +245,7 @@ def test_backbone_dimensions_are_read_off_the_weights(version, fmt, tmp_path, po
     block = data["backbone_cfg"] if version == "n1.5" else data
     # keep only what shapes cannot tell; every other backbone field must come back from the weights
     keep = ("vision_num_heads", "image_token_id", "pad_token_id", "max_text_tokens", "prompt_style", "rope_theta",
+            "padding_value", "prompt_pad_id", "crop_fraction", "shortest_image_edge",
             "rms_norm_eps", "max_position_embeddings", "formalize_language", "pixel_shuffle_kind", "vl_num_heads",
             "vl_head_dim")
     block["eagle_config"] = {k: v for k, v in block["eagle_config"].items() if k in keep}

@@ -55,8 +55,8 @@ def test_validation_names_the_key() -> None:
     with pytest.raises(CheckpointError, match='"gripper"'):
         ModalitySpec(embodiment_tag="x", embodiment_id=0, state_keys=spec.state_keys, action_keys=spec.action_keys,
                      statistics=stats)
-    with pytest.raises(ConfigError, match="min_max"):
-        ModalitySpec(embodiment_tag="x", embodiment_id=0, statistics=stats, action_norm="mean_std")
+    with pytest.raises(ConfigError, match="min_max, q99, mean_std"):
+        ModalitySpec(embodiment_tag="x", embodiment_id=0, statistics=stats, action_norm="percentile")
     with pytest.raises(ConfigError, match='Did you mean "libero_panda"'):
         default_modality("libero_pand")
 
