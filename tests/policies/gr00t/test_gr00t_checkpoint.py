@@ -255,3 +255,43 @@ def test_backbone_dimensions_are_read_off_the_weights(version, fmt, tmp_path, po
     assert cfg == policy.config
     assert policy.config.llm_hidden_size != full.llm_hidden_size  # the tiny dims really were inferred
     assert ck.load_policy(path).load_report.ok
+
+
+@pytest.mark.parametrize(("version", "fmt"), [("n1.5", "gr00t_n15"), ("n1.6", "gr00t_n16")])
+def test_rlinf_checkpoint_resumes_with_its_critic(version, fmt, tmp_path, policy_factory, obs_factory) -> None:
+    """An RLinf GR00T checkpoint carries RLinf's ValueHead(3584 -> 1024 -> 512 -> 256 -> 1, ReLU, bias_last)
+    as ``action_head.value_head.mlp.{0,2,4,6}``; loading it must restore that critic, not a fresh one."""
+    import torch.nn.functional as F
+
+    policy = policy_factory(version)
+    path = tmp_path / fmt
+    ck.save_policy(policy, path, format=fmt)
+    cfg = policy.config
+    in_dim = cfg.backbone_embedding_dim + cfg.input_embedding_dim  # RLinf: 2048 + 1536 = 3584 at full size
+    g = torch.Generator().manual_seed(7)
+    widths = [in_dim, 1024, 512, 256, 1]
+    critic = {}
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        critic[f"action_head.value_head.mlp.{2 * i}.weight"] = torch.randn(b, a, generator=g) * a ** -0.5
+        critic[f"action_head.value_head.mlp.{2 * i}.bias"] = torch.randn(b, generator=g) * 0.1
+
+    def edit(t: dict) -> dict:  # written the way RLinf names them, replacing ours
+        out = {k: v for k, v in t.items() if not k.startswith("action_head.value_head.")}
+        return {**out, **critic} if "action_head.model.proj_out_2.weight" in t else out
+
+    _edit_shard(path, edit)
+    loaded = ck.load_policy(path)
+    assert loaded.load_report.ok and loaded.load_report.fresh_optional == []
+    for k, v in critic.items():
+        assert torch.equal(loaded.state_dict()[k], v), k
+    replay = loaded.prepare_inputs(obs_factory(2))
+    with torch.no_grad():
+        enc = loaded.encode(replay)
+        # RLinf get_value: mean over ALL VL tokens (its 0-padding included) ++ state token -> ReLU MLP
+        x = torch.cat([enc["vl"].mean(dim=1), enc["state_feat"].flatten(1)], dim=-1)
+        for i in range(4):
+            x = F.linear(x, critic[f"action_head.value_head.mlp.{2 * i}.weight"],
+                         critic[f"action_head.value_head.mlp.{2 * i}.bias"])
+            x = F.relu(x) if i < 3 else x
+        assert replay["attention_mask"].eq(0).any()  # the prompt really is padded
+        torch.testing.assert_close(loaded.values(enc), x[:, 0], rtol=1e-5, atol=1e-6)

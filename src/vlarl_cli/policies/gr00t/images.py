@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["area_resize", "area_weights", "preprocess_images_n15", "preprocess_images_n16", "smart_size"]
+__all__ = ["area_resize", "area_weights", "n15_camera_uint8", "n16_camera_uint8", "preprocess_images_n15",
+           "preprocess_images_n16", "smart_size"]
 
 
 def _check(images: Tensor) -> None:
@@ -34,8 +35,8 @@ def _check(images: Tensor) -> None:
         raise ValueError(f"images must be uint8 [B, H, W, 3], got {images.dtype} {tuple(images.shape)}")
 
 
-def preprocess_images_n15(images: Tensor, image_size: int = 224, crop_fraction: float = 0.95) -> Tensor:
-    """uint8 [B, H, W, 3] -> float32 [B, 3, image_size, image_size] in [-1, 1] (N1.5 pipeline)."""
+def n15_camera_uint8(images: Tensor, image_size: int = 224, crop_fraction: float = 0.95) -> Tensor:
+    """uint8 [B, H, W, 3] -> the uint8 [B, image_size, image_size, 3] frames N1.5 hands its Eagle processor."""
     _check(images)
     x = images.permute(0, 3, 1, 2).float() / 255.0
     h, w = x.shape[-2:]
@@ -43,8 +44,17 @@ def preprocess_images_n15(images: Tensor, image_size: int = 224, crop_fraction: 
     top, left = round((h - ch) / 2.0), round((w - cw) / 2.0)  # torchvision center_crop
     x = x[:, :, top: top + ch, left: left + cw]
     x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False, antialias=True)
-    q = (x * 255).to(torch.uint8)  # VideoToNumpy truncates
-    return (q.float() / 255.0 - 0.5) / 0.5
+    return (x * 255).to(torch.uint8).permute(0, 2, 3, 1)  # VideoToNumpy truncates
+
+
+def _normalise(frames: Tensor) -> Tensor:
+    """uint8 [B, S, S, 3] -> float32 [B, 3, S, S], Eagle image processors' ``(x / 255 - 0.5) / 0.5``."""
+    return (frames.permute(0, 3, 1, 2).float() / 255.0 - 0.5) / 0.5
+
+
+def preprocess_images_n15(images: Tensor, image_size: int = 224, crop_fraction: float = 0.95) -> Tensor:
+    """uint8 [B, H, W, 3] -> float32 [B, 3, image_size, image_size] in [-1, 1] (N1.5 pipeline)."""
+    return _normalise(n15_camera_uint8(images, image_size, crop_fraction))
 
 
 def area_weights(src: int, dst: int) -> Tensor:
@@ -132,15 +142,18 @@ def _pil_resize(images: Tensor, size: int) -> Tensor:
     return torch.from_numpy(np.stack(out))
 
 
-def preprocess_images_n16(images: Tensor, *, shortest_edge: int = 256, crop_fraction: float = 0.95,
-                          factor: int = 28) -> Tensor:
-    """uint8 [B, H, W, 3] -> float32 [B, 3, S, S] in [-1, 1], ``S = smart_size(shortest_edge, factor)``."""
+def n16_camera_uint8(images: Tensor, shortest_edge: int = 256, crop_fraction: float = 0.95) -> Tensor:
+    """uint8 [B, H, W, 3] -> the albumentations eval transform's uint8 output (CPU)."""
     _check(images)
-    device = images.device
     x = _smallest_max_size(_letterbox(images.cpu()), shortest_edge)
     h, w = x.shape[1:3]
     ch, cw = max(1, int(h * crop_fraction)), max(1, int(w * crop_fraction))
     top, left = (h - ch) // 2, (w - cw) // 2
-    x = _smallest_max_size(x[:, top: top + ch, left: left + cw].contiguous(), shortest_edge)
-    x = _pil_resize(x, smart_size(shortest_edge, factor))
-    return ((x.permute(0, 3, 1, 2).float() / 255.0 - 0.5) / 0.5).to(device)
+    return _smallest_max_size(x[:, top: top + ch, left: left + cw].contiguous(), shortest_edge)
+
+
+def preprocess_images_n16(images: Tensor, *, shortest_edge: int = 256, crop_fraction: float = 0.95,
+                          factor: int = 28) -> Tensor:
+    """uint8 [B, H, W, 3] -> float32 [B, 3, S, S] in [-1, 1], ``S = smart_size(shortest_edge, factor)``."""
+    x = _pil_resize(n16_camera_uint8(images, shortest_edge, crop_fraction), smart_size(shortest_edge, factor))
+    return _normalise(x).to(images.device)
