@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -271,7 +272,7 @@ def test_rlinf_checkpoint_resumes_with_its_critic(version, fmt, tmp_path, policy
     g = torch.Generator().manual_seed(7)
     widths = [in_dim, 1024, 512, 256, 1]
     critic = {}
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
         critic[f"action_head.value_head.mlp.{2 * i}.weight"] = torch.randn(b, a, generator=g) * a ** -0.5
         critic[f"action_head.value_head.mlp.{2 * i}.bias"] = torch.randn(b, generator=g) * 0.1
 

@@ -272,3 +272,21 @@ def test_siglip_fallback_without_siglip2(monkeypatch) -> None:
     ids = torch.full((1, 2 * cfg.tokens_per_image + 2), cfg.image_token_id)
     ids[0, -2:] = 5
     assert backbone(pixels, ids, torch.ones_like(ids)).shape == (1, ids.shape[1], cfg.llm_hidden_size)
+
+
+def test_area_resize_matches_opencv() -> None:
+    """Our INTER_AREA against OpenCV itself: enlarging and integer shrinking are bit-exact (the same
+    fixed-point / integer arithmetic); non-integer shrinking is float in both, at most one level apart."""
+    cv2 = pytest.importorskip("cv2")
+    import numpy as np
+
+    from vlarl_cli.policies.gr00t.images import area_resize
+
+    rng = np.random.default_rng(3)
+    img = rng.integers(0, 256, (2, 96, 96, 3), dtype=np.uint8)
+    img[:, 20:50] = img[:, 20:50] // 3  # some structure besides noise
+    for size, exact in ((243, True), (256, True), (101, True), (48, True), (32, True), (70, False), (50, False)):
+        ours = area_resize(torch.from_numpy(img), size, size).numpy()
+        theirs = np.stack([cv2.resize(im, (size, size), interpolation=cv2.INTER_AREA) for im in img])
+        diff = np.abs(ours.astype(int) - theirs.astype(int))
+        assert diff.max() <= (0 if exact else 1), (size, diff.max())

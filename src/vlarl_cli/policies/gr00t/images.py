@@ -13,8 +13,8 @@ fraction)``, offset ``(side - crop) // 2``), ``SmallestMaxSize`` again, all on u
 ``(x / 255 - 0.5) / 0.5``. A 256 px edge becomes 252 px: 18 x 18 SigLIP-2 patches of 14 px, 9 x 9 = 81 tokens
 after the 2 x 2 pixel shuffle (``pixels_per_token`` 784).
 
-OpenCV's INTER_AREA is written out here as separable weight matrices (``cv::resize``'s area table when
-shrinking, its area-mode linear coefficients when enlarging) so the project does not depend on OpenCV.
+OpenCV's INTER_AREA is written out here (``cv::resize``'s area table when shrinking, in float; its area-mode
+linear coefficients in 11-bit fixed point when enlarging) so the project does not depend on OpenCV.
 """
 
 from __future__ import annotations
@@ -58,45 +58,75 @@ def preprocess_images_n15(images: Tensor, image_size: int = 224, crop_fraction: 
 
 
 def area_weights(src: int, dst: int) -> Tensor:
-    """[dst, src] float64 weights of OpenCV ``INTER_AREA`` along one axis."""
+    """[dst, src] float64 weights of OpenCV ``INTER_AREA`` when shrinking (``computeResizeAreaTab``)."""
     w = torch.zeros(dst, src, dtype=torch.float64)
     scale = src / dst
-    if src == dst:
-        return torch.eye(src, dtype=torch.float64)
-    if scale > 1:  # shrinking: computeResizeAreaTab
-        for dx in range(dst):
-            f1 = dx * scale
-            f2 = f1 + scale
-            cell = min(scale, src - f1)
-            s1, s2 = math.ceil(f1), math.floor(f2)
-            s2 = min(s2, src - 1)
-            s1 = min(s1, s2)
-            if s1 - f1 > 1e-3:
-                w[dx, s1 - 1] += (s1 - f1) / cell
-            for sx in range(s1, s2):
-                w[dx, sx] += 1.0 / cell
-            if f2 - s2 > 1e-3:
-                w[dx, s2] += min(f2 - s2, 1.0, cell) / cell
-        return w
-    inv = dst / src  # enlarging: linear interpolation with INTER_AREA's coefficients
+    for dx in range(dst):
+        f1 = dx * scale
+        f2 = f1 + scale
+        cell = min(scale, src - f1)
+        s1, s2 = math.ceil(f1), math.floor(f2)
+        s2 = min(s2, src - 1)
+        s1 = min(s1, s2)
+        if s1 - f1 > 1e-3:
+            w[dx, s1 - 1] += (s1 - f1) / cell
+        for sx in range(s1, s2):
+            w[dx, sx] += 1.0 / cell
+        if f2 - s2 > 1e-3:
+            w[dx, s2] += min(f2 - s2, 1.0, cell) / cell
+    return w
+
+
+def _enlarge_coefficients(src: int, dst: int) -> tuple[Tensor, Tensor]:
+    """OpenCV's area-mode linear coefficients when enlarging, as its fixed-point uint8 path uses them:
+    source index [dst] and the two weights [dst, 2] in units of 1/2048 (``INTER_RESIZE_COEF_BITS`` 11)."""
+    inv = dst / src
+    scale = 1.0 / inv
+    index = torch.zeros(dst, dtype=torch.long)
+    coef = torch.zeros(dst, 2, dtype=torch.int64)
     for dx in range(dst):
         sx = math.floor(dx * scale)
-        fx = (dx + 1) - (sx + 1) * inv
-        fx = 0.0 if fx <= 0 else fx - math.floor(fx)
+        fx = float(np.float32((dx + 1) - (sx + 1) * inv))
+        fx = 0.0 if fx <= 0 else float(np.float32(fx - math.floor(fx)))
         if sx < 0:
             sx, fx = 0, 0.0
         if sx >= src - 1:
             sx, fx = src - 1, 0.0
-        w[dx, sx] += 1.0 - fx
-        w[dx, min(sx + 1, src - 1)] += fx
-    return w
+        index[dx] = sx
+        # saturate_cast<short>(float * 2048): round half to even
+        coef[dx, 0] = int(np.rint(np.float32(np.float32(1.0 - fx) * 2048)))
+        coef[dx, 1] = int(np.rint(np.float32(np.float32(fx) * 2048)))
+    return index, coef
+
+
+def _enlarge(images: Tensor, height: int, width: int) -> Tensor:
+    """uint8 [B, H, W, C] enlarged with INTER_AREA exactly as OpenCV's fixed-point linear resize does it:
+    a horizontal pass into int (value x 2048) and the SIMD vertical pass
+    ``((((r0 >> 4) * b0) >> 16) + (((r1 >> 4) * b1) >> 16) + 2) >> 2``."""
+    h, w = images.shape[1:3]
+    x = images.to(torch.int64)
+    xi, xc = _enlarge_coefficients(w, width)
+    nxt = (xi + 1).clamp(max=w - 1)
+    rows = x[:, :, xi] * xc[:, 0].view(1, 1, -1, 1) + x[:, :, nxt] * xc[:, 1].view(1, 1, -1, 1)  # [B, H, W', C]
+    yi, yc = _enlarge_coefficients(h, height)
+    ynxt = (yi + 1).clamp(max=h - 1)
+    r0, r1 = rows[:, yi] >> 4, rows[:, ynxt] >> 4
+    b0, b1 = yc[:, 0].view(1, -1, 1, 1), yc[:, 1].view(1, -1, 1, 1)
+    out = (((r0 * b0) >> 16) + ((r1 * b1) >> 16) + 2) >> 2
+    return out.clamp(0, 255).to(torch.uint8)
 
 
 def area_resize(images: Tensor, height: int, width: int) -> Tensor:
-    """uint8 [B, H, W, C] -> uint8 [B, height, width, C], OpenCV ``INTER_AREA`` (rounded to nearest)."""
-    _b, h, w, _c = images.shape
+    """uint8 [B, H, W, C] -> uint8 [B, height, width, C], OpenCV ``INTER_AREA`` (square scale factors)."""
+    b, h, w, c = images.shape
     if (h, w) == (height, width):
         return images.clone()
+    if height > h and width > w:
+        return _enlarge(images, height, width)
+    if h % height == 0 and w % width == 0:  # resizeAreaFast: integer block mean, rounded half up
+        ky, kx = h // height, w // width
+        total = images.to(torch.int64).view(b, height, ky, width, kx, c).sum(dim=(2, 4))
+        return ((total + ky * kx // 2) // (ky * kx)).to(torch.uint8)
     wy, wx = area_weights(h, height), area_weights(w, width)
     x = images.double()
     x = torch.einsum("yh,bhwc->bywc", wy, x)
