@@ -215,16 +215,18 @@ def _full_n15() -> Gr00tConfig:
 
 
 def _full_n16() -> Gr00tConfig:
-    # Eagle-Block2A-2B-v2: SigLIP-2 so400m/16 at 256 px with 2x2 pixel shuffle + 2-layer mlp1, Qwen3-1.7B
-    # cut at layer 16; head from gr00t/configs/model/gr00t_n1d6.py with max dims 128 (unified space).
-    # Eagle-Block2A-2B-v2 config.json: SigLIP-2 patch 14, num_patches 256, pixel shuffle, 2-layer mlp1; the
-    # processor's 256 px edge becomes 252 px (18 x 18 patches, 81 tokens per image)
+    # nvidia/GR00T-N1.6-3B as Isaac-GR00T n1.6.1-release builds it (numbers and sources in
+    # tests/fixtures/gr00t/gr00t_n1d6_3b.json): Eagle-Block2A-2B-v2 = SigLIP-2 (patch 14, 256-entry position
+    # table, 2x2 pixel shuffle, 2-layer mlp1) + Qwen3-1.7B cut at layer 16; the processor's 256 px shortest
+    # edge becomes 252 px (18 x 18 patches, 81 tokens per image); AlternateVL-DiT 32 x (32 x 48); the
+    # checkpoint's config.json: action_horizon 50, max_state_dim / max_action_dim 128 (fine-tuned
+    # checkpoints keep them; LIBERO reads the first 16 steps and 7 dims).
     return Gr00tConfig(
         version="n1.6", vision_kind="siglip2", image_size=252, patch_size=14, shortest_image_edge=256,
         vision_num_patches=256, use_pixel_shuffle=True,
         pixel_shuffle_kind="unshuffle", mlp_connector_layers=2, select_layer=16, formalize_language=True,
-        action_dim=128, state_dim=128, dit_num_layers=32, vl_self_attention_layers=0, num_future_tokens=0,
-        alternate_vl_dit=True, use_attention_mask=True)
+        action_dim=128, state_dim=128, action_horizon=50, dit_num_layers=32, vl_self_attention_layers=0,
+        num_future_tokens=0, alternate_vl_dit=True, use_attention_mask=True)
 
 
 _TINY_COMMON: dict[str, Any] = dict(
