@@ -296,3 +296,27 @@ def test_rlinf_checkpoint_resumes_with_its_critic(version, fmt, tmp_path, policy
             x = F.relu(x) if i < 3 else x
         assert replay["attention_mask"].eq(0).any()  # the prompt really is padded
         torch.testing.assert_close(loaded.values(enc), x[:, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_n16_image_settings_come_from_processor_config(tmp_path, policy_factory) -> None:
+    policy = policy_factory("n1.6")
+    path = tmp_path / "n16"
+    ck.save_policy(policy, path, format="gr00t_n16")
+    data = json.loads((path / "config.json").read_text())
+    keep = ("vision_num_heads", "image_token_id", "pad_token_id", "max_text_tokens", "prompt_style", "rope_theta",
+            "padding_value", "prompt_pad_id", "rms_norm_eps", "max_position_embeddings", "pixel_shuffle_kind",
+            "vl_num_heads", "vl_head_dim")  # an upstream config.json says nothing about images
+    data["eagle_config"] = {k: v for k, v in data["eagle_config"].items() if k in keep}
+    (path / "config.json").write_text(json.dumps(data))
+    proc_file = path / "processor_config.json"
+    proc = json.loads(proc_file.read_text())
+    proc["processor_kwargs"].update(shortest_image_edge=48, crop_fraction=0.9, formalize_language=False)
+    proc_file.write_text(json.dumps(proc))
+    cfg, _ = ck.read_config(path)
+    # 48 px edge, 8 px patches with the 2x2 shuffle: tokens cover 16 px, smart_size(48, 16) = 48
+    assert (cfg.shortest_image_edge, cfg.image_size, cfg.crop_fraction, cfg.formalize_language) == (48, 48, 0.9, False)
+    assert cfg.tokens_per_image == 9
+    proc["processor_kwargs"]["use_albumentations"] = False
+    proc_file.write_text(json.dumps(proc))
+    with pytest.raises(CheckpointError, match="torchvision image path"):
+        ck.read_config(path)

@@ -182,8 +182,33 @@ def test_load_tokenizer_errors() -> None:
     assert isinstance(load_tokenizer(None, 320), ByteTokenizer)
     with pytest.raises(ConfigError, match="tokenizer_path"):
         load_tokenizer(None, 151680)
-    with pytest.raises(ConfigError, match=r"tokenizer\.json"):
+    with pytest.raises(ConfigError, match=r"tokenizer\.json, or vocab\.json \+ merges\.txt") as err:
         load_tokenizer("/nonexistent/folder", 151680)
+    assert "Eagle-Block2A-2B-v2" in str(err.value) and "eagle2_hg_model" in str(err.value)
+
+
+def test_qwen_tokenizer_from_vocab_merges_equals_its_tokenizer_json(tmp_path) -> None:
+    """The vocab + merges build (what Isaac-GR00T ships) and a saved tokenizer.json tokenise alike; the
+    added tokens keep the ids the files give them."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from vlarl_cli.policies.gr00t.tokenizer import QwenTokenizer
+
+    src = Path(__file__).resolve().parents[2] / "fixtures" / "gr00t" / "tokenizer"
+    tok = QwenTokenizer(src)
+    added = json.loads((src / "added_tokens.json").read_text())
+    assert all(tok.token_to_id(t) == i for t, i in added.items())
+    other = tmp_path / "json"
+    other.mkdir()
+    tok._tok.save(str(other / "tokenizer.json"))
+    shutil.copy(src / "vocab.json", other / "vocab.json")  # tokenizer.json wins when both exist
+    via_json = QwenTokenizer(other)
+    text = "<|im_start|>user\nPick up the BOWL, 2x!<image 1><img><IMG_CONTEXT></img>\n\n  café<|im_end|>"
+    assert via_json.encode(text) == tok.encode(text)
+    ids = tok.encode(text)
+    assert ids[0] == added["<|im_start|>"] and added["<IMG_CONTEXT>"] in ids and ids[-1] == added["<|im_end|>"]
 
 
 def test_formalize_language() -> None:
