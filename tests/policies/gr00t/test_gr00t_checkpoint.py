@@ -110,7 +110,7 @@ def test_upstream_checkpoint_without_value_head_and_with_lm_head(tmp_path, polic
     assert torch.equal(loaded.state_dict()["backbone.eagle_model.language_model.model.embed_tokens.weight"],
                        policy.state_dict()["backbone.eagle_model.language_model.model.embed_tokens.weight"])
     last = loaded.action_head.value_head.mlp[-1]  # fresh RLinf critic: N(0, 0.02) last layer, zero bias
-    assert torch.equal(last.bias, torch.zeros(1)) and 0.005 < float(last.weight.std()) < 0.05
+    assert torch.equal(last.bias, torch.zeros(1)) and 0.005 < float(last.weight.detach().std()) < 0.05
     assert all(p.requires_grad for p in loaded.action_head.value_head.parameters())
 
 
