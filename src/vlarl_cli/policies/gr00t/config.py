@@ -81,8 +81,8 @@ class Gr00tConfig:
     image_token_id: int = 151669
     pad_token_id: int = 151643  # Qwen's <|endoftext|>: the LM's padding_idx (upstream left-padding id)
     prompt_pad_id: int = 0  # id RLinf right-pads the prompt with (F.pad value 0), attention mask 0
-    padding_value: int | None = 570  # RLinf rl_head_config.padding_value: fixed prompt length; None: images +
-    #                                  max_text_tokens
+    padding_value: int | None = None  # RLinf rl_head_config.padding_value (570 in the full presets): fixed
+    #                                   prompt length; None: images + max_text_tokens
     project_to_dim: int | None = None  # N1.5 backbone.eagle_linear (None = identity)
     max_text_tokens: int = 58  # non-image prompt tokens when padding_value is None (570 = 512 + 58 for N1.5)
     formalize_language: bool = False  # lower-case + strip punctuation (GR00TTransform; N1.6 default True)
@@ -211,7 +211,7 @@ class Gr00tConfig:
 
 
 def _full_n15() -> Gr00tConfig:
-    return Gr00tConfig(version="n1.5")
+    return Gr00tConfig(version="n1.5", padding_value=570)
 
 
 def _full_n16() -> Gr00tConfig:
@@ -226,7 +226,7 @@ def _full_n16() -> Gr00tConfig:
         vision_num_patches=256, use_pixel_shuffle=True,
         pixel_shuffle_kind="unshuffle", mlp_connector_layers=2, select_layer=16, formalize_language=True,
         action_dim=128, state_dim=128, action_horizon=50, dit_num_layers=32, vl_self_attention_layers=0,
-        num_future_tokens=0, alternate_vl_dit=True, use_attention_mask=True)
+        num_future_tokens=0, alternate_vl_dit=True, use_attention_mask=True, padding_value=570)
 
 
 _TINY_COMMON: dict[str, Any] = dict(
@@ -234,7 +234,7 @@ _TINY_COMMON: dict[str, Any] = dict(
     image_size=32, patch_size=8,
     llm_hidden_size=64, llm_intermediate_size=128, llm_num_heads=4, llm_num_kv_heads=2, llm_head_dim=16,
     vocab_size=320, image_token_id=300, pad_token_id=0, max_position_embeddings=512, select_layer=2,
-    max_text_tokens=48, padding_value=None, prompt_style="plain", hidden_size=32, input_embedding_dim=48, backbone_embedding_dim=64,
+    max_text_tokens=48, prompt_style="plain", hidden_size=32, input_embedding_dim=48, backbone_embedding_dim=64,
     dit_num_layers=4, dit_num_heads=4, dit_head_dim=12, vl_num_heads=4, vl_head_dim=16,
     max_seq_len=64, num_timestep_buckets=1000)
 
@@ -301,7 +301,7 @@ class ModelSettings:
     is_lora: bool = False
     lora_rank: int = 32
     use_proprio: bool = True  # False feeds a zero state
-    tokenizer_path: str | None = None  # folder with tokenizer.json for real checkpoints
+    tokenizer_path: str | None = None  # Eagle tokenizer folder: vocab.json + merges.txt (+ added tokens) or tokenizer.json
     gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
