@@ -185,3 +185,35 @@ def test_gradient_checkpointing_gives_identical_gradients(policy_factory, obs_fa
 def test_row_streams_make_sampling_independent_of_batching(policy_factory, obs_factory,
                                                             split_equals_whole) -> None:
     split_equals_whole(policy_factory("n1.6").eval(), obs_factory(batch=4), exact_keys=("denoise_index",))
+
+
+@pytest.mark.parametrize("version", ["n1.5", "n1.6"])
+def test_policy_builds_the_eagle_chat_prompt_of_its_release(version, obs_factory) -> None:
+    """prepare_inputs with a Qwen tokenizer: the release's template, RLinf's 0-padding to padding_value."""
+    from pathlib import Path
+
+    from vlarl_cli.policies.gr00t.config import ModelSettings, preset
+    from vlarl_cli.policies.gr00t.modality import default_modality
+    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
+    from vlarl_cli.policies.gr00t.processing import eagle_prompt_text, formalize_language
+    from vlarl_cli.policies.gr00t.tokenizer import QwenTokenizer
+
+    tok = QwenTokenizer(Path(__file__).resolve().parents[2] / "fixtures" / "gr00t" / "tokenizer")
+    cfg = preset("tiny", version).replace(prompt_style="eagle_chat", vocab_size=3300, padding_value=120,
+                                          image_token_id=tok.token_to_id("<IMG_CONTEXT>"))
+    s = ModelSettings(model_type="gr00t" if version == "n1.5" else "gr00t_n1d6", preset="tiny")
+    policy = Gr00tPolicy(cfg, s, default_modality(s.effective_embodiment_tag, cfg), tokenizer=tok)
+    obs = obs_factory(2)
+    obs[keys.TASK_DESCRIPTIONS] = ["Open the top drawer, please.", "turn on the stove"]
+    replay = policy.prepare_inputs(obs)
+    assert replay["input_ids"].shape == (2, 120)
+    for row, task in enumerate(obs[keys.TASK_DESCRIPTIONS]):
+        text = formalize_language(task) if version == "n1.6" else task  # N1.6 formalizes, N1.5 does not
+        want = tok.encode(eagle_prompt_text(text, version=version, num_images=2,
+                                            tokens_per_image=cfg.tokens_per_image))
+        n = len(want)
+        assert replay["input_ids"][row, :n].tolist() == want and replay["attention_mask"][row, :n].eq(1).all()
+        assert replay["input_ids"][row, n:].eq(0).all() and replay["attention_mask"][row, n:].eq(0).all()
+    with torch.no_grad():
+        out = policy.sample(obs, generator=torch.Generator().manual_seed(0))
+    assert torch.isfinite(out.actions).all()

@@ -19,6 +19,7 @@ linear coefficients in 11-bit fixed point when enlarging) so the project does no
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -57,6 +58,7 @@ def preprocess_images_n15(images: Tensor, image_size: int = 224, crop_fraction: 
     return _normalise(n15_camera_uint8(images, image_size, crop_fraction))
 
 
+@functools.lru_cache(maxsize=64)
 def area_weights(src: int, dst: int) -> Tensor:
     """[dst, src] float64 weights of OpenCV ``INTER_AREA`` when shrinking (``computeResizeAreaTab``)."""
     w = torch.zeros(dst, src, dtype=torch.float64)
@@ -77,6 +79,7 @@ def area_weights(src: int, dst: int) -> Tensor:
     return w
 
 
+@functools.lru_cache(maxsize=64)
 def _enlarge_coefficients(src: int, dst: int) -> tuple[Tensor, Tensor]:
     """OpenCV's area-mode linear coefficients when enlarging, as its fixed-point uint8 path uses them:
     source index [dst] and the two weights [dst, 2] in units of 1/2048 (``INTER_RESIZE_COEF_BITS`` 11)."""
