@@ -111,10 +111,6 @@ class QwenTokenizer:
         return self._tok.token_to_id(token)
 
 
-#: kept for callers of the previous name
-FileTokenizer = QwenTokenizer
-
-
 def load_tokenizer(tokenizer_path: str | Path | None, vocab_size: int) -> PromptTokenizer:
     """The byte tokenizer for small vocabularies (tiny presets), else the Qwen tokenizer (required)."""
     if tokenizer_path is not None:
