@@ -217,3 +217,12 @@ def test_policy_builds_the_eagle_chat_prompt_of_its_release(version, obs_factory
     with torch.no_grad():
         out = policy.sample(obs, generator=torch.Generator().manual_seed(0))
     assert torch.isfinite(out.actions).all()
+
+
+def test_rlinf_state_rounding_only_in_bf16() -> None:
+    from vlarl_cli.policies.gr00t.modeling import rlinf_state_rounding
+
+    x = torch.tensor([[0.123456789, -1.00390625, 3.14159265]])
+    assert torch.equal(rlinf_state_rounding(x, torch.float32), x)
+    r = rlinf_state_rounding(x, torch.bfloat16)
+    assert r.dtype == torch.float32 and torch.equal(r, x.bfloat16().float()) and not torch.equal(r, x)

@@ -49,10 +49,17 @@ from vlarl_cli.policies.gr00t.processing import (
 from vlarl_cli.policies.noise import AnyGenerator
 from vlarl_cli.policies.normalization import gripper_from_libero
 
-__all__ = ["Gr00tPolicy", "NoiseHead", "disable_dropout"]
+__all__ = ["Gr00tPolicy", "NoiseHead", "disable_dropout", "rlinf_state_rounding"]
 
 #: replay keys besides the flow record (``chain``, ``denoise_index``)
 INPUT_KEYS = (keys.MAIN_IMAGES, keys.WRIST_IMAGES, "input_ids", "attention_mask", "state", "embodiment_id")
+
+
+def rlinf_state_rounding(states: Tensor, dtype: torch.dtype) -> Tensor:
+    """RLinf rounds the raw env states through bfloat16 before normalising them (``predict_action_batch`` of
+    both ``gr00t_n1d5`` and ``gr00t_n1d6``: "reproduce the info loss in training"); Isaac-GR00T does not.
+    We follow RLinf when the model itself runs in bfloat16 (its recipes), and keep float32 states otherwise."""
+    return states.to(torch.bfloat16).float() if dtype == torch.bfloat16 else states
 
 
 def disable_dropout(module: nn.Module) -> int:
@@ -238,7 +245,8 @@ class Gr00tPolicy(nn.Module):
                                  formalize=cfg.formalize_language, style=cfg.prompt_style, version=cfg.version)
         state = torch.zeros(b, cfg.state_dim, dtype=torch.float32)
         if self.settings.use_proprio:
-            state[:, : self.modality.state_width] = self.modality.normalize_state(states.cpu())
+            state[:, : self.modality.state_width] = self.modality.normalize_state(
+                rlinf_state_rounding(states.cpu(), self.dtype))
         return {keys.MAIN_IMAGES: main.to(device), keys.WRIST_IMAGES: wrist.to(device),
                 "input_ids": ids.to(device), "attention_mask": mask.to(device), "state": state.to(device),
                 "embodiment_id": torch.full((b,), self.modality.embodiment_id, dtype=torch.long, device=device)}
