@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ LAYOUTS = [("n1.5", "vlarl"), ("n1.5", "gr00t_n15"), ("n1.6", "vlarl"), ("n1.6",
 def test_round_trip_is_exact(version, fmt, tmp_path, policy_factory, obs_factory) -> None:
     policy = policy_factory(version, seed=3)
     with torch.no_grad():  # make the zero-initialised value layer non-trivial so it round-trips visibly
-        policy.action_head.value_head.out.weight.normal_()
+        policy.action_head.value_head.mlp[-1].weight.normal_()
     path = tmp_path / fmt
     ck.save_policy(policy, path, format=fmt, max_shard_bytes=1_500_000)  # forces several shards
     assert ck.detect_format(path) == fmt
@@ -108,8 +109,8 @@ def test_upstream_checkpoint_without_value_head_and_with_lm_head(tmp_path, polic
     assert sorted(r.fresh_optional) == sorted(k for k in policy.state_dict() if k.startswith("action_head.value_head."))
     assert torch.equal(loaded.state_dict()["backbone.eagle_model.language_model.model.embed_tokens.weight"],
                        policy.state_dict()["backbone.eagle_model.language_model.model.embed_tokens.weight"])
-    out = loaded.sample(obs_factory(2))
-    assert torch.equal(out.values, torch.zeros(2))  # fresh value head, zero last layer
+    last = loaded.action_head.value_head.mlp[-1]  # fresh RLinf critic: N(0, 0.02) last layer, zero bias
+    assert torch.equal(last.bias, torch.zeros(1)) and 0.005 < float(last.weight.detach().std()) < 0.05
     assert all(p.requires_grad for p in loaded.action_head.value_head.parameters())
 
 
@@ -189,7 +190,7 @@ def test_resave_with_fewer_shards_removes_stale_files(tmp_path, policy_factory) 
 def test_describe_lists_the_modality_and_checkpoint_tokenizer_is_used(tmp_path, policy_factory) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from vlarl_cli.policies.gr00t.processing import FileTokenizer
+    from vlarl_cli.policies.gr00t.tokenizer import QwenTokenizer as FileTokenizer
 
     ck.save_policy(policy_factory("n1.5"), tmp_path / "a", format="gr00t_n15")
     d = ck.describe(tmp_path / "a")
@@ -245,6 +246,7 @@ def test_backbone_dimensions_are_read_off_the_weights(version, fmt, tmp_path, po
     block = data["backbone_cfg"] if version == "n1.5" else data
     # keep only what shapes cannot tell; every other backbone field must come back from the weights
     keep = ("vision_num_heads", "image_token_id", "pad_token_id", "max_text_tokens", "prompt_style", "rope_theta",
+            "padding_value", "prompt_pad_id", "crop_fraction", "shortest_image_edge",
             "rms_norm_eps", "max_position_embeddings", "formalize_language", "pixel_shuffle_kind", "vl_num_heads",
             "vl_head_dim")
     block["eagle_config"] = {k: v for k, v in block["eagle_config"].items() if k in keep}
@@ -254,3 +256,67 @@ def test_backbone_dimensions_are_read_off_the_weights(version, fmt, tmp_path, po
     assert cfg == policy.config
     assert policy.config.llm_hidden_size != full.llm_hidden_size  # the tiny dims really were inferred
     assert ck.load_policy(path).load_report.ok
+
+
+@pytest.mark.parametrize(("version", "fmt"), [("n1.5", "gr00t_n15"), ("n1.6", "gr00t_n16")])
+def test_rlinf_checkpoint_resumes_with_its_critic(version, fmt, tmp_path, policy_factory, obs_factory) -> None:
+    """An RLinf GR00T checkpoint carries RLinf's ValueHead(3584 -> 1024 -> 512 -> 256 -> 1, ReLU, bias_last)
+    as ``action_head.value_head.mlp.{0,2,4,6}``; loading it must restore that critic, not a fresh one."""
+    import torch.nn.functional as F
+
+    policy = policy_factory(version)
+    path = tmp_path / fmt
+    ck.save_policy(policy, path, format=fmt)
+    cfg = policy.config
+    in_dim = cfg.backbone_embedding_dim + cfg.input_embedding_dim  # RLinf: 2048 + 1536 = 3584 at full size
+    g = torch.Generator().manual_seed(7)
+    widths = [in_dim, 1024, 512, 256, 1]
+    critic = {}
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
+        critic[f"action_head.value_head.mlp.{2 * i}.weight"] = torch.randn(b, a, generator=g) * a ** -0.5
+        critic[f"action_head.value_head.mlp.{2 * i}.bias"] = torch.randn(b, generator=g) * 0.1
+
+    def edit(t: dict) -> dict:  # written the way RLinf names them, replacing ours
+        out = {k: v for k, v in t.items() if not k.startswith("action_head.value_head.")}
+        return {**out, **critic} if "action_head.model.proj_out_2.weight" in t else out
+
+    _edit_shard(path, edit)
+    loaded = ck.load_policy(path)
+    assert loaded.load_report.ok and loaded.load_report.fresh_optional == []
+    for k, v in critic.items():
+        assert torch.equal(loaded.state_dict()[k], v), k
+    replay = loaded.prepare_inputs(obs_factory(2))
+    with torch.no_grad():
+        enc = loaded.encode(replay)
+        # RLinf get_value: mean over ALL VL tokens (its 0-padding included) ++ state token -> ReLU MLP
+        x = torch.cat([enc["vl"].mean(dim=1), enc["state_feat"].flatten(1)], dim=-1)
+        for i in range(4):
+            x = F.linear(x, critic[f"action_head.value_head.mlp.{2 * i}.weight"],
+                         critic[f"action_head.value_head.mlp.{2 * i}.bias"])
+            x = F.relu(x) if i < 3 else x
+        assert replay["attention_mask"].eq(0).any()  # the prompt really is padded
+        torch.testing.assert_close(loaded.values(enc), x[:, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_n16_image_settings_come_from_processor_config(tmp_path, policy_factory) -> None:
+    policy = policy_factory("n1.6")
+    path = tmp_path / "n16"
+    ck.save_policy(policy, path, format="gr00t_n16")
+    data = json.loads((path / "config.json").read_text())
+    keep = ("vision_num_heads", "image_token_id", "pad_token_id", "max_text_tokens", "prompt_style", "rope_theta",
+            "padding_value", "prompt_pad_id", "rms_norm_eps", "max_position_embeddings", "pixel_shuffle_kind",
+            "vl_num_heads", "vl_head_dim")  # an upstream config.json says nothing about images
+    data["eagle_config"] = {k: v for k, v in data["eagle_config"].items() if k in keep}
+    (path / "config.json").write_text(json.dumps(data))
+    proc_file = path / "processor_config.json"
+    proc = json.loads(proc_file.read_text())
+    proc["processor_kwargs"].update(shortest_image_edge=48, crop_fraction=0.9, formalize_language=False)
+    proc_file.write_text(json.dumps(proc))
+    cfg, _ = ck.read_config(path)
+    # 48 px edge, 8 px patches with the 2x2 shuffle: tokens cover 16 px, smart_size(48, 16) = 48
+    assert (cfg.shortest_image_edge, cfg.image_size, cfg.crop_fraction, cfg.formalize_language) == (48, 48, 0.9, False)
+    assert cfg.tokens_per_image == 9
+    proc["processor_kwargs"]["use_albumentations"] = False
+    proc_file.write_text(json.dumps(proc))
+    with pytest.raises(CheckpointError, match="torchvision image path"):
+        ck.read_config(path)

@@ -55,8 +55,8 @@ def test_validation_names_the_key() -> None:
     with pytest.raises(CheckpointError, match='"gripper"'):
         ModalitySpec(embodiment_tag="x", embodiment_id=0, state_keys=spec.state_keys, action_keys=spec.action_keys,
                      statistics=stats)
-    with pytest.raises(ConfigError, match="min_max"):
-        ModalitySpec(embodiment_tag="x", embodiment_id=0, statistics=stats, action_norm="mean_std")
+    with pytest.raises(ConfigError, match="min_max, q99, mean_std"):
+        ModalitySpec(embodiment_tag="x", embodiment_id=0, statistics=stats, action_norm="percentile")
     with pytest.raises(ConfigError, match='Did you mean "libero_panda"'):
         default_modality("libero_pand")
 
@@ -109,3 +109,62 @@ def test_default_libero_modalities() -> None:
     # placeholder statistics: identity on the pose, gripper [-1, 1] -> [0, 1]
     a = torch.tensor([[[0.25, 0, 0, 0, 0, 0, -1.0]]])
     assert franka.unnormalize_action(a)[0, 0, [0, 6]].tolist() == [0.25, 0.0]
+
+
+def _stats(**extra) -> dict:
+    return {"min": [0.0, 2.0], "max": [4.0, 2.0], "q01": [1.0, 2.0], "q99": [3.0, 2.0], "mean": [2.0, 1.0],
+            "std": [2.0, 0.0], **extra}
+
+
+def test_n15_normalizer_modes_by_hand() -> None:
+    """Isaac-GR00T n1.5 Normalizer: min_max unclipped, 0 on a zero span; q99 clipped, raw value passed
+    through on a zero span; mean_std passed through where std == 0; inverses never clip."""
+    from vlarl_cli.policies.gr00t.normalization import normalize, unnormalize
+
+    x = torch.tensor([[5.0, 7.0]])
+    assert normalize(x, _stats(), "min_max", convention="n1.5").tolist() == [[1.5, 0.0]]
+    assert normalize(x, _stats(), "q99", convention="n1.5").tolist() == [[1.0, 1.0]]  # 3.0 -> clip 1; 7 clipped
+    assert normalize(torch.tensor([[2.0, 2.0]]), _stats(), "q99", convention="n1.5").tolist() == [[0.0, 1.0]]
+    assert normalize(x, _stats(), "mean_std", convention="n1.5").tolist() == [[1.5, 7.0]]
+    assert unnormalize(torch.tensor([[2.0, 0.5]]), _stats(), "min_max", convention="n1.5").tolist() == [[6.0, 2.0]]
+    assert unnormalize(torch.tensor([[1.5, 3.0]]), _stats(), "mean_std", convention="n1.5").tolist() == [[5.0, 3.0]]
+
+
+def test_n16_state_action_processor_by_hand() -> None:
+    """Isaac-GR00T n1.6 StateActionProcessor: min-max bounds from q01/q99 with use_percentiles, clipped
+    with clip_outliers; the inverse clips its input; mean/std keys are not clipped for states."""
+    stats = {"state": {"a": _stats(), "m": _stats()}, "action": {"a": _stats(), "m": _stats()}}
+    spec = ModalitySpec(embodiment_tag="libero_panda", embodiment_id=2, state_keys=(("a", 2), ("m", 2)),
+                        action_keys=(("a", 2), ("m", 2)), statistics=stats, convention="n1.6", clip_outliers=True,
+                        use_percentiles=True, mean_std_keys={"state": ["m"], "action": ["m"]})
+    s = spec.normalize_state(torch.tensor([[5.0, 7.0, 5.0, 7.0]]))
+    assert s.tolist() == [[1.0, 0.0, 1.5, 7.0]]  # q99 bounds: (5-1)/2*2-1 = 3 -> clipped; mean/std state unclipped
+    a = spec.normalize_action(torch.tensor([[5.0, 7.0, 5.0, 7.0]]))
+    assert a.tolist() == [[1.0, 0.0, 1.0, 1.0]]  # actions are clipped after mean/std too
+    env = spec.unnormalize_action(torch.tensor([[[3.0, 0.0, 1.5, 3.0]]]))
+    assert env.tolist() == [[[3.0, 2.0, 5.0, 3.0]]]  # 3 clipped to 1 -> q99 = 3; std 0 passes 3 through
+    n15 = ModalitySpec(embodiment_tag="libero_franka", embodiment_id=31, state_keys=(("a", 2),),
+                       action_keys=(("a", 2),), statistics={"state": {"a": _stats()}, "action": {"a": _stats()}})
+    assert n15.unnormalize_action(torch.tensor([[[3.0, 0.0]]])).tolist() == [[[8.0, 2.0]]]  # N1.5: no clip
+
+
+def test_n16_unsupported_processor_options_are_refused() -> None:
+    spec = default_modality("libero_panda")
+    files = spec.to_n16_files(128, 128, 16)
+    proc = files["processor_config.json"]
+    proc["processor_kwargs"]["use_relative_action"] = True
+    proc["processor_kwargs"]["modality_configs"]["libero_panda"]["action"]["action_configs"] = [
+        {"rep": "RELATIVE", "type": "EEF", "format": "DEFAULT"}] * 7
+    with pytest.raises(ConfigError, match="relative actions"):
+        ModalitySpec.from_n16_files(files["statistics.json"], files["embodiment_id.json"], proc, "libero_panda")
+    proc["processor_kwargs"]["use_relative_action"] = False  # configured but switched off: fine
+    ModalitySpec.from_n16_files(files["statistics.json"], files["embodiment_id.json"], proc, "libero_panda")
+    proc["processor_kwargs"]["apply_sincos_state_encoding"] = True
+    proc["processor_kwargs"]["modality_configs"]["libero_panda"]["state"]["sin_cos_embedding_keys"] = ["roll"]
+    with pytest.raises(ConfigError, match="sin/cos"):
+        ModalitySpec.from_n16_files(files["statistics.json"], files["embodiment_id.json"], proc, "libero_panda")
+    proc["processor_kwargs"]["apply_sincos_state_encoding"] = False
+    proc["processor_kwargs"].update(use_percentiles=True, clip_outliers=False)
+    proc["processor_kwargs"]["modality_configs"]["libero_panda"]["action"]["mean_std_embedding_keys"] = ["x"]
+    back = ModalitySpec.from_n16_files(files["statistics.json"], files["embodiment_id.json"], proc, "libero_panda")
+    assert back.use_percentiles and not back.clip_outliers and back.mode("action", "x") == "mean_std"

@@ -19,7 +19,12 @@ from vlarl_cli.policies.gr00t.action_head import (
 from vlarl_cli.policies.gr00t.backbone import pixel_shuffle
 from vlarl_cli.policies.gr00t.config import preset
 from vlarl_cli.policies.gr00t.modeling import disable_dropout
-from vlarl_cli.policies.gr00t.processing import ByteTokenizer, build_prompt, load_tokenizer, preprocess_images
+from vlarl_cli.policies.gr00t.processing import (
+    ByteTokenizer,
+    build_prompt,
+    load_tokenizer,
+    preprocess_images_n15,
+)
 
 
 def test_timestep_features_by_hand() -> None:
@@ -144,28 +149,32 @@ def test_disable_dropout_counts_and_replaces() -> None:
 
 def test_preprocess_images() -> None:
     img = torch.full((2, 40, 40, 3), 255, dtype=torch.uint8)
-    out = preprocess_images(img, 16)
+    out = preprocess_images_n15(img, 16)
     assert out.shape == (2, 3, 16, 16)
-    torch.testing.assert_close(out, torch.ones_like(out), rtol=0, atol=1e-6)  # white -> +1 after (x - 0.5) / 0.5
+    # white -> +1 after (x - 0.5) / 0.5, or one level below: upstream's (x * 255).to(uint8) truncates the
+    # resampled 0.99999994 to 254
+    assert ((out == 1.0) | (out == 254 / 127.5 - 1)).all()
     # the 95 % centre crop drops a 1-pixel border of a 40 px image: a black border disappears entirely
     img = torch.zeros(1, 40, 40, 3, dtype=torch.uint8)
     img[:, 1:39, 1:39] = 255
-    torch.testing.assert_close(preprocess_images(img, 19), torch.ones(1, 3, 19, 19), rtol=0, atol=1e-6)
+    assert preprocess_images_n15(img, 19).min() >= 254 / 127.5 - 1
     img[:, 2] = 0  # a black row inside the crop does show up
-    assert preprocess_images(img, 19).min() < 0.5
+    assert preprocess_images_n15(img, 19).min() < 0.5
     with pytest.raises(ValueError, match="uint8"):
-        preprocess_images(torch.zeros(1, 3, 8, 8, dtype=torch.uint8), 8)
+        preprocess_images_n15(torch.zeros(1, 3, 8, 8, dtype=torch.uint8), 8)
 
 
 def test_build_prompt_layout() -> None:
     tok = ByteTokenizer()
-    ids, mask = build_prompt(tok, ["ab", "abcdefgh", ""], num_images=2, tokens_per_image=3, max_text_tokens=4,
-                             image_token_id=300, pad_token_id=0)
+    ids, mask = build_prompt(tok, ["ab", "abcd", ""], num_images=2, tokens_per_image=3, length=10,
+                             image_token_id=300, pad_id=0)
     assert ids.shape == (3, 10)
     assert ids[:, :6].eq(300).all() and mask[:, :6].eq(1).all()
     assert ids[0, 6:].tolist() == [ord("a") + 3, ord("b") + 3, 0, 0] and mask[0, 6:].tolist() == [1, 1, 0, 0]
-    assert ids[1, 6:].tolist() == [ord(c) + 3 for c in "abcd"]  # truncated
+    assert ids[1, 6:].tolist() == [ord(c) + 3 for c in "abcd"]
     assert mask[2, 6:].tolist() == [1, 0, 0, 0]  # empty text still has one attended position
+    with pytest.raises(ConfigError, match="padded length 10"):  # never cut silently (RLinf's F.pad would)
+        build_prompt(tok, ["abcde"], num_images=2, tokens_per_image=3, length=10, image_token_id=300, pad_id=0)
     assert tok.decode(tok.encode("pick up the bowl")) == "pick up the bowl"
 
 
@@ -173,16 +182,41 @@ def test_load_tokenizer_errors() -> None:
     assert isinstance(load_tokenizer(None, 320), ByteTokenizer)
     with pytest.raises(ConfigError, match="tokenizer_path"):
         load_tokenizer(None, 151680)
-    with pytest.raises(ConfigError, match=r"tokenizer\.json"):
+    with pytest.raises(ConfigError, match=r"tokenizer\.json, or vocab\.json \+ merges\.txt") as err:
         load_tokenizer("/nonexistent/folder", 151680)
+    assert "Eagle-Block2A-2B-v2" in str(err.value) and "eagle2_hg_model" in str(err.value)
+
+
+def test_qwen_tokenizer_from_vocab_merges_equals_its_tokenizer_json(tmp_path) -> None:
+    """The vocab + merges build (what Isaac-GR00T ships) and a saved tokenizer.json tokenise alike; the
+    added tokens keep the ids the files give them."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from vlarl_cli.policies.gr00t.tokenizer import QwenTokenizer
+
+    src = Path(__file__).resolve().parents[2] / "fixtures" / "gr00t" / "tokenizer"
+    tok = QwenTokenizer(src)
+    added = json.loads((src / "added_tokens.json").read_text())
+    assert all(tok.token_to_id(t) == i for t, i in added.items())
+    other = tmp_path / "json"
+    other.mkdir()
+    tok._tok.save(str(other / "tokenizer.json"))
+    shutil.copy(src / "vocab.json", other / "vocab.json")  # tokenizer.json wins when both exist
+    via_json = QwenTokenizer(other)
+    text = "<|im_start|>user\nPick up the BOWL, 2x!<image 1><img><IMG_CONTEXT></img>\n\n  café<|im_end|>"
+    assert via_json.encode(text) == tok.encode(text)
+    ids = tok.encode(text)
+    assert ids[0] == added["<|im_start|>"] and added["<IMG_CONTEXT>"] in ids and ids[-1] == added["<|im_end|>"]
 
 
 def test_formalize_language() -> None:
     from vlarl_cli.policies.gr00t.processing import formalize_language
 
     assert formalize_language("Pick up the BOWL, then stop!") == "pick up the bowl then stop"
-    ids, _ = build_prompt(ByteTokenizer(), ["A.b"], num_images=1, tokens_per_image=1, max_text_tokens=3,
-                          image_token_id=300, pad_token_id=0, formalize=True)
+    ids, _ = build_prompt(ByteTokenizer(), ["A.b"], num_images=1, tokens_per_image=1, length=4,
+                          image_token_id=300, pad_id=0, formalize=True)
     assert ids[0, 1:].tolist() == [ord("a") + 3, ord("b") + 3, 0]
 
 
@@ -207,7 +241,7 @@ def test_eagle3_unshuffle_merge_loop() -> None:
 def _chat_tokenizer():
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
-    from vlarl_cli.policies.gr00t.processing import FileTokenizer
+    from vlarl_cli.policies.gr00t.tokenizer import QwenTokenizer as FileTokenizer
 
     vocab = {"[UNK]": 0, "open": 5, "the": 6, "drawer": 7, "assistant": 8, "user": 9, "system": 10}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
@@ -219,27 +253,37 @@ def _chat_tokenizer():
     return wrapped, {t: tok.token_to_id(t) for t in ("<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>")}
 
 
+def test_eagle_prompt_text_by_hand() -> None:
+    from vlarl_cli.policies.gr00t.processing import eagle_prompt_text
+
+    img = "<img>" + "<IMG_CONTEXT>" * 2 + "</img>"
+    sys_turn = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"  # no "\n" before <|im_end|>
+    # N1.5 (Eagle 2.5 chat template): images, instruction, assistant generation prompt
+    assert eagle_prompt_text("open it", version="n1.5", num_images=2, tokens_per_image=2) == (
+        f"{sys_turn}<|im_start|>user\n<image 1>{img}<image 2>{img}open it<|im_end|>\n<|im_start|>assistant\n")
+    # N1.6 (Gr00tN1d6Processor): instruction first, then the images, no generation prompt
+    assert eagle_prompt_text("open it", version="n1.6", num_images=2, tokens_per_image=2) == (
+        f"{sys_turn}<|im_start|>user\nopen it<image 1>{img}<image 2>{img}<|im_end|>\n")
+
+
 def test_eagle_chat_prompt_layout() -> None:
     tok, special = _chat_tokenizer()
     ctx = special["<IMG_CONTEXT>"]
-    ids, mask = build_prompt(tok, ["open the drawer", "open " * 40], num_images=2, tokens_per_image=3,
-                             max_text_tokens=40, image_token_id=ctx, pad_token_id=0, style="eagle_chat")
-    assert ids.shape == (2, 46)
+    ids, mask = build_prompt(tok, ["open the drawer"], num_images=2, tokens_per_image=3, length=60,
+                             image_token_id=ctx, pad_id=0, style="eagle_chat", version="n1.5")
     row = ids[0][mask[0].bool()].tolist()
     assert row[0] == special["<|im_start|>"] and row.count(ctx) == 6
-    first = row.index(ctx)
-    assert row[first - 1] == special["<img>"] and row[first + 3] == special["</img>"]
-    # ... </img> [instruction] <|im_end|> <|im_start|> assistant
-    assert row[-7:] == [special["</img>"], 5, 6, 7, special["<|im_end|>"], special["<|im_start|>"], 8]
-    assert mask[0, len(row):].eq(0).all() and ids[0, len(row):].eq(0).all()
-    # the long instruction is truncated to the room left by the template, the template survives
-    assert mask[1].all() and ids[1, -3:].tolist() == [special["<|im_end|>"], special["<|im_start|>"], 8]
+    assert row[-6:] == [5, 6, 7, special["<|im_end|>"], special["<|im_start|>"], 8]
+    assert mask[0, len(row):].eq(0).all() and ids[0, len(row):].eq(0).all()  # RLinf: right-padded with 0
+    ids6, mask6 = build_prompt(tok, ["open the drawer"], num_images=2, tokens_per_image=3, length=60,
+                               image_token_id=ctx, pad_id=0, style="eagle_chat", version="n1.6")
+    row6 = ids6[0][mask6[0].bool()].tolist()
+    i = row6.index(5)  # the instruction comes before the first image token in N1.6, after the last in N1.5
+    assert row6[i: i + 3] == [5, 6, 7] and i < row6.index(ctx) and row.index(5) > len(row) - 1 - row[::-1].index(ctx)
+    assert row6[-2:] == [special["</img>"], special["<|im_end|>"]]
     with pytest.raises(ConfigError, match="IMG_CONTEXT"):
-        build_prompt(tok, ["x"], num_images=1, tokens_per_image=1, max_text_tokens=40, image_token_id=ctx + 1,
-                     pad_token_id=0, style="eagle_chat")
-    with pytest.raises(ConfigError, match="max_text_tokens"):
-        build_prompt(tok, ["x"], num_images=2, tokens_per_image=3, max_text_tokens=10, image_token_id=ctx,
-                     pad_token_id=0, style="eagle_chat")
+        build_prompt(tok, ["x"], num_images=1, tokens_per_image=1, length=40, image_token_id=ctx + 1,
+                     pad_id=0, style="eagle_chat")
 
 
 def test_siglip_fallback_without_siglip2(monkeypatch) -> None:
@@ -253,3 +297,21 @@ def test_siglip_fallback_without_siglip2(monkeypatch) -> None:
     ids = torch.full((1, 2 * cfg.tokens_per_image + 2), cfg.image_token_id)
     ids[0, -2:] = 5
     assert backbone(pixels, ids, torch.ones_like(ids)).shape == (1, ids.shape[1], cfg.llm_hidden_size)
+
+
+def test_area_resize_matches_opencv() -> None:
+    """Our INTER_AREA against OpenCV itself: enlarging and integer shrinking are bit-exact (the same
+    fixed-point / integer arithmetic); non-integer shrinking is float in both, at most one level apart."""
+    cv2 = pytest.importorskip("cv2")
+    import numpy as np
+
+    from vlarl_cli.policies.gr00t.images import area_resize
+
+    rng = np.random.default_rng(3)
+    img = rng.integers(0, 256, (2, 96, 96, 3), dtype=np.uint8)
+    img[:, 20:50] = img[:, 20:50] // 3  # some structure besides noise
+    for size, exact in ((243, True), (256, True), (101, True), (48, True), (32, True), (70, False), (50, False)):
+        ours = area_resize(torch.from_numpy(img), size, size).numpy()
+        theirs = np.stack([cv2.resize(im, (size, size), interpolation=cv2.INTER_AREA) for im in img])
+        diff = np.abs(ours.astype(int) - theirs.astype(int))
+        assert diff.max() <= (0 if exact else 1), (size, diff.max())

@@ -17,7 +17,8 @@ def test_sample_shapes_and_replay(version, policy_factory, obs_factory) -> None:
     out = policy.sample(obs_factory(3), generator=torch.Generator().manual_seed(0))
     assert out.actions.shape == (3, 5, 7) and out.logprobs.shape == (3, 5, 7) and out.values.shape == (3,)
     assert out.actions.dtype == torch.float32 and out.logprobs.dtype == torch.float32
-    assert torch.equal(out.values, torch.zeros(3))  # zero-initialised last value layer
+    with torch.no_grad():  # RLinf's critic on the mean of all VL tokens (+ state token)
+        torch.testing.assert_close(out.values, policy.values(policy.encode(out.replay)), rtol=0, atol=0)
     assert set(out.replay) == {keys.MAIN_IMAGES, keys.WRIST_IMAGES, "input_ids", "attention_mask", "state",
                                "embodiment_id", "chain", "denoise_index"}
     cfg = policy.config
@@ -25,9 +26,11 @@ def test_sample_shapes_and_replay(version, policy_factory, obs_factory) -> None:
     assert out.replay[keys.MAIN_IMAGES].dtype == torch.uint8
     assert all(v.shape[0] == 3 for v in out.replay.values())
     assert ((out.replay["denoise_index"] >= 0) & (out.replay["denoise_index"] < 4)).all()
-    # gripper in the env convention, pose within the placeholder statistics' range
+    # gripper in the env convention; N1.6 clips the model action to [-1, 1] before un-normalising (then
+    # RLinf's N(0, 0.1^2) exploration noise is clamped to [-1, 1]); N1.5's Normalizer.inverse does not clip
     assert set(out.actions[..., 6].unique().tolist()) <= {-1.0, 1.0}
-    assert out.actions[..., :6].abs().max() <= 1.0 + (0.5 if version == "n1.6" else 0.0)
+    if version == "n1.6":
+        assert out.actions[..., :6].abs().max() <= 1.0
 
 
 CASES = [(v, m, j) for v in ("n1.5", "n1.6") for m, j in
@@ -139,7 +142,8 @@ def test_value_variants(policy_factory, obs_factory) -> None:
     policy = policy_factory("n1.5", value_after_vlm=True)
     assert policy.action_head.value_head.in_dim == policy.config.backbone_embedding_dim
     with torch.no_grad():
-        policy.action_head.value_head.out.bias.fill_(0.25)
+        policy.action_head.value_head.mlp[-1].weight.zero_()
+        policy.action_head.value_head.mlp[-1].bias.fill_(0.25)
     out = policy.sample(obs_factory(2))
     assert torch.equal(out.values, torch.full((2,), 0.25))
     assert torch.equal(policy_factory("n1.5", add_value_head=False).sample(obs_factory(2)).values, torch.zeros(2))
@@ -181,3 +185,44 @@ def test_gradient_checkpointing_gives_identical_gradients(policy_factory, obs_fa
 def test_row_streams_make_sampling_independent_of_batching(policy_factory, obs_factory,
                                                             split_equals_whole) -> None:
     split_equals_whole(policy_factory("n1.6").eval(), obs_factory(batch=4), exact_keys=("denoise_index",))
+
+
+@pytest.mark.parametrize("version", ["n1.5", "n1.6"])
+def test_policy_builds_the_eagle_chat_prompt_of_its_release(version, obs_factory) -> None:
+    """prepare_inputs with a Qwen tokenizer: the release's template, RLinf's 0-padding to padding_value."""
+    from pathlib import Path
+
+    from vlarl_cli.policies.gr00t.config import ModelSettings, preset
+    from vlarl_cli.policies.gr00t.modality import default_modality
+    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
+    from vlarl_cli.policies.gr00t.processing import eagle_prompt_text, formalize_language
+    from vlarl_cli.policies.gr00t.tokenizer import QwenTokenizer
+
+    tok = QwenTokenizer(Path(__file__).resolve().parents[2] / "fixtures" / "gr00t" / "tokenizer")
+    cfg = preset("tiny", version).replace(prompt_style="eagle_chat", vocab_size=3300, padding_value=120,
+                                          image_token_id=tok.token_to_id("<IMG_CONTEXT>"))
+    s = ModelSettings(model_type="gr00t" if version == "n1.5" else "gr00t_n1d6", preset="tiny")
+    policy = Gr00tPolicy(cfg, s, default_modality(s.effective_embodiment_tag, cfg), tokenizer=tok)
+    obs = obs_factory(2)
+    obs[keys.TASK_DESCRIPTIONS] = ["Open the top drawer, please.", "turn on the stove"]
+    replay = policy.prepare_inputs(obs)
+    assert replay["input_ids"].shape == (2, 120)
+    for row, task in enumerate(obs[keys.TASK_DESCRIPTIONS]):
+        text = formalize_language(task) if version == "n1.6" else task  # N1.6 formalizes, N1.5 does not
+        want = tok.encode(eagle_prompt_text(text, version=version, num_images=2,
+                                            tokens_per_image=cfg.tokens_per_image))
+        n = len(want)
+        assert replay["input_ids"][row, :n].tolist() == want and replay["attention_mask"][row, :n].eq(1).all()
+        assert replay["input_ids"][row, n:].eq(0).all() and replay["attention_mask"][row, n:].eq(0).all()
+    with torch.no_grad():
+        out = policy.sample(obs, generator=torch.Generator().manual_seed(0))
+    assert torch.isfinite(out.actions).all()
+
+
+def test_rlinf_state_rounding_only_in_bf16() -> None:
+    from vlarl_cli.policies.gr00t.modeling import rlinf_state_rounding
+
+    x = torch.tensor([[0.123456789, -1.00390625, 3.14159265]])
+    assert torch.equal(rlinf_state_rounding(x, torch.float32), x)
+    r = rlinf_state_rounding(x, torch.bfloat16)
+    assert r.dtype == torch.float32 and torch.equal(r, x.bfloat16().float()) and not torch.equal(r, x)

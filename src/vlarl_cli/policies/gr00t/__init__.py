@@ -4,9 +4,11 @@
     policy = build_policy(ModelSettings(model_type="gr00t", preset="tiny"), "cpu")
     out = policy.sample(obs); ev = policy.evaluate(out.replay)
 
-Modules: ``config`` (presets, ModelSettings), ``modality`` (embodiments, statistics, normalisation),
-``processing`` (images, prompt), ``backbone`` / ``action_head`` / ``modeling`` (the network and the
-policy), ``checkpoint`` (vlarl / gr00t_n15 / gr00t_n16 layouts). Importing this package is light: model
+Modules: ``config`` (presets, ModelSettings), ``modality`` (embodiments, statistics) with ``normalization``
+(each release's rules), ``processing`` (prompts, RLinf padding) with ``tokenizer`` (Qwen from vocab + merges)
+and ``images`` (each release's pixel pipeline), ``backbone`` / ``action_head`` / ``critic`` (RLinf's value
+head) / ``modeling`` (the network and the policy), ``checkpoint`` (vlarl / gr00t_n15 / gr00t_n16 layouts).
+Inputs are checked against Isaac-GR00T itself by ``tests/policies/gr00t/test_gr00t_golden.py``. Importing this package is light: model
 code (transformers) loads on first use.
 """
 

@@ -98,7 +98,7 @@ class EagleBackbone(nn.Module):
             v2cfg = Siglip2VisionConfig(
                 hidden_size=cfg.vision_hidden_size, intermediate_size=cfg.vision_intermediate_size,
                 num_hidden_layers=cfg.vision_num_layers, num_attention_heads=cfg.vision_num_heads,
-                patch_size=cfg.patch_size, num_patches=(cfg.image_size // cfg.patch_size) ** 2,
+                patch_size=cfg.patch_size, num_patches=cfg.vision_num_patches or (cfg.image_size // cfg.patch_size) ** 2,
                 vision_use_head=cfg.vision_use_head, attention_dropout=0.0)
             v2cfg._attn_implementation = "sdpa"
             vision: nn.Module = Siglip2VisionModel(v2cfg)

@@ -71,7 +71,8 @@ _EAGLE_FIELDS = ("vision_kind", "vision_hidden_size", "vision_intermediate_size"
                  "mlp_connector_layers", "llm_hidden_size", "llm_intermediate_size", "llm_num_heads",
                  "llm_num_kv_heads", "llm_head_dim", "vocab_size", "rope_theta", "rms_norm_eps",
                  "max_position_embeddings", "image_token_id", "pad_token_id", "max_text_tokens", "formalize_language",
-                 "prompt_style",
+                 "prompt_style", "crop_fraction", "shortest_image_edge", "vision_num_patches", "prompt_pad_id",
+                 "padding_value",
                  # not Eagle, but absent from N1.6's config.json (no VL self-attention there); kept so that
                  # a round trip reproduces the config exactly
                  "vl_num_heads", "vl_head_dim")
@@ -227,8 +228,11 @@ def infer_backbone_fields(shapes: dict[str, list[int]], version: str) -> dict[st
     if patch and pos:
         d = patch[0]
         p = patch[2] if len(patch) == 4 else math.isqrt(patch[1] // 3)
-        out.update(vision_kind="siglip" if len(patch) == 4 else "siglip2", vision_hidden_size=d, patch_size=p,
-                   image_size=math.isqrt(pos[0]) * p)
+        out.update(vision_kind="siglip" if len(patch) == 4 else "siglip2", vision_hidden_size=d, patch_size=p)
+        if len(patch) == 4:  # SigLIP: fixed grid, the position table tells the image size
+            out["image_size"] = math.isqrt(pos[0]) * p
+        else:  # SigLIP-2 resizes its position table; the image size comes from the processor
+            out["vision_num_patches"] = pos[0]
         layers = {int(m.group(1)) for key in shapes if (m := re.match(re.escape(vis) + r"encoder\.layers\.(\d+)\.", key))}
         if layers:
             out["vision_num_layers"] = max(layers) + 1
@@ -243,8 +247,28 @@ def infer_backbone_fields(shapes: dict[str, list[int]], version: str) -> dict[st
     return out
 
 
-def _config_from_upstream(data: dict[str, Any], version: str,
-                          shapes: dict[str, list[int]] | None = None) -> Gr00tConfig:
+def processor_image_fields(proc: dict[str, Any]) -> dict[str, Any]:
+    """Image / language settings of an N1.6 ``processor_config.json`` as Gr00tConfig fields; the
+    torchvision path (``use_albumentations`` false, or ``image_crop_size`` / ``image_target_size``) is refused."""
+    kw = proc.get("processor_kwargs", {})
+    if kw.get("image_crop_size") is not None or kw.get("image_target_size") is not None or \
+            kw.get("use_albumentations") is False:
+        raise CheckpointError("processor_config.json uses the torchvision image path (image_crop_size / "
+                              "image_target_size or use_albumentations false), which vlarl does not implement.",
+                              "Use a checkpoint processed with shortest_image_edge + crop_fraction (albumentations), "
+                              "as the released N1.6 checkpoints are.")
+    out: dict[str, Any] = {}
+    if kw.get("shortest_image_edge") is not None:
+        out["shortest_image_edge"] = int(kw["shortest_image_edge"])
+    if kw.get("crop_fraction") is not None:
+        out["crop_fraction"] = float(kw["crop_fraction"])
+    if "formalize_language" in kw:
+        out["formalize_language"] = bool(kw["formalize_language"])
+    return out
+
+
+def _config_from_upstream(data: dict[str, Any], version: str, shapes: dict[str, list[int]] | None = None,
+                          processor: dict[str, Any] | None = None) -> Gr00tConfig:
     base = preset("full", version)
     try:
         if version == "n1.5":
@@ -277,7 +301,17 @@ def _config_from_upstream(data: dict[str, Any], version: str,
                        num_timestep_buckets=(data.get("action_head_cfg") or data).get("num_timestep_buckets", 1000))
         if shapes is not None:  # dimensions the weights tell; an explicit eagle_config still wins
             changes.update(infer_backbone_fields(shapes, version))
+        changes.update(processor or {})
         changes.update({k: v for k, v in eagle.items() if k in _EAGLE_FIELDS})
+        if version == "n1.6" and "image_size" not in eagle:
+            from vlarl_cli.policies.gr00t.images import smart_size
+
+            factor = changes.get("patch_size", base.patch_size) * (
+                2 if changes.get("use_pixel_shuffle", base.use_pixel_shuffle) else 1)
+            changes["image_size"] = smart_size(changes.get("shortest_image_edge", base.shortest_image_edge), factor)
+        grid = changes.get("image_size", base.image_size) // changes.get("patch_size", base.patch_size)
+        if changes.get("vision_num_patches") == grid * grid:
+            changes["vision_num_patches"] = None  # the table is the grid itself
     except KeyError as exc:
         raise CheckpointError(f"config.json of a GR00T {version} checkpoint lacks the field {exc}.",
                               "Use an unmodified Isaac-GR00T / RLinf config.json.") from exc
@@ -307,7 +341,10 @@ def read_config(path: Path, fmt: str | None = None) -> tuple[Gr00tConfig, dict[s
                 ours = from_upstream_key(name, version)
                 if ours is not None:
                     shapes[ours] = headers.setdefault(file, _header(file))[name]["shape"]
-        return _config_from_upstream(data, version, shapes), None
+        proc_file = path / "processor_config.json"
+        processor = processor_image_fields(_read_json(proc_file)) if (
+            version == "n1.6" and proc_file.is_file()) else None
+        return _config_from_upstream(data, version, shapes, processor), None
     raise CheckpointError(f"{path} is not a GR00T checkpoint in a known layout.",
                           f"Expected one of {', '.join(FORMATS)}: {VLARL_CONFIG}, or config.json with model_type "
                           f"{N15_MODEL_TYPES[0]} / {N16_MODEL_TYPES[0]}.")
@@ -408,7 +445,11 @@ def save_policy(policy: Any, path: Path, *, format: str = "vlarl", dtype: torch.
     atomic_write_json(path / "experiment_cfg" / "metadata.json",
                       {modality.embodiment_tag: modality.to_n15_metadata()})
     if format == "gr00t_n16":
-        for name, content in modality.to_n16_files(cfg.state_dim, cfg.action_dim, cfg.action_horizon).items():
+        files = modality.to_n16_files(cfg.state_dim, cfg.action_dim, cfg.action_horizon)
+        files["processor_config.json"]["processor_kwargs"].update(
+            shortest_image_edge=cfg.shortest_image_edge, crop_fraction=cfg.crop_fraction, use_albumentations=True,
+            formalize_language=cfg.formalize_language, image_crop_size=None, image_target_size=None)
+        for name, content in files.items():
             atomic_write_json(path / name, content)
 
 
@@ -477,7 +518,9 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
     settings_dict.update(saved or {})
     settings_dict.update(overrides or {})
     settings_dict["model_path"] = str(path)
-    if settings_dict.get("tokenizer_path") is None and (path / "tokenizer.json").is_file():
+    ships_tokenizer = (path / "tokenizer.json").is_file() or (
+        (path / "vocab.json").is_file() and (path / "merges.txt").is_file())
+    if settings_dict.get("tokenizer_path") is None and ships_tokenizer:
         settings_dict["tokenizer_path"] = str(path)  # a checkpoint that ships its prompt tokenizer
     settings = ModelSettings.from_dict(settings_dict)
     if settings.version != cfg.version:
@@ -559,14 +602,14 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
 
 
 def _reinit_head(policy: Any, name: str, device: torch.device, dtype: torch.dtype) -> None:
+    from vlarl_cli.policies.gr00t.critic import Gr00tCritic
     from vlarl_cli.policies.gr00t.modeling import NoiseHead
-    from vlarl_cli.policies.value_head import ValueHead
 
     cfg, s = policy.config, policy.settings
     with torch.device(device):
         if name == "value_head":
             in_dim = cfg.backbone_embedding_dim + (0 if s.value_after_vlm else cfg.input_embedding_dim)
-            head: torch.nn.Module = ValueHead(in_dim, hidden=s.value_hidden)
+            head: torch.nn.Module = Gr00tCritic(in_dim, hidden=s.value_hidden)
         else:
             head = NoiseHead(cfg.hidden_size, cfg.action_dim)
     head.to(dtype)

@@ -55,8 +55,11 @@ class Gr00tConfig:
     vision_intermediate_size: int = 4304
     vision_num_layers: int = 27
     vision_num_heads: int = 16
-    image_size: int = 224  # square input side after crop + resize
+    image_size: int = 224  # square side the vision tower sees (N1.6: smart_size(shortest_image_edge, 28) = 252)
     patch_size: int = 14
+    crop_fraction: float = 0.95  # centre crop before the resize (N1.5 VideoCrop scale, N1.6 crop_fraction)
+    shortest_image_edge: int | None = None  # N1.6 processor_config.json shortest_image_edge (256); None for N1.5
+    vision_num_patches: int | None = None  # SigLIP-2 position table size (N1.6: 256 = 16 x 16); None: the grid
     vision_use_head: bool = True  # SigLIP attention-pool head: kept as weights, never used in forward
     use_pixel_shuffle: bool = False  # Eagle: 2x2 pixel shuffle before mlp1 (downsample_ratio 0.5)
     # channel order of the 2x2 merge: "eagle2" (InternVL-style pixel_shuffle on [N, W, H, C], Eagle 2.5) or
@@ -76,9 +79,12 @@ class Gr00tConfig:
     max_position_embeddings: int = 40960
     select_layer: int = 12  # decoder layers kept (upstream pops the rest)
     image_token_id: int = 151669
-    pad_token_id: int = 151643
+    pad_token_id: int = 151643  # Qwen's <|endoftext|>: the LM's padding_idx (upstream left-padding id)
+    prompt_pad_id: int = 0  # id RLinf right-pads the prompt with (F.pad value 0), attention mask 0
+    padding_value: int | None = None  # RLinf rl_head_config.padding_value (570 in the full presets): fixed
+    #                                   prompt length; None: images + max_text_tokens
     project_to_dim: int | None = None  # N1.5 backbone.eagle_linear (None = identity)
-    max_text_tokens: int = 58  # prompt tokens after the image tokens (RLinf pads N1.5 to 570 = 512 + 58)
+    max_text_tokens: int = 58  # non-image prompt tokens when padding_value is None (570 = 512 + 58 for N1.5)
     formalize_language: bool = False  # lower-case + strip punctuation (GR00TTransform; N1.6 default True)
     prompt_style: str = "eagle_chat"  # "eagle_chat" (Eagle chat template, real tokenizer) | "plain" (tiny)
 
@@ -120,6 +126,19 @@ class Gr00tConfig:
         if self.vision_kind not in ("siglip", "siglip2"):
             raise ConfigError(f'vision_kind must be "siglip" or "siglip2", got "{self.vision_kind}".',
                               "Fix vision_kind in the GR00T config.")
+        if self.version == "n1.6":
+            from vlarl_cli.policies.gr00t.images import smart_size
+
+            if self.shortest_image_edge is None:
+                raise ConfigError("GR00T N1.6 needs shortest_image_edge (processor_config.json).",
+                                  "Set shortest_image_edge (256 for the released checkpoints).")
+            want = smart_size(self.shortest_image_edge, self.image_factor)
+            if self.image_size != want:
+                raise ConfigError(f"N1.6 image_size {self.image_size} does not match its processor: shortest edge "
+                                  f"{self.shortest_image_edge} resized to a multiple of {self.image_factor} is {want}.",
+                                  f"Set image_size: {want}.")
+        if not 0.0 < self.crop_fraction <= 1.0:
+            raise ConfigError(f"crop_fraction must be in (0, 1], got {self.crop_fraction}.", "Fix crop_fraction.")
         if self.image_size % self.patch_size:
             raise ConfigError(f"image_size {self.image_size} is not a multiple of patch_size {self.patch_size}.",
                               "Choose an image_size divisible by the patch size.")
@@ -158,6 +177,17 @@ class Gr00tConfig:
             raise ConfigError("state + future + action tokens exceed max_seq_len.", "Raise max_seq_len.")
 
     @property
+    def image_factor(self) -> int:
+        """Side of the pixel block one VL token covers: patch x 2 with the pixel shuffle (Eagle 3: 28)."""
+        return self.patch_size * (2 if self.use_pixel_shuffle else 1)
+
+    def prompt_length(self, num_images: int) -> int:
+        """Padded prompt length: RLinf's fixed ``padding_value``, else images + ``max_text_tokens``."""
+        if self.padding_value is not None:
+            return self.padding_value
+        return num_images * self.tokens_per_image + self.max_text_tokens
+
+    @property
     def tokens_per_image(self) -> int:
         """VL tokens one camera image contributes: ``(image_size / patch)^2``, / 4 with pixel shuffle."""
         grid = self.image_size // self.patch_size
@@ -181,17 +211,22 @@ class Gr00tConfig:
 
 
 def _full_n15() -> Gr00tConfig:
-    return Gr00tConfig(version="n1.5")
+    return Gr00tConfig(version="n1.5", padding_value=570)
 
 
 def _full_n16() -> Gr00tConfig:
-    # Eagle-Block2A-2B-v2: SigLIP-2 so400m/16 at 256 px with 2x2 pixel shuffle + 2-layer mlp1, Qwen3-1.7B
-    # cut at layer 16; head from gr00t/configs/model/gr00t_n1d6.py with max dims 128 (unified space).
+    # nvidia/GR00T-N1.6-3B as Isaac-GR00T n1.6.1-release builds it (numbers and sources in
+    # tests/fixtures/gr00t/gr00t_n1d6_3b.json): Eagle-Block2A-2B-v2 = SigLIP-2 (patch 14, 256-entry position
+    # table, 2x2 pixel shuffle, 2-layer mlp1) + Qwen3-1.7B cut at layer 16; the processor's 256 px shortest
+    # edge becomes 252 px (18 x 18 patches, 81 tokens per image); AlternateVL-DiT 32 x (32 x 48); the
+    # checkpoint's config.json: action_horizon 50, max_state_dim / max_action_dim 128 (fine-tuned
+    # checkpoints keep them; LIBERO reads the first 16 steps and 7 dims).
     return Gr00tConfig(
-        version="n1.6", vision_kind="siglip2", image_size=256, patch_size=16, use_pixel_shuffle=True,
-        pixel_shuffle_kind="unshuffle", mlp_connector_layers=2, select_layer=16, max_text_tokens=64, formalize_language=True,
-        action_dim=128, state_dim=128, dit_num_layers=32, vl_self_attention_layers=0, num_future_tokens=0,
-        alternate_vl_dit=True, use_attention_mask=True)
+        version="n1.6", vision_kind="siglip2", image_size=252, patch_size=14, shortest_image_edge=256,
+        vision_num_patches=256, use_pixel_shuffle=True,
+        pixel_shuffle_kind="unshuffle", mlp_connector_layers=2, select_layer=16, formalize_language=True,
+        action_dim=128, state_dim=128, action_horizon=50, dit_num_layers=32, vl_self_attention_layers=0,
+        num_future_tokens=0, alternate_vl_dit=True, use_attention_mask=True, padding_value=570)
 
 
 _TINY_COMMON: dict[str, Any] = dict(
@@ -211,7 +246,7 @@ def _tiny_n15() -> Gr00tConfig:
 def _tiny_n16() -> Gr00tConfig:
     return Gr00tConfig(
         version="n1.6", vision_kind="siglip2", use_pixel_shuffle=True, pixel_shuffle_kind="unshuffle",
-        mlp_connector_layers=2,
+        mlp_connector_layers=2, shortest_image_edge=32,
         formalize_language=True, action_dim=128, state_dim=128, vl_self_attention_layers=0, num_future_tokens=0,
         alternate_vl_dit=True, use_attention_mask=True, **_TINY_COMMON)
 
@@ -266,7 +301,7 @@ class ModelSettings:
     is_lora: bool = False
     lora_rank: int = 32
     use_proprio: bool = True  # False feeds a zero state
-    tokenizer_path: str | None = None  # folder with tokenizer.json for real checkpoints
+    tokenizer_path: str | None = None  # Eagle tokenizer folder: vocab.json + merges.txt (+ added tokens) or tokenizer.json
     gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:

@@ -12,8 +12,8 @@ Upstream facts (Isaac-GR00T ``gr00t/experiment/data_config.py``, ``gr00t/data/sc
   "embodiment_tag": tag}}``.
 * N1.6 keeps them in ``statistics.json`` (``{tag: {"state": {...}, "action": {...}}}``),
   ``embodiment_id.json`` (``{tag: slot}``) and ``processor_config.json`` (modality configs).
-* LIBERO state/action use min-max normalisation to [-1, 1]: ``2 (x - min) / (max - min) - 1`` and 0
-  where ``min == max``; un-normalisation clamps to [-1, 1] first.
+* Normalisation per key (``min_max`` / ``q99`` / ``mean_std``) follows the release's own rules, which
+  differ in clipping (see :mod:`.normalization`); LIBERO recipes use min-max for state and action.
 * Gripper: the model's un-normalised gripper action lives in [0, 1] (1 = close); LIBERO wants -1 = open,
   +1 = close after ``g' = -sign(2 g - 1)`` (RLinf ``normalize_gripper_action`` / ``prepare_actions_for_libero``).
 """
@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from vlarl_cli.errors import CheckpointError, ConfigError, did_you_mean
+from vlarl_cli.policies.gr00t.normalization import MODES, normalize, unnormalize
 from vlarl_cli.policies.normalization import gripper_to_libero
 
 __all__ = [
@@ -83,8 +84,14 @@ class ModalitySpec:
     state_keys: tuple[tuple[str, int], ...] = ()
     action_keys: tuple[tuple[str, int], ...] = ()
     statistics: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
-    state_norm: str = "min_max"
-    action_norm: str = "min_max"
+    state_norm: str = "min_max"  # default mode of the state keys: min_max | q99 | mean_std
+    action_norm: str = "min_max"  # default mode of the action keys
+    #: keys normalised with mean/std whatever the default ({"state": [...], "action": [...]}; N1.6
+    #: ``mean_std_embedding_keys``)
+    mean_std_keys: dict[str, list[str]] = field(default_factory=dict)
+    use_percentiles: bool = False  # N1.6: min-max bounds are q01/q99
+    clip_outliers: bool = False  # N1.6: clip normalised min-max values (state and action) to [-1, 1]
+    convention: str = "n1.5"  # "n1.5" | "n1.6": which release's rules (see normalization.py)
     gripper_convention: str = "zero_one_to_sign"  # g' = -sign(2g - 1); "none" keeps the model value
     language_key: str = LANGUAGE_KEY
 
@@ -92,10 +99,13 @@ class ModalitySpec:
         self.video_keys = tuple(self.video_keys)
         self.state_keys = tuple((str(k), int(n)) for k, n in self.state_keys)
         self.action_keys = tuple((str(k), int(n)) for k, n in self.action_keys)
-        if self.state_norm != "min_max" or self.action_norm != "min_max":
-            raise ConfigError(f"Only min_max normalisation is implemented for GR00T, got state "
-                              f"{self.state_norm!r} / action {self.action_norm!r}.",
-                              "Use min_max statistics (the GR00T LIBERO recipes do).")
+        for label, mode in (("state_norm", self.state_norm), ("action_norm", self.action_norm)):
+            if mode not in MODES:
+                raise ConfigError(f"GR00T {label} {mode!r} is not a normalisation mode we implement.",
+                                  f"Use one of {', '.join(MODES)} (Isaac-GR00T Normalizer modes).")
+        if self.convention not in ("n1.5", "n1.6"):
+            raise ConfigError(f"Unknown normalisation convention {self.convention!r}.", 'Use "n1.5" or "n1.6".')
+        self.mean_std_keys = {k: list(v) for k, v in self.mean_std_keys.items()}
         if self.gripper_convention not in ("zero_one_to_sign", "none"):
             raise ConfigError(f"Unknown gripper_convention {self.gripper_convention!r}.",
                               'Use "zero_one_to_sign" (LIBERO) or "none".')
@@ -107,7 +117,7 @@ class ModalitySpec:
                                           f'"{self.embodiment_tag}" (have: {sorted(stats)}).',
                                           "Provide statistics for every modality key (metadata.json / "
                                           "statistics.json).")
-                for bound in ("min", "max"):
+                for bound in self._fields_needed(kind, name):
                     values = stats[name].get(bound)
                     if values is None or len(values) != width:
                         raise CheckpointError(
@@ -123,6 +133,18 @@ class ModalitySpec:
     def action_width(self) -> int:
         return sum(n for _, n in self.action_keys)
 
+    def mode(self, kind: str, name: str) -> str:
+        """Normalisation mode of one key ("state" / "action")."""
+        if name in self.mean_std_keys.get(kind, []):
+            return "mean_std"
+        return self.state_norm if kind == "state" else self.action_norm
+
+    def _fields_needed(self, kind: str, name: str) -> tuple[str, ...]:
+        mode = self.mode(kind, name)
+        if mode == "mean_std":
+            return ("mean", "std")
+        return ("q01", "q99") if (mode == "q99" or self.use_percentiles) else ("min", "max")
+
     def _bounds(self, kind: str) -> tuple[Tensor, Tensor]:
         keys = self.state_keys if kind == "state" else self.action_keys
         stats = self.statistics[kind]
@@ -131,19 +153,37 @@ class ModalitySpec:
         return torch.tensor(lo, dtype=torch.float32), torch.tensor(hi, dtype=torch.float32)
 
     # ------------------------------------------------------------------ transforms
+    def _apply(self, kind: str, x: Tensor, inverse: bool) -> Tensor:
+        keys = self.state_keys if kind == "state" else self.action_keys
+        parts, start = [], 0
+        for name, width in keys:
+            stats, mode = self.statistics[kind][name], self.mode(kind, name)
+            chunk = x[..., start: start + width]
+            if inverse:
+                parts.append(unnormalize(chunk, stats, mode, convention=self.convention,
+                                         use_percentiles=self.use_percentiles))
+            else:
+                # N1.6 clips min-max keys and mean/std actions, never mean/std states
+                clip = self.clip_outliers and not (kind == "state" and mode == "mean_std")
+                parts.append(normalize(chunk, stats, mode, convention=self.convention,
+                                       use_percentiles=self.use_percentiles, clip=clip))
+            start += width
+        return torch.cat(parts, dim=-1)
+
     def normalize_state(self, states: Tensor) -> Tensor:
         """Env states [B, >=state_width] -> normalised [B, state_width] float32 (extra columns dropped)."""
         if states.dim() != 2 or states.shape[1] < self.state_width:
             raise ValueError(f"states must be [B, >={self.state_width}] for embodiment "
                              f"{self.embodiment_tag}, got {tuple(states.shape)}")
-        lo, hi = self._bounds("state")
-        return min_max_normalize(states[:, : self.state_width].float(), lo.to(states.device), hi.to(states.device))
+        return self._apply("state", states[:, : self.state_width].float(), inverse=False)
+
+    def normalize_action(self, actions: Tensor) -> Tensor:
+        """Env-unit actions [..., action_width] -> model space (the SFT target), float32."""
+        return self._apply("action", actions[..., : self.action_width].float(), inverse=False)
 
     def unnormalize_action(self, actions: Tensor) -> Tensor:
-        """Model actions [B, T, >=action_width] in [-1, 1] -> env units [B, T, action_width] float32."""
-        lo, hi = self._bounds("action")
-        a = actions[..., : self.action_width].float()
-        return min_max_unnormalize(a, lo.to(a.device), hi.to(a.device))
+        """Model actions [B, T, >=action_width] -> env units [B, T, action_width] float32."""
+        return self._apply("action", actions[..., : self.action_width].float(), inverse=True)
 
     def to_env_action(self, actions: Tensor) -> Tensor:
         """Apply the gripper convention to the last action dimension ([..., A] float32, new tensor)."""
@@ -200,8 +240,10 @@ class ModalitySpec:
         tag = self.embodiment_tag
         modality_configs = {tag: {
             "video": {"delta_indices": [0], "modality_keys": list(self.video_keys)},
-            "state": {"delta_indices": [0], "modality_keys": [k for k, _ in self.state_keys]},
-            "action": {"delta_indices": list(range(action_horizon)), "modality_keys": [k for k, _ in self.action_keys]},
+            "state": {"delta_indices": [0], "modality_keys": [k for k, _ in self.state_keys],
+                      "mean_std_embedding_keys": self.mean_std_keys.get("state") or None},
+            "action": {"delta_indices": list(range(action_horizon)), "modality_keys": [k for k, _ in self.action_keys],
+                       "mean_std_embedding_keys": self.mean_std_keys.get("action") or None},
             "language": {"delta_indices": [0], "modality_keys": [self.language_key]},
         }}
         return {
@@ -211,6 +253,7 @@ class ModalitySpec:
             "processor_config.json": {"processor_class": "Gr00tN1d6Processor", "processor_kwargs": {
                 "modality_configs": modality_configs, "max_state_dim": max_state_dim,
                 "max_action_dim": max_action_dim, "max_action_horizon": action_horizon,
+                "use_percentiles": self.use_percentiles, "clip_outliers": self.clip_outliers,
                 "vlarl": {"state_widths": dict(self.state_keys), "action_widths": dict(self.action_keys),
                           "gripper_convention": self.gripper_convention}}},
         }
@@ -231,6 +274,7 @@ class ModalitySpec:
         kwargs = (processor_config or {}).get("processor_kwargs", {})
         mc = kwargs.get("modality_configs", {}).get(tag, {})
         extra = kwargs.get("vlarl", {})
+        _refuse_unsupported_n16(kwargs, mc, tag)
 
         def keys(kind: str) -> tuple[tuple[str, int], ...]:
             names = mc.get(kind, {}).get("modality_keys") or list(stats.get(kind, {}))
@@ -242,6 +286,11 @@ class ModalitySpec:
             state_keys=keys("state"), action_keys=keys("action"),
             statistics={kind: {k: {f: list(map(float, v[f])) for f in _STAT_FIELDS if f in v}
                                for k, v in stats.get(kind, {}).items()} for kind in ("state", "action")},
+            mean_std_keys={kind: list(mc.get(kind, {}).get("mean_std_embedding_keys") or [])
+                           for kind in ("state", "action") if mc.get(kind, {}).get("mean_std_embedding_keys")},
+            # Gr00tN1d6Processor defaults: use_percentiles False, clip_outliers True
+            use_percentiles=bool(kwargs.get("use_percentiles", False)),
+            clip_outliers=bool(kwargs.get("clip_outliers", True)), convention="n1.6",
             gripper_convention=extra.get("gripper_convention", "zero_one_to_sign"))
 
     # ------------------------------------------------------------------ our own JSON
@@ -250,6 +299,8 @@ class ModalitySpec:
                 "video_keys": list(self.video_keys), "state_keys": [list(k) for k in self.state_keys],
                 "action_keys": [list(k) for k in self.action_keys], "statistics": self.statistics,
                 "state_norm": self.state_norm, "action_norm": self.action_norm,
+                "mean_std_keys": self.mean_std_keys, "use_percentiles": self.use_percentiles,
+                "clip_outliers": self.clip_outliers, "convention": self.convention,
                 "gripper_convention": self.gripper_convention, "language_key": self.language_key}
 
     @classmethod
@@ -265,6 +316,20 @@ class ModalitySpec:
     @classmethod
     def load_json(cls, path: Path) -> ModalitySpec:
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _refuse_unsupported_n16(kwargs: dict[str, Any], modality_config: dict[str, Any], tag: str) -> None:
+    """N1.6 processor options we do not implement are an error, never silently ignored."""
+    if kwargs.get("apply_sincos_state_encoding") and modality_config.get("state", {}).get("sin_cos_embedding_keys"):
+        raise ConfigError(f"processor_config.json of embodiment {tag} asks for sin/cos state encoding "
+                          "(apply_sincos_state_encoding with sin_cos_embedding_keys), which vlarl does not implement.",
+                          "Use a checkpoint trained without sin/cos state encoding (the LIBERO ones are).")
+    configs = modality_config.get("action", {}).get("action_configs") or []
+    relative = [c for c in configs if str((c or {}).get("rep", "")).upper() == "RELATIVE"]
+    if kwargs.get("use_relative_action") and relative:
+        raise ConfigError(f"processor_config.json of embodiment {tag} uses relative actions (use_relative_action with "
+                          "RELATIVE action configs); vlarl does not convert relative actions to absolute ones.",
+                          "Use a checkpoint with absolute / delta actions (the LIBERO ones are).")
 
 
 def _slot(tag: str, embodiment_id: int | None) -> int:
@@ -301,5 +366,7 @@ def default_modality(tag: str, config: Any | None = None) -> ModalitySpec:
     if config is not None and sum(n for _, n in state_keys) > config.state_dim:
         raise ConfigError(f"embodiment {tag} has {sum(n for _, n in state_keys)} state dims but the model "
                           f"only {config.state_dim}.", "Use a model with a larger state_dim.")
+    convention = config.version if config is not None else ("n1.6" if tag == "libero_panda" else "n1.5")
     return ModalitySpec(embodiment_tag=tag, embodiment_id=slot, state_keys=state_keys,
-                        action_keys=action_keys, statistics=stats)
+                        action_keys=action_keys, statistics=stats, convention=convention,
+                        clip_outliers=convention == "n1.6")

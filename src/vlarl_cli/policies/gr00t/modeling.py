@@ -11,8 +11,9 @@ first ``num_action_chunks`` are executed; log-probs are cut to those steps and t
 The replay holds the raw uint8 images, prompt tokens, normalised state, embodiment id, the denoising
 chain and the stochastic index, from which :meth:`Gr00tPolicy.evaluate` recomputes the log-probs.
 
-Value (RLinf ``get_value``): ValueHead over [mean of the processed VL tokens, state token features]
-(or only the VL mean with ``value_after_vlm``), inputs detached by default (``detach_critic_input``).
+Value (RLinf ``get_value``): RLinf's critic (:mod:`.critic`, MLP 1024-512-256 with ReLU) over [mean of ALL
+processed VL tokens, padding included; state token features] (or only the VL mean with ``value_after_vlm``),
+inputs detached by default (``detach_critic_input``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from vlarl_cli.policies.flow_matching import (
 from vlarl_cli.policies.gr00t.action_head import ActionHead
 from vlarl_cli.policies.gr00t.backbone import EagleBackbone
 from vlarl_cli.policies.gr00t.config import FSDP_WRAP_CLASSES, Gr00tConfig, ModelSettings
+from vlarl_cli.policies.gr00t.critic import Gr00tCritic, pool_vl
 from vlarl_cli.policies.gr00t.modality import ModalitySpec
 from vlarl_cli.policies.gr00t.processing import (
     PromptTokenizer,
@@ -46,12 +48,18 @@ from vlarl_cli.policies.gr00t.processing import (
 )
 from vlarl_cli.policies.noise import AnyGenerator
 from vlarl_cli.policies.normalization import gripper_from_libero
-from vlarl_cli.policies.value_head import ValueHead
 
-__all__ = ["Gr00tPolicy", "NoiseHead", "disable_dropout"]
+__all__ = ["Gr00tPolicy", "NoiseHead", "disable_dropout", "rlinf_state_rounding"]
 
 #: replay keys besides the flow record (``chain``, ``denoise_index``)
 INPUT_KEYS = (keys.MAIN_IMAGES, keys.WRIST_IMAGES, "input_ids", "attention_mask", "state", "embodiment_id")
+
+
+def rlinf_state_rounding(states: Tensor, dtype: torch.dtype) -> Tensor:
+    """RLinf rounds the raw env states through bfloat16 before normalising them (``predict_action_batch`` of
+    both ``gr00t_n1d5`` and ``gr00t_n1d6``: "reproduce the info loss in training"); Isaac-GR00T does not.
+    We follow RLinf when the model itself runs in bfloat16 (its recipes), and keep float32 states otherwise."""
+    return states.to(torch.bfloat16).float() if dtype == torch.bfloat16 else states
 
 
 def disable_dropout(module: nn.Module) -> int:
@@ -113,7 +121,7 @@ class Gr00tPolicy(nn.Module):
             self.action_head = ActionHead(config)
             if settings.add_value_head:
                 in_dim = config.backbone_embedding_dim + (0 if settings.value_after_vlm else config.input_embedding_dim)
-                self.action_head.value_head = ValueHead(in_dim, hidden=settings.value_hidden)
+                self.action_head.value_head = Gr00tCritic(in_dim, hidden=settings.value_hidden)
             if settings.noise_method == "flow_noise":
                 self.action_head.noise_head = NoiseHead(config.hidden_size, config.action_dim)
         if dtype is None:
@@ -230,13 +238,15 @@ class Gr00tPolicy(nn.Module):
             raise ValueError(f"batch sizes differ: images {b}, states {states.shape[0]}, descriptions "
                              f"{len(descriptions)}")
         cfg = self.config
-        ids, mask = build_prompt(self.tokenizer, descriptions, num_images=len(self.modality.video_keys),
-                                 tokens_per_image=cfg.tokens_per_image, max_text_tokens=cfg.max_text_tokens,
-                                 image_token_id=cfg.image_token_id, pad_token_id=cfg.pad_token_id,
-                                 formalize=cfg.formalize_language, style=cfg.prompt_style)
+        n_img = len(self.modality.video_keys)
+        ids, mask = build_prompt(self.tokenizer, descriptions, num_images=n_img,
+                                 tokens_per_image=cfg.tokens_per_image, length=cfg.prompt_length(n_img),
+                                 image_token_id=cfg.image_token_id, pad_id=cfg.prompt_pad_id,
+                                 formalize=cfg.formalize_language, style=cfg.prompt_style, version=cfg.version)
         state = torch.zeros(b, cfg.state_dim, dtype=torch.float32)
         if self.settings.use_proprio:
-            state[:, : self.modality.state_width] = self.modality.normalize_state(states.cpu())
+            state[:, : self.modality.state_width] = self.modality.normalize_state(
+                rlinf_state_rounding(states.cpu(), self.dtype))
         return {keys.MAIN_IMAGES: main.to(device), keys.WRIST_IMAGES: wrist.to(device),
                 "input_ids": ids.to(device), "attention_mask": mask.to(device), "state": state.to(device),
                 "embodiment_id": torch.full((b,), self.modality.embodiment_id, dtype=torch.long, device=device)}
@@ -245,7 +255,7 @@ class Gr00tPolicy(nn.Module):
         cams = [inputs[keys.MAIN_IMAGES]]
         if len(self.modality.video_keys) == 2:
             cams.append(inputs[keys.WRIST_IMAGES])
-        return torch.stack([preprocess_images(c, self.config.image_size) for c in cams], dim=1)  # [B, N, 3, S, S]
+        return torch.stack([preprocess_images(c, self.config) for c in cams], dim=1)  # [B, N, 3, S, S]
 
     def encode(self, inputs: Replay) -> dict[str, Tensor]:
         """Backbone + head pre-processing: processed VL tokens [B, S, d_vl], masks [B, S], state token
@@ -275,8 +285,7 @@ class Gr00tPolicy(nn.Module):
         vl = enc["vl"]
         if head is None:
             return torch.zeros(vl.shape[0], dtype=torch.float32, device=vl.device)
-        m = enc["vl_mask"].unsqueeze(-1).to(vl.dtype)
-        pooled = (vl * m).sum(1) / m.sum(1).clamp(min=1.0)  # mean over attended VL tokens
+        pooled = pool_vl(vl)  # RLinf: mean over all VL tokens, its 0-padding included
         parts = [pooled] if self.settings.value_after_vlm else [pooled, enc["state_feat"].flatten(1)]
         feats = torch.cat(parts, dim=-1)
         if self.settings.detach_critic_input:
@@ -337,13 +346,10 @@ class Gr00tPolicy(nn.Module):
         c, a = self.num_action_chunks, self.action_dim
         if tuple(actions.shape) != (b, c, a):
             raise ValueError(f"actions must be [B={b}, C={c}, A={a}], got {tuple(actions.shape)}")
-        from vlarl_cli.policies.gr00t.modality import min_max_normalize
-
         x = actions.detach().float().cpu().clone()
         if self.modality.gripper_convention == "zero_one_to_sign":
             x[..., -1] = gripper_from_libero(x[..., -1])
-        lo, hi = self.modality._bounds("action")
-        x = min_max_normalize(x, lo, hi)
+        x = self.modality.normalize_action(x)
         target = pad_chunk(x, cfg.action_horizon, cfg.action_dim).to(device=self.device, dtype=torch.float32)
         noise, u = flow_training_draws((b, cfg.action_horizon, cfg.action_dim), generator, noise, None)
         if time is None:

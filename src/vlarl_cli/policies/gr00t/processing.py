@@ -1,158 +1,123 @@
-"""Observation processing for GR00T: images, prompt tokens, state; and the prompt tokenizers.
+"""Observation processing for GR00T as Isaac-GR00T runs it: prompt tokens and camera pixels.
 
-``sample(obs)`` receives raw env observations (``keys.MAIN_IMAGES`` / ``WRIST_IMAGES`` uint8
-[B, H, W, 3], ``STATES`` [B, 8], ``TASK_DESCRIPTIONS`` list[str]) and this module turns them into model
-inputs. Every step is deterministic so the replay can store the raw uint8 images (small) and
-``evaluate`` re-derives bit-identical pixel values.
+``sample(obs)`` receives raw env observations (uint8 images [B, H, W, 3], states, task strings); every
+step here is deterministic so a replay can keep the raw uint8 images and ``evaluate`` re-derives
+bit-identical pixels. Tokenizers live in :mod:`.tokenizer`, image resampling in :mod:`.images`.
 
-Image pipeline (GR00T LIBERO DataConfig at eval time, RLinf ``modality_config.py``): centre crop to 95 %
-of each side, bilinear resize to ``image_size``, scale to [0, 1], SigLIP normalisation ``(x - 0.5) / 0.5``.
+Prompts (``prompt_style="eagle_chat"``, real checkpoints), one row per sample, tokenised in one go:
 
-Prompt layout, fixed length so replays stack, right-padded: ``plain`` (tiny presets, :class:`ByteTokenizer`
-= UTF-8 bytes + 3): ``[<image> x P per camera] [instruction]``; ``eagle_chat`` (real checkpoints, Qwen3
-``tokenizer.json`` via :class:`FileTokenizer`): Eagle 2.5's chat template with
-``<image i><img><IMG_CONTEXT> x P</img>`` per camera before the instruction (see :data:`EAGLE_HEADER`).
+* N1.5 (``n1.5-release`` ``gr00t/model/transforms.py`` ``GR00TTransform._apply_vlm_processing`` + the Eagle
+  2.5 ``chat_template.json`` / ``processing_eagle2_5_vl.py``): images first, then the instruction, then the
+  assistant generation prompt; the default system turn is ``You are a helpful assistant.<|im_end|>`` with no
+  newline before ``<|im_end|>`` (that newline exists only in the unused ``py_apply_chat_template``); no
+  ``formalize_language`` in RLinf's LIBERO DataConfig.
+* N1.6 (``n1.6.1-release`` ``gr00t/model/gr00t_n1d6/processing_gr00t_n1d6.py``): the instruction first,
+  then the images, no generation prompt, ``formalize_language`` on (lower-case, punctuation removed).
+* Each image becomes ``<image i><img>`` + ``<IMG_CONTEXT>`` x tokens + ``</img>`` (``replace_media_placeholder``).
+
+Padding (RLinf, not Isaac-GR00T): RLinf right-pads ``input_ids`` / ``attention_mask`` with 0 to
+``padding_value`` = 570 (``rlinf/models/embodiment/gr00t/gr00t_n1d5/gr00t_action_model.py``
+``predict_action_batch``; ``examples/embodiment/config/model/gr00t*.yaml``). Token 0 is a real Qwen token
+("!"): N1.5's VL self-attention and DiT cross-attention take no mask, so they see those pad positions,
+and so does RLinf's value head (mean over all VL tokens). We follow RLinf for the seed recipes. Upstream
+additionally LEFT-pads inside a batch (``padding_side="left"``) before that; we process every row as
+Isaac-GR00T processes a batch of one, so a row never depends on the other rows of its batch.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from vlarl_cli.errors import ConfigError
+from vlarl_cli.policies.gr00t.config import Gr00tConfig
+from vlarl_cli.policies.gr00t.images import preprocess_images_n15, preprocess_images_n16
+from vlarl_cli.policies.gr00t.tokenizer import (
+    ByteTokenizer,
+    PromptTokenizer,
+    QwenTokenizer,
+    load_tokenizer,
+)
 
-__all__ = ["ByteTokenizer", "FileTokenizer", "PromptTokenizer", "build_prompt", "load_tokenizer",
-           "preprocess_images"]
+__all__ = ["ByteTokenizer", "PromptTokenizer", "QwenTokenizer", "build_prompt", "eagle_prompt_text",
+           "formalize_language", "load_tokenizer", "preprocess_images", "preprocess_images_n15",
+           "preprocess_images_n16"]
 
-
-class PromptTokenizer(Protocol):
-    def encode(self, text: str) -> list[int]: ...
-
-
-class ByteTokenizer:
-    """UTF-8 bytes shifted by 3 (0 = pad, 1 = bos, 2 = eos): ids 3..258. For tiny presets only."""
-
-    offset = 3
-
-    def encode(self, text: str) -> list[int]:
-        return [b + self.offset for b in text.encode("utf-8")]
-
-    def decode(self, ids: list[int]) -> str:
-        return bytes(i - self.offset for i in ids if i >= self.offset).decode("utf-8", errors="replace")
-
-
-class FileTokenizer:
-    """A Hugging Face ``tokenizers`` tokenizer read from a local ``tokenizer.json``."""
-
-    def __init__(self, path: Path) -> None:
-        from tokenizers import Tokenizer
-
-        file = path / "tokenizer.json" if path.is_dir() else path
-        if not file.is_file():
-            raise ConfigError(f"No tokenizer.json at {file}.",
-                              "Point actor.model.tokenizer_path at a folder with the Qwen3 tokenizer.json "
-                              "(Isaac-GR00T ships it in gr00t/model/backbone/eagle2_hg_model).")
-        self._tok = Tokenizer.from_file(str(file))
-
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=False).ids)
-
-
-def load_tokenizer(tokenizer_path: str | Path | None, vocab_size: int) -> PromptTokenizer:
-    """The byte tokenizer for small vocabularies (tiny presets), else the file tokenizer (required)."""
-    if tokenizer_path is not None:
-        return FileTokenizer(Path(tokenizer_path))
-    if vocab_size < 260:
-        raise ConfigError(f"vocab_size {vocab_size} is too small for the byte tokenizer (needs 259 ids).",
-                          "Use a larger vocabulary or set tokenizer_path.")
-    if vocab_size > 4096:
-        raise ConfigError("A real-size GR00T model needs its prompt tokenizer, but tokenizer_path is not set.",
-                          "Set actor.model.tokenizer_path to a folder containing the Qwen3 tokenizer.json.")
-    return ByteTokenizer()
-
-
-def preprocess_images(images: Tensor, image_size: int, crop_fraction: float = 0.95) -> Tensor:
-    """uint8 [B, H, W, 3] -> float32 [B, 3, image_size, image_size] in [-1, 1]."""
-    if images.dim() != 4 or images.shape[-1] != 3:
-        raise ValueError(f"images must be [B, H, W, 3] uint8, got {tuple(images.shape)} {images.dtype}")
-    x = images.permute(0, 3, 1, 2).float() / 255.0
-    h, w = x.shape[-2:]
-    ch, cw = round(h * crop_fraction), round(w * crop_fraction)
-    top, left = (h - ch) // 2, (w - cw) // 2
-    x = x[:, :, top: top + ch, left: left + cw]
-    x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False, antialias=True)
-    return (x.clamp(0.0, 1.0) - 0.5) / 0.5
+IMG_CONTEXT = "<IMG_CONTEXT>"
+SYSTEM_TURN = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
 
 
 def formalize_language(text: str) -> str:
-    """Lower-case and drop punctuation (Isaac-GR00T ``gr00t/model/transforms.py`` formalize_language)."""
+    """Lower-case and drop punctuation (Isaac-GR00T ``formalize_language``; N1.6 processor)."""
     return re.sub(r"[^\w\s]", "", text.lower())
 
 
-#: Eagle 2.5 chat layout (``processing_eagle2_5_vl.py``: ``py_apply_chat_template`` + ``replace_media_placeholder``):
-#: default system turn, user turn = one ``<image {i}><img><IMG_CONTEXT> x 256</img>`` per camera, then the
-#: instruction, then the assistant generation prompt.
-EAGLE_HEADER = "<|im_start|>system\nYou are a helpful assistant.\n<|im_end|>\n<|im_start|>user\n"
-EAGLE_FOOTER = "<|im_end|>\n<|im_start|>assistant\n"
+def _image_block(index: int, tokens: int) -> str:
+    return f"<image {index}><img>{IMG_CONTEXT * tokens}</img>"
 
 
-def _eagle_chat_rows(tokenizer: PromptTokenizer, texts: list[str], *, num_images: int, tokens_per_image: int,
-                     budget: int, image_token_id: int) -> list[list[int]]:
-    """Token ids of the Eagle chat prompt per text; the instruction is truncated to fit ``budget``
-    non-image tokens. Segments are tokenised separately at special-token / line boundaries."""
-    if tokenizer.encode("<IMG_CONTEXT>") != [image_token_id]:
-        raise ConfigError(f"The prompt tokenizer does not map <IMG_CONTEXT> to image_token_id {image_token_id}.",
-                          "Use the Eagle tokenizer.json shipped with the checkpoint / Isaac-GR00T.")
-    prefix = tokenizer.encode(EAGLE_HEADER)
-    for i in range(num_images):
-        prefix += tokenizer.encode(f"<image {i + 1}><img>") + [image_token_id] * tokens_per_image
-        prefix += tokenizer.encode("</img>")
-    suffix = tokenizer.encode(EAGLE_FOOTER)
-    room = budget - (len(prefix) - num_images * tokens_per_image) - len(suffix)
-    if room < 1:
-        raise ConfigError(f"max_text_tokens {budget} cannot hold the Eagle chat template "
-                          f"({budget - room} tokens) and an instruction.", "Raise max_text_tokens.")
-    return [prefix + tokenizer.encode(t)[:room] + suffix for t in texts]
+def eagle_prompt_text(instruction: str, *, version: str, num_images: int, tokens_per_image: int) -> str:
+    """The full chat text Isaac-GR00T tokenises for one sample (see the module docstring)."""
+    images = "".join(_image_block(i + 1, tokens_per_image) for i in range(num_images))
+    if version == "n1.5":
+        return f"{SYSTEM_TURN}<|im_start|>user\n{images}{instruction}<|im_end|>\n<|im_start|>assistant\n"
+    if version == "n1.6":
+        return f"{SYSTEM_TURN}<|im_start|>user\n{instruction}{images}<|im_end|>\n"
+    raise ConfigError(f'Unknown GR00T version "{version}" for the prompt.', "Use n1.5 or n1.6.")
+
+
+def _rows_eagle(tokenizer: PromptTokenizer, texts: list[str], *, version: str, num_images: int,
+                tokens_per_image: int, image_token_id: int) -> list[list[int]]:
+    if tokenizer.encode(IMG_CONTEXT) != [image_token_id]:
+        raise ConfigError(f"The prompt tokenizer does not map {IMG_CONTEXT} to image_token_id {image_token_id}.",
+                          "Use the Eagle tokenizer shipped with the checkpoint / Isaac-GR00T (vocab.json + "
+                          "merges.txt + added_tokens.json).")
+    return [tokenizer.encode(eagle_prompt_text(t, version=version, num_images=num_images,
+                                               tokens_per_image=tokens_per_image)) for t in texts]
+
+
+def _rows_plain(tokenizer: PromptTokenizer, texts: list[str], *, num_images: int, tokens_per_image: int,
+                image_token_id: int) -> list[list[int]]:
+    # tiny presets: image placeholders then the instruction (at least one text position for N1.6's
+    # text-only cross-attention: an empty instruction becomes one pad token that is attended)
+    return [[image_token_id] * (num_images * tokens_per_image) + (tokenizer.encode(t) or [0]) for t in texts]
 
 
 def build_prompt(tokenizer: PromptTokenizer, descriptions: list[str], *, num_images: int, tokens_per_image: int,
-                 max_text_tokens: int, image_token_id: int, pad_token_id: int,
-                 formalize: bool = False, style: str = "plain") -> tuple[Tensor, Tensor]:
-    """Token ids [B, L] long and attention mask [B, L] long, ``L = num_images * tokens_per_image +
-    max_text_tokens``, right-padded with ``pad_token_id`` (mask 0).
-
-    ``style="plain"``: image placeholders then the instruction (truncated to ``max_text_tokens``).
-    ``style="eagle_chat"``: the Eagle chat template around them (real checkpoints; the template tokens
-    count against ``max_text_tokens``). Upstream left-pads inside a batch, which makes Qwen's position ids
-    depend on the longest prompt of the batch; right padding keeps each row independent of the others.
-    """
-    n_img = num_images * tokens_per_image
-    texts = [(formalize_language(str(t)) if formalize else str(t)).strip() for t in descriptions]
-    ids = torch.full((len(texts), n_img + max_text_tokens), pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
+                 length: int, image_token_id: int, pad_id: int, formalize: bool = False, style: str = "plain",
+                 version: str = "n1.5") -> tuple[Tensor, Tensor]:
+    """Token ids [B, length] long and attention mask [B, length] long, right-padded with ``pad_id``
+    (mask 0) as RLinf pads to its ``padding_value``. A prompt longer than ``length`` is an error (RLinf's
+    negative ``F.pad`` would silently cut its end)."""
+    texts = [formalize_language(str(t)) if formalize else str(t) for t in descriptions]
     if style == "eagle_chat":
-        rows = _eagle_chat_rows(tokenizer, texts, num_images=num_images, tokens_per_image=tokens_per_image,
-                                budget=max_text_tokens, image_token_id=image_token_id)
-        for row, toks in enumerate(rows):
-            if toks.count(image_token_id) != n_img:
-                raise ValueError("the task description tokenised to the image placeholder id")
-            ids[row, : len(toks)] = torch.tensor(toks, dtype=torch.long)
-            mask[row, : len(toks)] = 1
-        return ids, mask
-    if style != "plain":
+        rows = _rows_eagle(tokenizer, texts, version=version, num_images=num_images,
+                           tokens_per_image=tokens_per_image, image_token_id=image_token_id)
+    elif style == "plain":
+        rows = _rows_plain(tokenizer, texts, num_images=num_images, tokens_per_image=tokens_per_image,
+                           image_token_id=image_token_id)
+    else:
         raise ConfigError(f'Unknown prompt_style "{style}".', 'Use "plain" or "eagle_chat".')
-    ids[:, :n_img] = image_token_id
-    mask[:, :n_img] = 1
-    for row, text in enumerate(texts):
-        toks = tokenizer.encode(text)[:max_text_tokens]
-        if image_token_id in toks:
+    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    n_img = num_images * tokens_per_image
+    for row, toks in enumerate(rows):
+        if len(toks) > length:
+            raise ConfigError(f"The GR00T prompt of task {descriptions[row]!r} has {len(toks)} tokens, more than the "
+                              f"padded length {length} (RLinf padding_value).",
+                              "Shorten the task description or raise max_text_tokens in the GR00T config.")
+        if toks.count(image_token_id) != n_img:
             raise ValueError("the task description tokenised to the image placeholder id")
-        ids[row, n_img: n_img + len(toks)] = torch.tensor(toks, dtype=torch.long)
-        # at least one attended text position: N1.6's text-only cross-attention must not be empty
-        mask[row, n_img: n_img + max(len(toks), 1)] = 1
+        ids[row, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+        mask[row, : len(toks)] = 1
     return ids, mask
+
+
+def preprocess_images(images: Tensor, cfg: Gr00tConfig) -> Tensor:
+    """uint8 [B, H, W, 3] -> float32 [B, 3, S, S] in [-1, 1] with the pipeline of ``cfg.version``."""
+    if cfg.version == "n1.5":
+        return preprocess_images_n15(images, cfg.image_size, cfg.crop_fraction)
+    return preprocess_images_n16(images, shortest_edge=cfg.shortest_image_edge, crop_fraction=cfg.crop_fraction,
+                                 factor=cfg.image_factor)
