@@ -308,7 +308,9 @@ def _config_from_upstream(data: dict[str, Any], version: str, shapes: dict[str, 
 
             factor = changes.get("patch_size", base.patch_size) * (
                 2 if changes.get("use_pixel_shuffle", base.use_pixel_shuffle) else 1)
-            changes["image_size"] = smart_size(changes.get("shortest_image_edge", base.shortest_image_edge), factor)
+            edge = changes.get("shortest_image_edge", base.shortest_image_edge)
+            if edge is not None:  # without it Gr00tConfig refuses N1.6 and names the field
+                changes["image_size"] = smart_size(edge, factor)
         grid = changes.get("image_size", base.image_size) // changes.get("patch_size", base.patch_size)
         if changes.get("vision_num_patches") == grid * grid:
             changes["vision_num_patches"] = None  # the table is the grid itself

@@ -57,7 +57,7 @@ class Gr00tCritic(nn.Module):
     def forward(self, features: Tensor) -> Tensor:
         if features.dim() != 2 or features.shape[1] != self.in_dim:
             raise ValueError(f"Gr00tCritic expects features [B, {self.in_dim}], got {tuple(features.shape)}")
-        x = features.to(self.mlp[0].weight.dtype)
+        x = features.to(next(self.mlp.parameters()).dtype)
         return self.mlp(x)[:, 0].to(torch.float32)
 
 

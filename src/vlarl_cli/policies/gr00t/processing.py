@@ -119,5 +119,6 @@ def preprocess_images(images: Tensor, cfg: Gr00tConfig) -> Tensor:
     """uint8 [B, H, W, 3] -> float32 [B, 3, S, S] in [-1, 1] with the pipeline of ``cfg.version``."""
     if cfg.version == "n1.5":
         return preprocess_images_n15(images, cfg.image_size, cfg.crop_fraction)
+    assert cfg.shortest_image_edge is not None  # Gr00tConfig refuses N1.6 without it
     return preprocess_images_n16(images, shortest_edge=cfg.shortest_image_edge, crop_fraction=cfg.crop_fraction,
                                  factor=cfg.image_factor)

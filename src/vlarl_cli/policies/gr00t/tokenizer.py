@@ -66,7 +66,7 @@ def _from_vocab_merges(folder: Path) -> Any:
 
     vocab: dict[str, int] = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
     lines = (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
-    merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#version")]
+    merges = [_merge_pair(line) for line in lines if line and not line.startswith("#version")]
     added = _added_tokens(folder)
     for tok in added:  # added tokens keep the ids the files give them
         owner = vocab.get(tok["content"])
@@ -74,16 +74,22 @@ def _from_vocab_merges(folder: Path) -> Any:
             raise ConfigError(f"vocab.json maps {tok['content']!r} to {owner}, the added tokens to {tok['id']}.",
                               "Use the unmodified tokenizer files of the checkpoint.")
         vocab[tok["content"]] = tok["id"]
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None, fuse_unk=False, byte_fallback=False))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
+    bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None, fuse_unk=False, byte_fallback=False))
+    bpe.normalizer = normalizers.NFC()
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t["content"], single_word=bool(t.get("single_word", False)),
+    bpe.decoder = decoders.ByteLevel()
+    bpe.add_special_tokens([AddedToken(t["content"], single_word=bool(t.get("single_word", False)),
                                        lstrip=bool(t.get("lstrip", False)), rstrip=bool(t.get("rstrip", False)),
                                        normalized=False, special=bool(t.get("special", True))) for t in added])
-    return tok
+    return bpe
+
+
+def _merge_pair(line: str) -> tuple[str, str]:
+    """One ``merges.txt`` line ``"a b"`` -> ``("a", "b")``."""
+    left, right = line.split(" ")
+    return left, right
 
 
 class QwenTokenizer:
