@@ -79,6 +79,8 @@ def settings_values(model: ModelConfig) -> dict[str, Any]:
         "embodiment_tag": model.embodiment_tag,
         "unnorm_key": model.unnorm_key,
         "tokenizer_path": model.tokenizer_path,
+        "norm_stats_path": model.norm_stats_path,
+        "asset_id": model.asset_id,
         "use_proprio": model.use_proprio,
         "max_prompt_length": model.max_prompt_length,
         "center_crop": model.center_crop,

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,9 +59,9 @@ from vlarl_cli.policies.normalization import (
     NORM_STATS_FILE,
     NormStats,
     find_norm_stats,
-    load_norm_stats,
     norm_stats_to_json,
 )
+from vlarl_cli.policies.pi0.assets import DEFAULT_ASSET_ID
 from vlarl_cli.policies.pi0.config import Pi0Config, preset
 
 if TYPE_CHECKING:
@@ -76,7 +75,6 @@ FAMILY = "pi0"
 FORMAT_VERSION = 1
 VLARL_CONFIG = "vlarl_config.json"
 WEIGHTS = "model.safetensors"
-DEFAULT_ASSET_ID = "physical-intelligence/libero"
 _MAX_SHARD_BYTES = 4 * 1024**3
 
 _EMBED = "vlm.language_model.embed_tokens.weight"
@@ -308,6 +306,16 @@ def _norm_stats_from_lerobot_processors(root: Path) -> dict[str, NormStats]:
             for k, v in found.items() if "mean" in v and "std" in v}
 
 
+def lerobot_norm_stats(root: Path, header: dict[str, tuple[tuple[int, ...], str, Path]]
+                       ) -> tuple[dict[str, NormStats], str | None]:
+    """LeRobot's statistics: its processor files (>= 0.4), else normalisation buffers in the weights."""
+    stats = _norm_stats_from_lerobot_processors(root)
+    if stats:
+        return stats, f"{root} (LeRobot policy_*_normalizer_processor.safetensors)"
+    stats = _norm_stats_from_lerobot_buffers(header)
+    return stats, (f"{root} (LeRobot normalize_* buffers)" if stats else None)
+
+
 def _reset_buffers(policy: Any) -> None:
     """Recompute non-persistent buffers (left uninitialised by ``to_empty``)."""
     dev = policy.action_in_proj.weight.device
@@ -372,19 +380,11 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     cfg = _config_from_checkpoint(root, fmt, shapes)
     if overrides:
         cfg = cfg.replace(**overrides)
-    tok_file = next((root / n for n in ("tokenizer.json", "paligemma_tokenizer.model", "tokenizer.model")
-                     if (root / n).is_file()), None)
-    if cfg.tokenizer == "byte" and tok_file is not None:
-        cfg = cfg.replace(tokenizer=os.fspath(tok_file))
-    elif cfg.tokenizer == "byte" and cfg.vocab_size > 1024:
-        warnings.warn(f"{root} has a {cfg.vocab_size}-token vocabulary but no tokenizer file; prompts will be "
-                      "byte-tokenised, which the pretrained model does not understand. Set tokenizer_path to "
-                      "the PaliGemma tokenizer (paligemma_tokenizer.model or tokenizer.json).", stacklevel=2)
-    # norm stats
-    ns_file = Path(norm_stats_path) if norm_stats_path else find_norm_stats(root, asset_id or DEFAULT_ASSET_ID)
-    norm_stats = load_norm_stats(ns_file) if ns_file is not None else None
-    if norm_stats is None and fmt == "lerobot":
-        norm_stats = _norm_stats_from_lerobot_processors(root) or _norm_stats_from_lerobot_buffers(header) or None
+    from vlarl_cli.policies.pi0.assets import resolve_norm_stats, resolve_prompt_tokenizer
+
+    cfg, tokenizer_record = resolve_prompt_tokenizer(cfg, root, explicit=(overrides or {}).get("tokenizer"))
+    norm_stats, ns_source = resolve_norm_stats(cfg, root, fmt, header, explicit=norm_stats_path,
+                                               asset_id=asset_id)
 
     with torch.device("meta"):
         policy = Pi0Policy(cfg, norm_stats=norm_stats)
@@ -446,7 +446,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     report: dict[str, Any] = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
               "mismatched": mismatched, "ignored_unused": ignored, "initialized": fresh,
                               "rl_heads_skipped": rl_heads_skipped,
-              "norm_stats": os.fspath(ns_file) if ns_file is not None else None}
+              "norm_stats": ns_source, "tokenizer": tokenizer_record}
     if strict and (missing or unexpected or mismatched):
         parts = []
         if missing:
@@ -458,6 +458,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         raise CheckpointError(f"{root} ({fmt}) does not match the pi0 model ({cfg.variant}): " + "; ".join(parts) + ".",
                               "Check the format / variant, or pass strict=False to load what matches.")
     policy.load_report = report
+    policy.tokenizer_record = tokenizer_record
     policy.apply_trainability()
     return policy
 
@@ -549,6 +550,19 @@ def _external_config(cfg: Pi0Config, fmt: str, precision: str) -> dict[str, Any]
     }
 
 
+def _copy_tokenizer(cfg: Pi0Config, folder: Path) -> None:
+    """Ship the prompt tokenizer with the checkpoint (openpi / RLinf folders have none: a copy makes ours
+    self-contained, and loading finds it first)."""
+    from vlarl_cli.checkpoints.atomic import atomic_open
+
+    src = Path(cfg.tokenizer)
+    if cfg.tokenizer == "byte" or not src.is_file():
+        return
+    name = "tokenizer.json" if src.suffix == ".json" else "paligemma_tokenizer.model"
+    with open(src, "rb") as fin, atomic_open(folder / name, "wb") as fout:
+        fout.write(fin.read())
+
+
 def save_policy(policy: Any, path: str | os.PathLike[str], *, format: str = "vlarl",
                 dtype: torch.dtype | None = None, asset_id: str = DEFAULT_ASSET_ID,
                 max_shard_bytes: int = _MAX_SHARD_BYTES) -> None:
@@ -586,6 +600,7 @@ def save_policy(policy: Any, path: str | os.PathLike[str], *, format: str = "vla
                                                    "model": cfg.to_dict()})
         else:
             atomic_write_json(tmp / "config.json", _external_config(cfg, format, precision))
+        _copy_tokenizer(cfg, tmp)
         if norm_stats:
             where = tmp / "assets" / asset_id / NORM_STATS_FILE if format == "openpi" else tmp / NORM_STATS_FILE
             where.parent.mkdir(parents=True, exist_ok=True)

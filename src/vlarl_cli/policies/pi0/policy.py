@@ -59,6 +59,9 @@ class Pi0Policy(Pi0Model):
         self.norm_stats = dict(norm_stats or {})
         #: what :func:`~vlarl_cli.policies.pi0.checkpoint.load_policy` loaded, skipped and initialised
         self.load_report: dict[str, Any] = {}
+        #: the verified prompt tokenizer (path, sha256, vocab_size, source), recorded on the protocol card;
+        #: None for the built-in byte tokenizer of tiny test models
+        self.tokenizer_record: dict[str, Any] | None = None
         mode = cfg.normalization_mode if self.norm_stats else "identity"
         self.processor = Pi0Processor(cfg, tokenizer or make_tokenizer(cfg), Normalizer(self.norm_stats, mode))
         if cfg.is_lora:
