@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -215,6 +217,30 @@ def _variant_from_keys(internal_keys: set[str]) -> str:
                           "time_mlp_in (pi0.5).", "Check that this is a pi0-family checkpoint.")
 
 
+_LEGACY_VALUE = re.compile(r"^value_head\.(body\.(\d+)|out)\.(weight|bias)$")
+_VALUE_LAYER = re.compile(r"^value_head\.mlp\.(\d+)\.weight$")
+
+
+def _legacy_value_key(key: str, cfg: Pi0Config) -> str:
+    """vlarl's earlier critic names (``value_head.body.<i>`` / ``value_head.out``) -> ``value_head.mlp.<i>``."""
+    m = _LEGACY_VALUE.match(key)
+    if m is None:
+        return key
+    index = int(m.group(2)) if m.group(2) is not None else 2 * len(cfg.value_hidden)
+    return f"value_head.mlp.{index}.{m.group(3)}"
+
+
+def _value_head_arch(shapes: dict[str, tuple[int, ...]], fmt: str, vlm_width: int) -> dict[str, Any]:
+    """``value_hidden`` / ``value_after_vlm`` of a stored RLinf-layout critic (``value_head.mlp.<i>.weight``)."""
+    layers = sorted((int(m.group(1)), shape) for k, shape in shapes.items()
+                    if (name := from_external(k, fmt)) is not None and (m := _VALUE_LAYER.match(name)))
+    if not layers:
+        return {}
+    widths = [shape[0] for _, shape in layers]
+    return {"value_hidden": tuple(widths[:-1]), "value_after_vlm": layers[0][1][1] == vlm_width,
+            "add_value_head": True}
+
+
 def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, ...]]) -> Pi0Config:
     """Architecture of an external checkpoint (config.json + tensor shapes)."""
     if fmt == "vlarl":
@@ -227,7 +253,8 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
         return Pi0Config.from_dict(vcfg["model"])
     cfg_json = _read_json(root / "config.json") or {}
     if isinstance(cfg_json.get("vlarl_arch"), dict):  # written by our exporters (tiny / custom sizes)
-        return Pi0Config.from_dict(cfg_json["vlarl_arch"])
+        arch = Pi0Config.from_dict(cfg_json["vlarl_arch"])
+        return arch.replace(**_value_head_arch(shapes, fmt, arch.vlm_width))  # the stored critic decides
     internal = {k2 for k in shapes if (k2 := from_external(k, fmt)) is not None}
     variant = _variant_from_keys(internal)
     values: dict[str, Any] = {}
@@ -268,6 +295,7 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
     patch = [k for k in shapes if from_external(k, fmt) == "vlm.vision_tower.embeddings.patch_embedding.weight"]
     if pos and patch:
         values["image_size"] = math.isqrt(shapes[pos[0]][0]) * shapes[patch[0]][-1]
+    values.update(_value_head_arch(shapes, fmt, preset("full", variant).vlm_width))
     return preset("full", variant, **values)
 
 
@@ -332,10 +360,9 @@ def _fresh_init(policy: Any, missing: list[str]) -> None:
     dev = policy.action_in_proj.weight.device
     dtype = policy.action_in_proj.weight.dtype
     if any(k.startswith("value_head.") for k in miss) and policy.value_head is not None:
-        from vlarl_cli.policies.value_head import ValueHead
+        from vlarl_cli.policies.pi0.modeling import build_value_head
 
-        width = cfg.vlm_width if cfg.value_after_vlm else cfg.expert_width
-        policy.value_head = ValueHead(width, cfg.value_hidden).to(device=dev, dtype=dtype)
+        policy.value_head = build_value_head(cfg).to(device=dev, dtype=dtype)
     if any(k.startswith("noise_head.") for k in miss) and policy.noise_head is not None:
         from vlarl_cli.policies.pi0.modeling import NoiseHead
 
@@ -401,14 +428,16 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     tied_source: tuple[Path, str] | None = None
     for ext in header:
         internal = None if _is_known_unused(ext, fmt) else from_external(ext, fmt)
+        if internal is not None:
+            internal = _legacy_value_key(internal, cfg)
         if internal is None:
             (ignored if _is_known_unused(ext, fmt) else unexpected).append(ext)
             continue
         if internal not in params or (internal.startswith(_RL_ONLY_PREFIXES)
                                       and tuple(params[internal].shape) != header[ext][0]):
             if internal.startswith(_RL_ONLY_PREFIXES):
-                # RLinf's critic (value_head.mlp.*, ReLU) / noise net have another structure: not
-                # loadable into ours; they are reported and our heads start fresh.
+                # an RL head of another shape than the one configured (e.g. value_after_vlm changed, or
+                # RLinf's noise net): reported, warned about below, and the head starts fresh
                 rl_heads_skipped.append(ext)
             else:
                 unexpected.append(ext)
@@ -436,6 +465,10 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                 loaded.add(_EMBED)
             else:
                 mismatched.append(f"{ext} {list(t.shape)} vs model {list(params[_EMBED].shape)}")
+    if rl_heads_skipped:
+        warnings.warn(f"{root}: {len(rl_heads_skipped)} RL-head tensors do not fit the configured heads and were "
+                      f"NOT loaded ({_format_keys(rl_heads_skipped, 4)}); those heads start fresh. Check "
+                      "value_after_vlm / value_hidden against the checkpoint.", stacklevel=2)
     missing = [k for k in params if k not in loaded]
     fresh = [k for k in missing if k.startswith(_RL_ONLY_PREFIXES) or k.endswith((".lora_A", ".lora_B"))]
     missing = [k for k in missing if k not in fresh]

@@ -34,6 +34,7 @@ NOISE_METHODS = ("ode", "flow_sde", "flow_cps", "flow_noise")
 PRECISIONS = ("fp32", "bf16", "fp16")
 _PRECISION_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 GRIPPER_MODES = ("none", "binarize", "from_01")
+VALUE_POOLINGS = ("rlinf", "valid")
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,12 @@ class Pi0Config:
     add_value_head: bool = True
     value_after_vlm: bool = False  # True: value from mean VLM prefix output (pi0.5 recipes)
     detach_critic_input: bool = False  # stop value-loss gradients into the backbone
-    value_hidden: tuple[int, ...] = (512, 128)
+    # critic (vlarl_cli.policies.value_head.MLPCritic): RLinf's by default (rlinf 0.3.0
+    # openpi_action_model.py: ReLU MLP 512-256-128 for pi0, 1024-512-256 for pi05_libero, Kaiming init)
+    value_hidden: tuple[int, ...] = (512, 256, 128)
+    value_activation: str = "relu"
+    value_init: str = "rlinf"  # "rlinf" | "zero_last" (values start at exactly 0)
+    value_pooling: str = "rlinf"  # after-VLM pooling: "rlinf" (mean over every prefix slot) | "valid"
     noise_hidden: tuple[int, ...] = (128, 64)
     train_expert_only: bool = False
     is_lora: bool = False
@@ -139,6 +145,9 @@ class Pi0Config:
         if self.discrete_state_input and not self.is_pi05:
             bad("discrete_state_input is a pi0.5 option (pi0 feeds the state as a continuous token).",
                 "Set discrete_state_input: false for pi0.")
+        if self.value_pooling not in VALUE_POOLINGS:
+            bad(f'Unknown value_pooling "{self.value_pooling}".{did_you_mean(self.value_pooling, VALUE_POOLINGS)}',
+                f"Use one of {', '.join(VALUE_POOLINGS)}.")
         if self.noise_method == "flow_cps" and self.num_steps < 2:
             bad("flow_cps needs num_steps >= 2.", "Use more steps or flow_sde.")
 
@@ -196,6 +205,9 @@ class Pi0Config:
             raise ConfigError(f'Unknown pi0 config field "{name}" in a saved config.{did_you_mean(name, known)}',
                               "The checkpoint was written by another version; remove the field.")
         d = dict(d)
+        if "value_hidden" in d and "value_activation" not in d:
+            # written before the RLinf critic became the default: GELU, zero-initialised output layer
+            d.update(value_activation="gelu", value_init="zero_last", value_pooling="valid")
         for k in ("value_hidden", "noise_hidden"):
             if k in d:
                 d[k] = tuple(d[k])
@@ -205,21 +217,21 @@ class Pi0Config:
 # Variant defaults on top of the architecture (openpi pi0_config.Pi0Config: chunk 50 / token length 48
 # for pi0, chunk 10 / 200 for pi0.5; RLinf pi0.5 recipes read the value from the VLM).
 _VARIANT_DEFAULTS: dict[str, dict[str, Any]] = {
-    "pi0": {"action_horizon": 50, "max_token_len": 48, "value_after_vlm": False},
-    "pi05": {"action_horizon": 10, "max_token_len": 200, "value_after_vlm": True},
+    "pi0": {"action_horizon": 50, "max_token_len": 48, "value_after_vlm": False, "value_hidden": (512, 256, 128)},
+    "pi05": {"action_horizon": 10, "max_token_len": 200, "value_after_vlm": True, "value_hidden": (1024, 512, 256)},
 }
 
 _TINY: dict[str, Any] = {
     "image_size": 32, "patch_size": 8, "vision_width": 32, "vision_depth": 2, "vision_mlp": 64,
     "vision_heads": 2, "vlm_width": 64, "vlm_depth": 2, "vlm_mlp": 128, "num_heads": 2, "num_kv_heads": 1,
     "head_dim": 16, "vocab_size": 300, "expert_width": 32, "expert_mlp": 64, "max_token_len": 24,
-    "action_horizon": 8, "value_hidden": (32, 16), "noise_hidden": (16, 16),
+    "action_horizon": 8, "value_hidden": (32, 16, 8), "noise_hidden": (16, 16),
 }
 _SMALL: dict[str, Any] = {
     "image_size": 112, "patch_size": 14, "vision_width": 192, "vision_depth": 4, "vision_mlp": 768,
     "vision_heads": 3, "vlm_width": 256, "vlm_depth": 6, "vlm_mlp": 1024, "num_heads": 4, "num_kv_heads": 1,
     "head_dim": 64, "vocab_size": 1024, "expert_width": 128, "expert_mlp": 512, "max_token_len": 32,
-    "action_horizon": 10, "value_hidden": (128, 64), "noise_hidden": (64, 32),
+    "action_horizon": 10, "value_hidden": (128, 64, 32), "noise_hidden": (64, 32),
 }
 PRESETS: dict[str, dict[str, Any]] = {"tiny": _TINY, "small": _SMALL, "full": {}}
 

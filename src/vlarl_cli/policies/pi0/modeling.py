@@ -41,8 +41,17 @@ from torch import Tensor, nn
 
 from vlarl_cli.policies.pi0.config import Pi0Config
 
-__all__ = ["AdaptiveRMSNorm", "ExpertCache", "GemmaStack", "NoiseHead", "Pi0Model", "PrefixCache",
-           "make_att_2d_masks", "sinusoidal_time_embedding"]
+__all__ = [
+    "AdaptiveRMSNorm",
+    "ExpertCache",
+    "GemmaStack",
+    "NoiseHead",
+    "Pi0Model",
+    "PrefixCache",
+    "build_value_head",
+    "make_att_2d_masks",
+    "sinusoidal_time_embedding",
+]
 
 # openpi's additive mask value (pi0_pytorch._prepare_attention_masks_4d); finite so fully masked rows
 # (padding queries) give a uniform softmax instead of NaN.
@@ -233,9 +242,7 @@ class Pi0Model(nn.Module):
             self.action_time_mlp_out = nn.Linear(we, we)
         self.value_head: nn.Module | None = None
         if cfg.add_value_head:
-            from vlarl_cli.policies.value_head import ValueHead
-
-            self.value_head = ValueHead(cfg.vlm_width if cfg.value_after_vlm else we, cfg.value_hidden)
+            self.value_head = build_value_head(cfg)
         self.noise_head = (NoiseHead(we, cfg.max_action_dim, cfg.noise_hidden)
                            if cfg.noise_method == "flow_noise" else None)
         #: recompute each joint layer in backward (saves activation memory when training the VLM)
@@ -461,10 +468,17 @@ class Pi0Model(nn.Module):
 
     # ------------------------------------------------------------------ value
     def prefix_value(self, prefix_hidden: Tensor, pad: Tensor) -> Tensor:
-        """Value from the mean of the VALID prefix tokens' VLM output (``value_after_vlm``) -> ``[B]``."""
+        """Value from the mean VLM prefix output (``value_after_vlm``) -> ``[B]``.
+
+        ``value_pooling="rlinf"``: the mean over EVERY prefix slot built for the batch, padded prompt
+        slots included (RLinf's ``get_value_from_vlm`` "mean_token": 256 tokens per used camera + all
+        ``max_token_len`` language slots); ``"valid"``: only the tokens of the pad mask.
+        """
         assert self.value_head is not None
         if self.cfg.detach_critic_input:
             prefix_hidden = prefix_hidden.detach()
+        if self.cfg.value_pooling == "rlinf":
+            return self.value_head(prefix_hidden.float().mean(dim=1))
         w = pad.to(prefix_hidden.dtype)[..., None]
         pooled = (prefix_hidden * w).sum(1) / w.sum(1).clamp(min=1.0)
         return self.value_head(pooled.float())
@@ -499,6 +513,14 @@ class Pi0Model(nn.Module):
 
     def config_dict(self) -> dict[str, Any]:
         return self.cfg.to_dict()
+
+
+def build_value_head(cfg: Pi0Config) -> nn.Module:
+    """The critic: RLinf's MLP on the VLM width (``value_after_vlm``) or the expert width (pi0 style)."""
+    from vlarl_cli.policies.value_head import build_mlp_critic
+
+    width = cfg.vlm_width if cfg.value_after_vlm else cfg.expert_width
+    return build_mlp_critic(width, cfg.value_hidden, cfg.value_activation, cfg.value_init)
 
 
 def _rotate_half(x: Tensor) -> Tensor:

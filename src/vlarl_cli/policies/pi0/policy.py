@@ -10,8 +10,9 @@ replay record.
 log-probs of the stored chain under the current weights (:func:`flow_logprobs`), values and, for
 ``flow_noise``, the entropy.
 
-Value head (REFERENCE.md section 3): ``value_after_vlm=True`` reads the mean of the valid prefix
-tokens' VLM output; otherwise the mean action-token expert output at the FIRST denoising step
+Value head (REFERENCE.md section 3; RLinf's critic by default, :func:`~vlarl_cli.policies.pi0.modeling.
+build_value_head`): ``value_after_vlm=True`` reads the mean VLM prefix output (every prefix slot, as
+RLinf; ``value_pooling="valid"`` for the valid tokens only); otherwise the mean action-token expert output at the FIRST denoising step
 (``t = 1``, ``x = chain[:, 0]``), a deterministic function of the replay so sample and evaluate agree
 exactly (RLinf averages the value over all steps at rollout but uses one step in training).
 
