@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -260,7 +261,7 @@ def test_rlinf_checkpoint_resumes_with_its_critic(make_policy, make_obs, tmp_pat
     g = torch.Generator().manual_seed(3)
     widths = [64, 1024, 512, 256, 1]  # tiny VLM width 64 in, RLinf's pi05_libero hidden sizes
     rlinf = {}
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
         rlinf[f"value_head.mlp.{2 * i}.weight"] = torch.randn(b, a, generator=g) / a**0.5
         rlinf[f"value_head.mlp.{2 * i}.bias"] = torch.randn(b, generator=g) * 0.1
     save_file({**tensors, **rlinf}, f)
