@@ -190,13 +190,16 @@ def detect_format(path: str | os.PathLike[str]) -> str | None:
     if vcfg is not None:
         return "vlarl" if vcfg.get("family") == FAMILY else None
     cfg = _read_json(root / "config.json") or {}
-    if cfg.get("model_type") == "pi0":
-        return "hf_pi0"
     if cfg.get("type") in ("pi0", "pi05"):
         return "lerobot"
     try:
         names = set(_header_shapes(_weight_files(root)))
     except CheckpointError:
+        names = set()
+    if cfg.get("model_type") == "pi0":
+        # transformers' native pi0 and LeRobot both write model_type "pi0"; the key names decide
+        return "lerobot" if any(n.startswith("model." + _OPENPI_ROOT) for n in names) else "hf_pi0"
+    if not names:
         return None
     if any(n.startswith("model." + _OPENPI_ROOT) for n in names):
         return "lerobot"
@@ -241,7 +244,48 @@ def _value_head_arch(shapes: dict[str, tuple[int, ...]], fmt: str, vlm_width: in
             "add_value_head": True}
 
 
-def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, ...]]) -> Pi0Config:
+def _layer_count(shapes: dict[str, tuple[int, ...]], prefix: str) -> int:
+    return len({k[len(prefix):].split(".", 1)[0] for k in shapes if k.startswith(prefix)})
+
+
+def _arch_from_shapes(sh: dict[str, tuple[int, ...]], vision_heads: int | None) -> dict[str, Any]:
+    """Every size the stored tensors (internal names) determine; Gemma's single KV head assumed (true of
+    gemma_2b, gemma_300m and dummy). SigLIP's head count is not in any shape: So400m (width 1152) has 16,
+    any other width needs ``vision_heads`` (an override), or this raises instead of guessing."""
+    out: dict[str, Any] = {}
+    lm, ex, vt = "vlm.language_model.layers.0.", "expert.layers.0.", "vlm.vision_tower."
+    if _EMBED in sh:
+        out["vocab_size"], out["vlm_width"] = sh[_EMBED]
+    if (k := sh.get(lm + "self_attn.k_proj.weight")) and (q := sh.get(lm + "self_attn.q_proj.weight")):
+        out.update(num_kv_heads=1, head_dim=k[0], num_heads=q[0] // k[0])
+    if up := sh.get(lm + "mlp.up_proj.weight"):
+        out["vlm_mlp"] = up[0]
+    if up := sh.get(ex + "mlp.up_proj.weight"):
+        out["expert_mlp"], out["expert_width"] = up
+    if a := sh.get("action_in_proj.weight"):
+        out["max_action_dim"] = a[1]
+    if st := sh.get("state_proj.weight"):
+        out["max_state_dim"] = st[1]
+    if depth := _layer_count(sh, "vlm.language_model.layers."):
+        out["vlm_depth"] = depth
+    if fc1 := sh.get(vt + "encoder.layers.0.mlp.fc1.weight"):
+        out["vision_mlp"] = fc1[0]
+    if depth := _layer_count(sh, vt + "encoder.layers."):
+        out["vision_depth"] = depth
+    patch, pos = sh.get(vt + "embeddings.patch_embedding.weight"), sh.get(vt + "embeddings.position_embedding.weight")
+    if patch and pos:  # image size AND patch size from the stored tensors (e.g. 32 px / patch 8)
+        out.update(vision_width=patch[0], patch_size=patch[-1], image_size=math.isqrt(pos[0]) * patch[-1])
+        if vision_heads is not None:
+            out["vision_heads"] = vision_heads
+        elif patch[0] != 1152:
+            raise CheckpointError(f"The SigLIP tower is {patch[0]} wide (not So400m's 1152) and its head count is "
+                                  "in no tensor shape or config file.",
+                                  "Give it as an override: overrides={'vision_heads': <n>}.")
+    return out
+
+
+def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, ...]],
+                            vision_heads: int | None = None) -> Pi0Config:
     """Architecture of an external checkpoint (config.json + tensor shapes)."""
     if fmt == "vlarl":
         vcfg = _read_json(root / VLARL_CONFIG)
@@ -254,6 +298,8 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
     cfg_json = _read_json(root / "config.json") or {}
     if isinstance(cfg_json.get("vlarl_arch"), dict):  # written by our exporters (tiny / custom sizes)
         arch = Pi0Config.from_dict(cfg_json["vlarl_arch"])
+        if fmt == "lerobot" and arch.is_pi05 and "discrete_state_input" not in cfg_json["vlarl_arch"]:
+            arch = arch.replace(discrete_state_input=True, state_prompt_padded=True)  # see below
         return arch.replace(**_value_head_arch(shapes, fmt, arch.vlm_width))  # the stored critic decides
     internal = {k2 for k in shapes if (k2 := from_external(k, fmt)) is not None}
     variant = _variant_from_keys(internal)
@@ -279,23 +325,22 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
         return preset("full", variant, **values)
     pv = str(cfg_json.get("paligemma_variant", "gemma_2b"))
     ev = str(cfg_json.get("action_expert_variant", "gemma_300m"))
-    if not pv.startswith("gemma_2b") or not ev.startswith("gemma_300m"):
+    known = ("gemma_2b", "gemma_300m", "dummy")  # openpi models/gemma.py variants (+ their _lora forms)
+    if not pv.startswith(known) or not ev.startswith(known):
         raise CheckpointError(f"Unsupported openpi variants paligemma_variant={pv!r}, action_expert_variant={ev!r} "
-                              f"in {root / 'config.json'}.", "Only gemma_2b + gemma_300m (pi0 / pi0.5) are supported.")
+                              f"in {root / 'config.json'}.", "Use gemma_2b + gemma_300m (pi0 / pi0.5) or dummy.")
     horizon = cfg_json.get("action_horizon", cfg_json.get("chunk_size"))
     if horizon is not None:
         values["action_horizon"] = int(horizon)
     if "tokenizer_max_length" in cfg_json:
         values["max_token_len"] = int(cfg_json["tokenizer_max_length"])
-    for key_name, field_name in (("action_in_proj.weight", "max_action_dim"), ("state_proj.weight", "max_state_dim")):
-        ext = [k for k in shapes if from_external(k, fmt) == key_name]
-        if ext:
-            values[field_name] = shapes[ext[0]][1]
-    pos = [k for k in shapes if from_external(k, fmt) == "vlm.vision_tower.embeddings.position_embedding.weight"]
-    patch = [k for k in shapes if from_external(k, fmt) == "vlm.vision_tower.embeddings.patch_embedding.weight"]
-    if pos and patch:
-        values["image_size"] = math.isqrt(shapes[pos[0]][0]) * shapes[patch[0]][-1]
-    values.update(_value_head_arch(shapes, fmt, preset("full", variant).vlm_width))
+    internal_shapes = {name: shape for k, shape in shapes.items()
+                       if (name := from_external(k, fmt)) is not None and not _is_known_unused(k, fmt)}
+    values.update(_arch_from_shapes(internal_shapes, vision_heads))
+    if fmt == "lerobot" and variant == "pi05":
+        # LeRobot's pi0.5 always puts the discretised (padded) state in the prompt
+        values.update(discrete_state_input=True, state_prompt_padded=True)
+    values.update(_value_head_arch(shapes, fmt, values.get("vlm_width", preset("full", variant).vlm_width)))
     return preset("full", variant, **values)
 
 
@@ -404,7 +449,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         path, family="pi0 / pi0.5", format=format, formats=FORMATS, detect=detect_format,
         looked_for="no vlarl_config.json, no pi0 config.json, no paligemma_with_expert.* / model.vlm.* weights")
     shapes = {k: v[0] for k, v in header.items()}
-    cfg = _config_from_checkpoint(root, fmt, shapes)
+    cfg = _config_from_checkpoint(root, fmt, shapes, (overrides or {}).get("vision_heads"))
     if overrides:
         cfg = cfg.replace(**overrides)
     from vlarl_cli.policies.pi0.assets import resolve_norm_stats, resolve_prompt_tokenizer
@@ -610,6 +655,10 @@ def save_policy(policy: Any, path: str | os.PathLike[str], *, format: str = "vla
         raise CheckpointError(f'Unknown pi0 checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
                               f"Use one of {', '.join(FORMATS)}.")
     cfg: Pi0Config = policy.cfg
+    if format == "lerobot" and cfg.is_pi05 and not (cfg.discrete_state_input and cfg.state_prompt_padded):
+        warnings.warn("LeRobot's pi0.5 always puts the discretised, 32-padded state in the prompt; this policy does "
+                      "not (discrete_state_input / state_prompt_padded off), so LeRobot will prompt it differently "
+                      "than it was trained. vlarl reloads it as saved (config.json vlarl_arch).", stacklevel=2)
     tensors = export_state_dict(policy, format)
     tensors = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous().cpu()
                for k, v in tensors.items()}

@@ -97,6 +97,9 @@ class Pi0Config:
     normalization: str | None = None  # None: variant default (pi0 mean_std, pi05 quantile)
     extra_delta_transform: bool = False  # openpi pi0_libero: actions[:6] += state[:6] on output
     discrete_state_input: bool = False  # pi0.5 only: state binned into the prompt (pi05_base / DROID style)
+    # LeRobot's pi0.5 pads the normalised state to max_state_dim BEFORE binning (32 numbers in the prompt,
+    # padding in bin 128); openpi bins the state as given
+    state_prompt_padded: bool = False
     gripper: str = "none"  # "none" (openpi LIBERO models already emit -1 open/+1 close) | "binarize" | "from_01"
     tokenizer: str = "byte"  # "byte" (built in) or a path to a local tokenizer.json / folder
     precision: str = "fp32"

@@ -130,7 +130,10 @@ class Pi0Processor:
             if encode_with_state is None:
                 raise ConfigError("discrete_state_input needs a tokenizer with encode_with_state.",
                                   "Use the built-in or a file tokenizer from vlarl_cli.policies.tokenization.")
-            tokens, token_mask = encode_with_state(texts, state, self.cfg.max_token_len)
+            binned = state
+            if self.cfg.state_prompt_padded:  # LeRobot: pad to max_state_dim, then bin
+                binned = torch.nn.functional.pad(state, (0, self.cfg.max_state_dim - state.shape[-1]))
+            tokens, token_mask = encode_with_state(texts, binned, self.cfg.max_token_len)
         else:
             tokens, token_mask = self.tokenizer.encode(texts, self.cfg.max_token_len)
         state = torch.nn.functional.pad(state, (0, self.cfg.max_state_dim - state.shape[-1]))
