@@ -65,7 +65,7 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi
         # built directly on the target device: on "meta" (dry runs) the full 3B model costs nothing
         with torch.device(device):
             policy = Pi0Policy(cfg)
-        policy = policy.to(dtype=_DTYPES[cfg.precision])
+        policy = policy.set_precision(_DTYPES[cfg.precision])
         if model.norm_stats_path:
             from vlarl_cli.policies.normalization import load_norm_stats
 

@@ -460,7 +460,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
 
     with torch.device("meta"):
         policy = Pi0Policy(cfg, norm_stats=norm_stats)
-    policy = policy.to(dtype).to_empty(device=device)  # cast while still on meta: no fp32 copy of a 3B model
+    policy = policy.set_precision(dtype).to_empty(device=device)  # cast on meta: no fp32 copy of a 3B model
     _reset_buffers(policy)
     params = dict(policy.state_dict(keep_vars=True))
 

@@ -103,6 +103,10 @@ class Pi0Config:
     gripper: str = "none"  # "none" (openpi LIBERO models already emit -1 open/+1 close) | "binarize" | "from_01"
     tokenizer: str = "byte"  # "byte" (built in) or a path to a local tokenizer.json / folder
     precision: str = "fp32"
+    # supervised_loss: "executed" (default) = mean over the executed C steps x real A dims; "openpi" = mean
+    # over all H x max_action_dim entries as openpi's compute_loss (padding included), so SFT losses are
+    # comparable with openpi's logs
+    sft_loss_reduction: str = "executed"
 
     def __post_init__(self) -> None:
         def bad(msg: str, fix: str) -> None:
@@ -148,6 +152,8 @@ class Pi0Config:
         if self.discrete_state_input and not self.is_pi05:
             bad("discrete_state_input is a pi0.5 option (pi0 feeds the state as a continuous token).",
                 "Set discrete_state_input: false for pi0.")
+        if self.sft_loss_reduction not in ("executed", "openpi"):
+            bad(f'Unknown sft_loss_reduction "{self.sft_loss_reduction}".', "Use executed (default) or openpi.")
         if self.value_pooling not in VALUE_POOLINGS:
             bad(f'Unknown value_pooling "{self.value_pooling}".{did_you_mean(self.value_pooling, VALUE_POOLINGS)}',
                 f"Use one of {', '.join(VALUE_POOLINGS)}.")

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +52,12 @@ __all__ = [
     "make_att_2d_masks",
     "sinusoidal_time_embedding",
 ]
+
+# Parameters openpi keeps in fp32 when the model runs in bf16 (gemma_pytorch.py params_to_keep_float32),
+# in our names: by prefix, and by a name part (the Gemma norms of both stacks).
+FP32_PREFIXES = ("vlm.vision_tower.embeddings.patch_embedding.", "vlm.vision_tower.embeddings.position_embedding.",
+                 "vlm.language_model.norm.", "expert.norm.")
+FP32_PARTS = (".input_layernorm.", ".post_attention_layernorm.")
 
 # openpi's additive mask value (pi0_pytorch._prepare_attention_masks_4d); finite so fully masked rows
 # (padding queries) give a uniform softmax instead of NaN.
@@ -101,7 +107,7 @@ class AdaptiveRMSNorm(nn.Module):
         """``x [B, S, D]``, ``cond [B, cond_dim]`` -> (``y [B, S, D]``, ``gate [B, 1, D]``)."""
         var = x.float().pow(2).mean(-1, keepdim=True)
         normed = x * torch.rsqrt(var + self.eps)
-        mod = self.dense(cond)[:, None, :]
+        mod = self.dense(cond.to(self.dense.weight.dtype))[:, None, :]  # dense stays fp32 under bf16
         scale, shift, gate = mod.chunk(3, dim=-1)
         y = normed * (1 + scale.float()) + shift.float()
         return y.to(x.dtype), gate.to(x.dtype)
@@ -249,6 +255,17 @@ class Pi0Model(nn.Module):
         self.gradient_checkpointing = False
 
     # ------------------------------------------------------------------ helpers
+    def set_precision(self, dtype: torch.dtype) -> Self:
+        """Cast to ``dtype``; under bf16 / fp16 keep what openpi keeps in fp32 (``gemma_pytorch.py``
+        ``to_bfloat16_for_selected_params``): SigLIP's patch and position embeddings and every Gemma RMSNorm
+        (input / post-attention / final, the pi0.5 adaRMS ``dense`` layers included)."""
+        self.to(dtype=dtype)
+        if dtype in (torch.bfloat16, torch.float16):
+            for name, p in self.named_parameters():
+                if name.startswith(FP32_PREFIXES) or any(part in name for part in FP32_PARTS):
+                    p.data = p.data.float()
+        return self
+
     @property
     def suffix_len(self) -> int:
         return self.cfg.action_horizon + (0 if self.cfg.is_pi05 else 1)
@@ -268,9 +285,16 @@ class Pi0Model(nn.Module):
 
     # ------------------------------------------------------------------ embeddings
     def embed_images(self, images: Tensor) -> Tensor:
-        """``images [N, 3, H, W]`` in [-1, 1] -> ``[N, tokens_per_image, vlm_width]``."""
-        feats = self.vlm.vision_tower(pixel_values=images.to(self._dtype())).last_hidden_state
-        return self.vlm.multi_modal_projector.linear(feats)
+        """``images [N, 3, H, W]`` in [-1, 1] -> ``[N, tokens_per_image, vlm_width]``.
+
+        SigLIP's steps one by one so that, under bf16, the patch / position embeddings run in fp32 (their
+        parameters stay fp32, :meth:`set_precision`) and the encoder gets their sum cast to its own dtype,
+        as openpi's patched ``SiglipVisionTransformer.forward`` does.
+        """
+        tower = self.vlm.vision_tower
+        emb = tower.embeddings(images.to(tower.embeddings.patch_embedding.weight.dtype))
+        hidden = tower.encoder(inputs_embeds=emb.to(self._dtype())).last_hidden_state
+        return self.vlm.multi_modal_projector.linear(tower.post_layernorm(hidden))
 
     def embed_prefix(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mask: Tensor
                      ) -> tuple[Tensor, Tensor]:

@@ -198,8 +198,10 @@ class Pi0Policy(Pi0Model):
         and, along the horizon, padded to ``action_horizon`` by repeating the last step. Then openpi's
         ``compute_loss`` (``src/openpi/models/pi0.py``): ``t ~ Beta(1.5, 1) * 0.999 + 0.001``,
         ``x_t = t noise + (1 - t) actions``, target ``u = noise - actions``, squared error of the predicted
-        velocity. openpi averages over all ``H x 32`` entries; here only the executed ``C`` steps and the real
-        ``A`` dims count (padding would dilute the loss and train the model to predict zeros).
+        velocity. Reduction (``cfg.sft_loss_reduction``): ``"executed"`` (the default) averages over the
+        executed ``C`` steps and the real ``A`` dims only (padding would dilute the loss and train the model
+        to predict zeros); ``"openpi"`` averages over all ``H x max_action_dim`` entries exactly as openpi's
+        ``compute_loss`` (so the numbers compare with openpi's SFT logs).
         ``noise [B, action_horizon, max_action_dim]`` / ``time [B]`` fix the draws (tests); otherwise they
         come from ``generator``.
         """
@@ -227,4 +229,5 @@ class Pi0Policy(Pi0Model):
         u_t = noise - target
         cache, state = self._prefix(inputs)
         v_t = self.velocity_from_features(self.expert_forward(cache, state, x_t, t))
-        return ((v_t - u_t) ** 2)[:, :c, :a].mean()
+        err = (v_t - u_t) ** 2
+        return err.mean() if cfg.sft_loss_reduction == "openpi" else err[:, :c, :a].mean()
