@@ -35,6 +35,7 @@ from safetensors.torch import load_file, save_file
 from vlarl_cli.policies.pi0.checkpoint import _is_known_unused, from_external
 from vlarl_cli.policies.pi0.config import preset
 from vlarl_cli.policies.pi0.modeling import Pi0Model
+from vlarl_cli.policies.value_head import build_mlp_critic
 
 ARCH = {"vision_width": 32, "vision_mlp": 64, "vision_depth": 2, "vision_heads": 2, "image_size": 32,
         "patch_size": 8}
@@ -42,6 +43,32 @@ DUMMY_GEMMA = {"vlm_width": 64, "vlm_depth": 4, "vlm_mlp": 128, "num_heads": 8, 
                "expert_width": 64, "expert_mlp": 128, "vocab_size": 257152}
 B, H, L, SEED = 3, 10, 12, 7
 STEPS = (5, 10)
+
+
+# prompts: openpi's cleaning (strip, "_" and newlines to spaces) and truncation; states: bin edges, the
+# range ends and values outside [-1, 1] (np.digitize puts them in bins -1 and 256)
+PROMPTS = ["pick up the black bowl", "  put_the bowl\non the plate ", "open the top drawer of the cabinet " * 6]
+STATES = torch.tensor([[-1.0, 1.0, 0.0, -0.9921875, 0.5, 1.5, -1.2, 0.00390625],
+                       [0.1, -0.1, 0.25, 0.999, -0.999, 0.0078125, 0.3, -0.7],
+                       [0.0] * 8], dtype=torch.float32)
+TOKEN_LEN = 48
+CRITIC_IN, CRITIC_HIDDEN = 64, (1024, 512, 256)  # RLinf's pi05_libero sizes on the dummy VLM width
+
+
+def _train_sentencepiece() -> bytes:
+    """A small sentencepiece model with Gemma's special ids and a one-piece newline."""
+    import io
+
+    import sentencepiece as spm
+
+    corpus = ["pick up the black bowl and place it on the plate", "open the top drawer of the cabinet",
+              "Task: State: Action: 0 1 2 3 4 5 6 7 8 9 ;,."] * 20
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_writer=buf, vocab_size=150, model_type="bpe", pad_id=0, eos_id=1,
+        bos_id=2, unk_id=3, user_defined_symbols=["\n"], normalization_rule_name="identity",
+        remove_extra_whitespaces=False, add_dummy_prefix=False, split_digits=True, minloglevel=2)
+    return buf.getvalue()
 
 
 def _inputs(variant: str) -> dict[str, torch.Tensor]:
@@ -72,8 +99,19 @@ def upstream(openpi_python, tmp_path_factory) -> dict[str, Path]:
         runs.append({"variant": variant, "inputs": str(folder / f"inputs-{variant}.safetensors"),
                      "weights_out": str(folder / f"weights-{variant}.safetensors"),
                      "outputs_out": str(folder / f"outputs-{variant}.safetensors")})
+    (folder / "sp.model").write_bytes(_train_sentencepiece())
+    save_file({"states": STATES}, folder / "states.safetensors")
+    tokens = {"model": str(folder / "sp.model"), "max_len": TOKEN_LEN, "prompts": PROMPTS,
+              "states": str(folder / "states.safetensors"), "out": str(folder / "tokens.safetensors")}
+    critic = build_mlp_critic(CRITIC_IN, CRITIC_HIDDEN, "relu")
+    save_file(critic.state_dict(), folder / "critic.safetensors")
+    save_file({"features": torch.randn(5, CRITIC_IN, generator=torch.Generator().manual_seed(4))},
+              folder / "critic-features.safetensors")
+    critic_spec = {"in_dim": CRITIC_IN, "hidden": list(CRITIC_HIDDEN), "weights": str(folder / "critic.safetensors"),
+                   "features": str(folder / "critic-features.safetensors"),
+                   "out": str(folder / "critic-out.safetensors")}
     spec = {"dtype": "float32", "seed": SEED, "action_horizon": H, "max_token_len": L,
-            "sample_steps": list(STEPS), "runs": runs, **ARCH}
+            "sample_steps": list(STEPS), "runs": runs, "tokens": tokens, "critic": critic_spec, **ARCH}
     run_reference(openpi_python, "upstream_pi0.py", spec, folder)
     return {"folder": folder}
 
@@ -173,3 +211,47 @@ def test_per_element_loss_and_gradients(run):
         torch.testing.assert_close(grads[ours], g_up, rtol=1e-3, atol=1e-4 * max(scale, 1e-3), msg=name)
         compared += 1
     assert compared > 100  # every layer of both stacks, the vision tower and the projections
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+def test_prompt_and_discretised_state_token_ids(upstream, with_state):
+    """Our FileTokenizer against openpi's PaligemmaTokenizer.tokenize on the same sentencepiece model."""
+    from vlarl_cli.policies.tokenization import FileTokenizer
+
+    folder = upstream["folder"]
+    theirs = load_file(folder / "tokens.safetensors")
+    tok = FileTokenizer(folder / "sp.model")
+    if with_state:
+        ids, mask = tok.encode_with_state(PROMPTS, STATES, TOKEN_LEN)
+    else:
+        ids, mask = tok.encode(PROMPTS, TOKEN_LEN)
+    key = "state" if with_state else "plain"
+    for i in range(len(PROMPTS)):
+        assert ids[i].tolist() == theirs[f"{key}.{i}"].tolist(), (key, i)
+        assert mask[i].tolist() == theirs[f"{key}_mask.{i}"].tolist(), (key, i)
+    assert bool(mask[2].all())  # the long prompt is truncated to TOKEN_LEN on both sides
+
+
+def test_rlinf_critic_class_loads_ours_and_ours_loads_its(upstream):
+    """RLinf's own ValueHead (rlinf 0.3.0) takes our MLPCritic's state dict strictly and computes the same
+    values; its freshly built state dict loads strictly into ours (same names, same shapes)."""
+    folder = upstream["folder"]
+    out = load_file(folder / "critic-out.safetensors")
+    ours = build_mlp_critic(CRITIC_IN, CRITIC_HIDDEN, "relu")
+    ours.load_state_dict(load_file(folder / "critic.safetensors"))
+    with torch.no_grad():
+        values = ours(load_file(folder / "critic-features.safetensors")["features"])
+    torch.testing.assert_close(values, out["values"], rtol=1e-6, atol=1e-7)  # the same Linear / ReLU kernels
+    theirs = {k[len("fresh."):]: v for k, v in out.items() if k.startswith("fresh.")}
+    fresh = build_mlp_critic(CRITIC_IN, CRITIC_HIDDEN, "relu")
+    fresh.load_state_dict(theirs, strict=True)
+    # same init scheme: Kaiming (fan_out) hidden layers, N(0, 0.02) output layer, zero biases
+    torch.manual_seed(0)
+    initial = build_mlp_critic(CRITIC_IN, CRITIC_HIDDEN).state_dict()
+    for k, v in theirs.items():
+        mine = initial[k]
+        if k.endswith("bias"):
+            assert float(v.abs().max()) == 0.0 and float(mine.abs().max()) == 0.0
+        else:
+            # std estimates from >= 256 entries: <= 6% noise each, so 25% is a 4-sigma bound
+            assert abs(float(v.std()) - float(mine.std())) < 0.25 * float(v.std()), k

@@ -64,6 +64,52 @@ def main() -> None:
     _shrink_siglip(spec)
     for run in spec["runs"]:
         run_one({**spec, **run})
+    if "tokens" in spec:
+        tokenize(spec["tokens"])
+    if "critic" in spec:
+        rlinf_critic(spec["critic"])
+
+
+def rlinf_critic(spec: dict) -> None:
+    """RLinf's own critic class (rlinf 0.3.0 models/embodiment/modules/value_head.py, loaded by file: the
+    package __init__ pulls RLinf's whole stack) built as its openpi model builds it (ReLU, bias_last):
+    loads OUR critic's state dict strictly, evaluates it, and hands back its own fresh state dict."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(importlib.util.find_spec("rlinf").submodule_search_locations[0])
+    module_spec = importlib.util.spec_from_file_location(
+        "rlinf_value_head", root / "models" / "embodiment" / "modules" / "value_head.py")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    head = module.ValueHead(input_dim=spec["in_dim"], hidden_sizes=tuple(spec["hidden"]), output_dim=1,
+                            activation="relu", bias_last=True)
+    fresh = {k: v.clone() for k, v in head.state_dict().items()}
+    head.load_state_dict(load_file(spec["weights"]), strict=True)
+    with torch.no_grad():
+        values = head(load_file(spec["features"])["features"])[:, 0]
+    save_file({"values": values, **{"fresh." + k: v for k, v in fresh.items()}}, spec["out"])
+
+
+def tokenize(spec: dict) -> None:
+    """openpi's PaligemmaTokenizer on a given sentencepiece model (its own source, gs://big_vision, is
+    not readable anonymously): prompt ids and masks, without and with the discretised state (pi0.5)."""
+    import numpy as np
+    import sentencepiece
+    from openpi.models.tokenizer import PaligemmaTokenizer
+
+    tok = PaligemmaTokenizer.__new__(PaligemmaTokenizer)
+    tok._max_len = spec["max_len"]
+    tok._tokenizer = sentencepiece.SentencePieceProcessor(model_file=spec["model"])
+    states = load_file(spec["states"])["states"].numpy()
+    out = {}
+    for i, prompt in enumerate(spec["prompts"]):
+        ids, mask = tok.tokenize(prompt)
+        out[f"plain.{i}"], out[f"plain_mask.{i}"] = torch.as_tensor(np.asarray(ids, dtype=np.int64)), torch.as_tensor(mask)
+        ids, mask = tok.tokenize(prompt, states[i])
+        out[f"state.{i}"], out[f"state_mask.{i}"] = torch.as_tensor(np.asarray(ids, dtype=np.int64)), torch.as_tensor(mask)
+    save_file(out, spec["out"])
 
 
 def run_one(spec: dict) -> None:
