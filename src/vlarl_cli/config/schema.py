@@ -373,6 +373,9 @@ class ModelConfig(Section):
                                        "checkpoint folder has none (tiny presets use a built-in byte tokenizer).")
     norm_stats_path: str | None = Field(None, description="pi0 / pi0.5: the norm_stats.json to use when the "
                                         "checkpoint folder has none (a real checkpoint without any is refused).")
+    sft_loss_reduction: Literal["executed", "openpi"] | None = Field(
+        None, description="pi0 / pi0.5 SFT loss: executed (default: mean over the executed chunk and real action "
+        "dims) or openpi (mean over all H x 32 entries, comparable with openpi's logs).")
     asset_id: str | None = Field(None, description="pi0 / pi0.5: asset id under which the checkpoint keeps its "
                                  "norm stats (assets/<id>/ or <id>/; default physical-intelligence/libero).")
     unnorm_key: str | None = Field(None, description="Key of the action statistics to un-normalise with "

@@ -297,6 +297,7 @@ class ModelSettings:
     norm_stats_path: str | None = None
     asset_id: str | None = None  # e.g. "physical-intelligence/libero"
     extra_delta_transform: bool | None = None
+    sft_loss_reduction: str | None = None  # None: "executed" (see Pi0Config)
     overrides: dict[str, Any] = field(default_factory=dict)  # any further Pi0Config field
 
     @property
@@ -328,6 +329,8 @@ class ModelSettings:
             values["value_after_vlm"] = self.value_after_vlm
         if self.tokenizer_path is not None:
             values["tokenizer"] = self.tokenizer_path
+        if self.sft_loss_reduction is not None:
+            values["sft_loss_reduction"] = self.sft_loss_reduction
         if self.extra_delta_transform is not None:
             values["extra_delta_transform"] = self.extra_delta_transform
         elif (self.config_name or "").lower() == "pi0_libero":
