@@ -255,3 +255,21 @@ def test_rlinf_critic_class_loads_ours_and_ours_loads_its(upstream):
         else:
             # std estimates from >= 256 entries: <= 6% noise each, so 25% is a 4-sigma bound
             assert abs(float(v.std()) - float(mine.std())) < 0.25 * float(v.std()), k
+
+
+def test_openpis_camera_slots_give_rlinfs_after_vlm_value_input(run):
+    """camera_slots = 3 keeps openpi's empty right-wrist slot: then EVERY prefix output matches openpi, the
+    padded prompt rows included (they attend uniformly to all keys), and the critic input equals RLinf's
+    mean_token pooling (first 2 camera slots + every prompt slot) of openpi's own prefix output."""
+    model, x, up = run
+    cfg = model.cfg.replace(camera_slots=3, add_value_head=True, value_after_vlm=True)
+    exact = Pi0Model(cfg)
+    missing, _ = exact.load_state_dict(model.state_dict(), strict=False)
+    assert all(k.startswith("value_head.") for k in missing)
+    with torch.no_grad():
+        prefix = exact.encode_prefix(x["images"], x["image_masks"], x["tokens"], x["token_mask"])
+        torch.testing.assert_close(prefix.hidden, up["prefix_hidden"], rtol=1e-5, atol=1e-5)
+        t = cfg.tokens_per_image
+        rlinf_pooled = torch.cat([up["prefix_hidden"][:, : 2 * t], up["prefix_hidden"][:, 3 * t:]], 1).mean(1)
+        torch.testing.assert_close(exact.prefix_value(prefix.hidden, prefix.pad), exact.value_head(rlinf_pooled),
+                                   rtol=1e-5, atol=1e-6)

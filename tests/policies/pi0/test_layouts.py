@@ -115,3 +115,19 @@ def test_value_head_shapes_come_from_the_file(make_policy, tmp_path):
     _drop_arch_keys(tmp_path / "op", "value_hidden")
     save_file(tensors, tmp_path / "op" / "model.safetensors")
     assert load_policy(tmp_path / "op").cfg.value_hidden == (12, 6)
+
+
+def test_openpis_three_camera_slots_change_no_action(make_policy, make_obs):
+    """camera_slots = 3 adds openpi's empty, masked right-wrist slot: valid tokens never see it, so the
+    actions are those of the 2-slot prefix (only padded prompt rows, hence RLinf's pooled value, differ)."""
+    two = make_policy("pi05")
+    three = make_policy("pi05", camera_slots=3)
+    three.load_state_dict(two.state_dict())
+    obs = make_obs(batch=2)
+    inputs = three.processor.prepare(obs)
+    assert inputs["images"].shape[1] == 3 and inputs["image_masks"][:, 2].sum() == 0
+    assert int(inputs["images"][:, 2].abs().sum()) == 0  # openpi fills a missing camera with zeros
+    noise = torch.randn(2, two.cfg.action_horizon, two.cfg.max_action_dim, generator=torch.Generator().manual_seed(0))
+    a = two.sample(obs, deterministic=True, noise=noise).actions
+    b = three.sample(obs, deterministic=True, noise=noise).actions
+    torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)

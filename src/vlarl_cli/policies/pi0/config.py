@@ -88,6 +88,11 @@ class Pi0Config:
     value_activation: str = "relu"
     value_init: str = "rlinf"  # "rlinf" | "zero_last" (values start at exactly 0)
     value_pooling: str = "rlinf"  # after-VLM pooling: "rlinf" (mean over every prefix slot) | "valid"
+    # camera slots of the prefix: 2 = [main, wrist]; 3 = openpi's LIBERO layout [base, left wrist, empty right
+    # wrist], the empty slot KEPT (masked). Valid tokens see the same either way; padded prompt rows attend
+    # uniformly to every key, so RLinf's after-VLM value (its mean includes those rows) is reproduced
+    # exactly only with 3
+    camera_slots: int = 2
     noise_hidden: tuple[int, ...] = (128, 64)
     train_expert_only: bool = False
     is_lora: bool = False
@@ -152,6 +157,9 @@ class Pi0Config:
         if self.discrete_state_input and not self.is_pi05:
             bad("discrete_state_input is a pi0.5 option (pi0 feeds the state as a continuous token).",
                 "Set discrete_state_input: false for pi0.")
+        if self.camera_slots not in (2, 3):
+            bad(f"camera_slots must be 2 (main, wrist) or 3 (openpi's base, left, right wrist), got "
+                f"{self.camera_slots}.", "Use 2, or 3 to reproduce RLinf's after-VLM value exactly.")
         if self.sft_loss_reduction not in ("executed", "openpi"):
             bad(f'Unknown sft_loss_reduction "{self.sft_loss_reduction}".', "Use executed (default) or openpi.")
         if self.value_pooling not in VALUE_POOLINGS:

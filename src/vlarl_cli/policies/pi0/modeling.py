@@ -306,13 +306,16 @@ class Pi0Model(nn.Module):
             tokens: ``[B, L]`` long prompt ids; token_mask: ``[B, L]`` bool.
         Returns:
             ``(embs [B, P, vlm_width], pad [B, P] bool)`` with ``P = N_used * tokens_per_image + L``.
-            Slots masked for the WHOLE batch are skipped: their tokens are invalid, attended by nobody
-            and do not advance positions, so dropping them changes no output.
+            With ``camera_slots == 2``, slots masked for the WHOLE batch are skipped: their tokens are
+            invalid, attended by no valid token and do not advance positions, so dropping them changes no
+            valid output. With 3 (openpi's layout) every slot is kept, as openpi does: then even the
+            outputs of padded prompt rows (which attend uniformly to every key) are openpi's.
         """
         b, n = images.shape[:2]
         if image_masks.shape != (b, n):
             raise ValueError(f"image_masks must be [B={b}, N={n}], got {tuple(image_masks.shape)}")
-        used = [k for k in range(n) if bool(image_masks[:, k].any())]
+        keep_all = self.cfg.camera_slots > 2
+        used = [k for k in range(n) if keep_all or bool(image_masks[:, k].any())]
         embs: list[Tensor] = []
         pads: list[Tensor] = []
         if used:
@@ -494,14 +497,17 @@ class Pi0Model(nn.Module):
     def prefix_value(self, prefix_hidden: Tensor, pad: Tensor) -> Tensor:
         """Value from the mean VLM prefix output (``value_after_vlm``) -> ``[B]``.
 
-        ``value_pooling="rlinf"``: the mean over EVERY prefix slot built for the batch, padded prompt
-        slots included (RLinf's ``get_value_from_vlm`` "mean_token": 256 tokens per used camera + all
-        ``max_token_len`` language slots); ``"valid"``: only the tokens of the pad mask.
+        ``value_pooling="rlinf"``: the mean over the first two camera slots and EVERY prompt slot, padded
+        ones included (RLinf's ``get_value_from_vlm`` "mean_token", ``num_images_in_input = 2``); exact
+        with ``camera_slots = 3`` (see :meth:`embed_prefix`); ``"valid"``: only the tokens of the pad mask.
         """
         assert self.value_head is not None
         if self.cfg.detach_critic_input:
             prefix_hidden = prefix_hidden.detach()
         if self.cfg.value_pooling == "rlinf":
+            if self.cfg.camera_slots > 2:  # RLinf's mask: the first 2 camera slots and every prompt slot
+                t = self.cfg.tokens_per_image
+                prefix_hidden = torch.cat([prefix_hidden[:, : 2 * t], prefix_hidden[:, self.cfg.camera_slots * t:]], 1)
             return self.value_head(prefix_hidden.float().mean(dim=1))
         w = pad.to(prefix_hidden.dtype)[..., None]
         pooled = (prefix_hidden * w).sum(1) / w.sum(1).clamp(min=1.0)

@@ -16,7 +16,7 @@ RLinf; ``value_pooling="valid"`` for the valid tokens only); otherwise the mean 
 (``t = 1``, ``x = chain[:, 0]``), a deterministic function of the replay so sample and evaluate agree
 exactly (RLinf averages the value over all steps at rollout but uses one step in training).
 
-Replay keys: ``images`` uint8 ``[B, 2, S, S, 3]``, ``image_masks`` ``[B, 2]``, ``tokens`` / ``token_mask``
+Replay keys: ``images`` uint8 ``[B, camera_slots, S, S, 3]``, ``image_masks`` ``[B, camera_slots]``, ``tokens`` / ``token_mask``
 ``[B, L]``, ``state`` ``[B, 32]``, ``chain`` ``[B, K+1, H, 32]``, ``denoise_index`` ``[B]``.
 """
 
