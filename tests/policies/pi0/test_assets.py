@@ -232,3 +232,13 @@ def test_tiny_checkpoint_keeps_byte_tokenizer_and_identity(make_policy, isolated
     policy = load_policy(isolated / "tiny")
     assert policy.cfg.tokenizer == "byte" and policy.tokenizer_record is None
     assert policy.load_report["norm_stats"] is None
+
+
+def test_the_documented_vlarl_download_step_is_found_offline(hub, monkeypatch, sp_bytes, tmp_path):
+    """`vlarl download google/paligemma-3b-pt-224 --include tokenizer.model` (hub cache layout), then offline."""
+    from vlarl_cli.checkpoints.hub import download
+
+    download(REPO, include=[tk.REPO_FILE], cache_dir=tmp_path / "hf-cache", quiet=True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    info = tk.resolve_tokenizer(VOCAB)
+    assert info.source.startswith(f"hf-cache:{REPO}@") and info.sha256 == hashlib.sha256(sp_bytes).hexdigest()
