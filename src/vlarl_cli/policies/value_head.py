@@ -30,6 +30,7 @@ Both heads compute in their own dtype and return float32, so the value loss is n
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -41,6 +42,8 @@ __all__ = ["ACTIVATIONS", "CRITIC_INITS", "MLPCritic", "ValueHead", "build_mlp_c
 #: activation names accepted by :class:`MLPCritic` (RLinf accepts the same three)
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 CRITIC_INITS = ("rlinf", "zero_last")
+# torch has no Kaiming gain for GELU; ReLU's is the usual stand-in (RLinf would pass "gelu" and fail)
+_KAIMING_GAIN: dict[str, Literal["relu", "tanh"]] = {"relu": "relu", "gelu": "relu", "tanh": "tanh"}
 
 
 class MLPCritic(nn.Module):
@@ -90,8 +93,7 @@ class MLPCritic(nn.Module):
             nn.init.zeros_(last.weight)
         else:
             for m in linears[:-1]:
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity=self.activation
-                                        if self.activation != "gelu" else "relu")
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity=_KAIMING_GAIN[self.activation])
                 nn.init.zeros_(m.bias)
             nn.init.normal_(last.weight, mean=0.0, std=0.02)
         if last.bias is not None:

@@ -334,8 +334,8 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
         values["action_horizon"] = int(horizon)
     if "tokenizer_max_length" in cfg_json:
         values["max_token_len"] = int(cfg_json["tokenizer_max_length"])
-    internal_shapes = {name: shape for k, shape in shapes.items()
-                       if (name := from_external(k, fmt)) is not None and not _is_known_unused(k, fmt)}
+    internal_shapes = {mapped: shape for k, shape in shapes.items()
+                       if (mapped := from_external(k, fmt)) is not None and not _is_known_unused(k, fmt)}
     values.update(_arch_from_shapes(internal_shapes, vision_heads))
     if fmt == "lerobot" and variant == "pi05":
         # LeRobot's pi0.5 always puts the discretised (padded) state in the prompt
