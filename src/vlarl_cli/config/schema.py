@@ -367,6 +367,13 @@ class ModelConfig(Section):
     embodiment_tag: str | None = Field(None, description="GR00T embodiment tag, e.g. libero_franka.")
     tokenizer_path: str | None = Field(None, description="Tokenizer file/folder for real checkpoints when the "
                                        "checkpoint folder has none (tiny presets use a built-in byte tokenizer).")
+    norm_stats_path: str | None = Field(None, description="pi0 / pi0.5: the norm_stats.json to use when the "
+                                        "checkpoint folder has none (a real checkpoint without any is refused).")
+    sft_loss_reduction: Literal["executed", "openpi"] | None = Field(
+        None, description="pi0 / pi0.5 SFT loss: executed (default: mean over the executed chunk and real action "
+        "dims) or openpi (mean over all H x 32 entries, comparable with openpi's logs).")
+    asset_id: str | None = Field(None, description="pi0 / pi0.5: asset id under which the checkpoint keeps its "
+                                 "norm stats (assets/<id>/ or <id>/; default physical-intelligence/libero).")
     unnorm_key: str | None = Field(None, description="Key of the action statistics to un-normalise with "
                                    "(OpenVLA dataset_statistics.json, e.g. libero_10_no_noops).")
     use_proprio: bool | None = Field(None, description="Feed the robot state to the policy (null: the family's "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -154,8 +155,10 @@ def test_supervised_checkpoint_gets_fresh_rl_heads(make_policy, make_obs, tmp_pa
     assert any(k.startswith("value_head.") for k in rl.load_report["initialized"])
     assert any(k.startswith("noise_head.") for k in rl.load_report["initialized"])
     out = rl.sample(make_obs(batch=2))
-    assert torch.equal(out.values, torch.zeros(2))  # zero-initialised last layer
+    assert rl.value_head.init == "rlinf" and 0 < float(out.values.abs().max()) < 1.0  # N(0, 0.02^2) last layer
     assert torch.isfinite(out.logprobs).all()
+    zero = load_policy(tmp_path / "sft", overrides={"add_value_head": True, "value_init": "zero_last"})
+    assert torch.equal(zero.sample(make_obs(batch=2)).values, torch.zeros(2))  # the option: values start at 0
 
 
 def test_transformers_resaved_checkpoint_loads(make_policy, make_obs, tmp_path):
@@ -249,15 +252,76 @@ def test_lerobot_processor_norm_stats(make_policy, tmp_path):
     assert torch.allclose(got["state"].mean, stats["state"].mean.float().double())
 
 
-def test_rlinf_style_rl_heads_are_reported_not_fatal(make_policy, tmp_path):
-    save_policy(make_policy("pi0", add_value_head=False), tmp_path / "op", format="openpi")
+def test_rlinf_checkpoint_resumes_with_its_critic(make_policy, make_obs, tmp_path):
+    """An RLinf-layout pi0.5 checkpoint carrying value_head.mlp.{0,2,4,6}.* (rlinf 0.3.0: ReLU MLP
+    1024-512-256 on the mean VLM prefix output for pi05_libero) loads that critic, not a fresh one."""
+    save_policy(make_policy("pi05", add_value_head=False), tmp_path / "op", format="openpi")
     f = tmp_path / "op" / "model.safetensors"
     tensors = load_file(f)
-    tensors["value_head.mlp.0.weight"] = torch.zeros(512, 32)  # RLinf's critic layout (ReLU MLP)
-    save_file(tensors, f)
-    loaded = load_policy(tmp_path / "op", overrides={"add_value_head": True})
-    assert loaded.load_report["rl_heads_skipped"] == ["value_head.mlp.0.weight"]
-    assert any(k.startswith("value_head.") for k in loaded.load_report["initialized"])
+    g = torch.Generator().manual_seed(3)
+    widths = [64, 1024, 512, 256, 1]  # tiny VLM width 64 in, RLinf's pi05_libero hidden sizes
+    rlinf = {}
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
+        rlinf[f"value_head.mlp.{2 * i}.weight"] = torch.randn(b, a, generator=g) / a**0.5
+        rlinf[f"value_head.mlp.{2 * i}.bias"] = torch.randn(b, generator=g) * 0.1
+    save_file({**tensors, **rlinf}, f)
+    cfg_file = tmp_path / "op" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    del cfg["vlarl_arch"]["value_hidden"], cfg["vlarl_arch"]["add_value_head"]  # as RLinf writes it: no hint
+    cfg_file.write_text(json.dumps(cfg))
+    policy = build_policy(ModelSettings(model_type="openpi", config_name="pi05_libero", preset="tiny",
+                                        model_path=str(tmp_path / "op")), "cpu")
+    assert policy.cfg.value_hidden == (1024, 512, 256) and policy.cfg.value_after_vlm
+    assert policy.load_report["initialized"] == [] and policy.load_report["rl_heads_skipped"] == []
+    sd = policy.state_dict()
+    assert all(torch.equal(sd[k], v) for k, v in rlinf.items())
+    # the value is RLinf's: ReLU MLP on the mean over every prefix slot (images + all prompt slots)
+    obs = make_obs(batch=2, size=32)
+    out = policy.sample(obs, generator=torch.Generator().manual_seed(0))
+    inputs = policy.processor.prepare(obs)
+    from vlarl_cli.policies.pi0.processing import to_model_images
+
+    with torch.no_grad():
+        prefix = policy.encode_prefix(to_model_images(inputs["images"]), inputs["image_masks"], inputs["tokens"],
+                                      inputs["token_mask"])
+        x = prefix.hidden.mean(dim=1)
+        for i in range(4):
+            x = x @ rlinf[f"value_head.mlp.{2 * i}.weight"].T + rlinf[f"value_head.mlp.{2 * i}.bias"]
+            x = x.relu() if i < 3 else x
+    torch.testing.assert_close(out.values, x[:, 0], rtol=1e-5, atol=1e-6)
+
+
+def test_mismatched_rl_head_is_warned_about_and_fresh(make_policy, tmp_path):
+    save_policy(make_policy("pi0", add_value_head=False), tmp_path / "op", format="openpi")
+    f = tmp_path / "op" / "model.safetensors"
+    save_file({**load_file(f), "noise_head.mlp_logvar.layers.0.weight": torch.zeros(128, 32)}, f)
+    with pytest.warns(UserWarning, match="NOT loaded"):
+        loaded = load_policy(tmp_path / "op", overrides={"noise_method": "flow_noise"})
+    assert loaded.load_report["rl_heads_skipped"] == ["noise_head.mlp_logvar.layers.0.weight"]
+
+
+def test_checkpoint_with_the_earlier_vlarl_critic_still_loads(make_policy, make_obs, tmp_path):
+    """Before the RLinf critic: GELU, parameters value_head.body.<i> / value_head.out, no value_activation."""
+    policy = make_policy("pi0", value_hidden=(16, 8), value_activation="gelu", value_init="zero_last",
+                         value_pooling="valid")
+    save_policy(policy, tmp_path / "ck", format="vlarl")
+    f = tmp_path / "ck" / "model.safetensors"
+    renamed = {"value_head.mlp.0.": "value_head.body.0.", "value_head.mlp.2.": "value_head.body.2.",
+               "value_head.mlp.4.": "value_head.out."}
+    old = {}
+    for k, v in load_file(f).items():
+        for new, legacy in renamed.items():
+            k = k.replace(new, legacy)
+        old[k] = v
+    save_file(old, f)
+    vcfg = json.loads((tmp_path / "ck" / "vlarl_config.json").read_text())
+    for key in ("value_activation", "value_init", "value_pooling"):
+        del vcfg["model"][key]
+    (tmp_path / "ck" / "vlarl_config.json").write_text(json.dumps(vcfg))
+    loaded = load_policy(tmp_path / "ck")
+    assert loaded.cfg == policy.cfg and loaded.load_report["initialized"] == []
+    obs = make_obs(batch=2)
+    assert torch.equal(_sample(loaded, obs).values, _sample(policy, obs).values)
 
 
 def _sparse_safetensors(path, shapes: dict[str, tuple[int, ...]]) -> None:

@@ -28,7 +28,7 @@ __all__ = ["ModelSettings", "Pi0Config", "build_policy", "preset"]
 _RL_FIELDS = ("precision", "num_action_chunks", "action_env_dim", "num_steps", "noise_method", "noise_level",
               "joint_logprob", "noise_logvar_min_std", "noise_logvar_max_std", "add_value_head",
               "value_after_vlm", "is_lora", "lora_rank", "train_expert_only", "extra_delta_transform",
-              "tokenizer", "detach_critic_input")
+              "tokenizer", "detach_critic_input", "sft_loss_reduction")
 
 
 def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi0Policy:
@@ -64,7 +64,7 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi
         # built directly on the target device: on "meta" (dry runs) the full 3B model costs nothing
         with torch.device(device):
             policy = Pi0Policy(cfg)
-        policy = policy.to(dtype=_DTYPES[cfg.precision])
+        policy = policy.set_precision(_DTYPES[cfg.precision])
         if model.norm_stats_path:
             from vlarl_cli.policies.normalization import load_norm_stats
 

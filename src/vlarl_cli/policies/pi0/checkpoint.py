@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,9 +61,9 @@ from vlarl_cli.policies.normalization import (
     NORM_STATS_FILE,
     NormStats,
     find_norm_stats,
-    load_norm_stats,
     norm_stats_to_json,
 )
+from vlarl_cli.policies.pi0.assets import DEFAULT_ASSET_ID
 from vlarl_cli.policies.pi0.config import Pi0Config, preset
 
 if TYPE_CHECKING:
@@ -76,7 +77,6 @@ FAMILY = "pi0"
 FORMAT_VERSION = 1
 VLARL_CONFIG = "vlarl_config.json"
 WEIGHTS = "model.safetensors"
-DEFAULT_ASSET_ID = "physical-intelligence/libero"
 _MAX_SHARD_BYTES = 4 * 1024**3
 
 _EMBED = "vlm.language_model.embed_tokens.weight"
@@ -190,13 +190,16 @@ def detect_format(path: str | os.PathLike[str]) -> str | None:
     if vcfg is not None:
         return "vlarl" if vcfg.get("family") == FAMILY else None
     cfg = _read_json(root / "config.json") or {}
-    if cfg.get("model_type") == "pi0":
-        return "hf_pi0"
     if cfg.get("type") in ("pi0", "pi05"):
         return "lerobot"
     try:
         names = set(_header_shapes(_weight_files(root)))
     except CheckpointError:
+        names = set()
+    if cfg.get("model_type") == "pi0":
+        # transformers' native pi0 and LeRobot both write model_type "pi0"; the key names decide
+        return "lerobot" if any(n.startswith("model." + _OPENPI_ROOT) for n in names) else "hf_pi0"
+    if not names:
         return None
     if any(n.startswith("model." + _OPENPI_ROOT) for n in names):
         return "lerobot"
@@ -217,7 +220,72 @@ def _variant_from_keys(internal_keys: set[str]) -> str:
                           "time_mlp_in (pi0.5).", "Check that this is a pi0-family checkpoint.")
 
 
-def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, ...]]) -> Pi0Config:
+_LEGACY_VALUE = re.compile(r"^value_head\.(body\.(\d+)|out)\.(weight|bias)$")
+_VALUE_LAYER = re.compile(r"^value_head\.mlp\.(\d+)\.weight$")
+
+
+def _legacy_value_key(key: str, cfg: Pi0Config) -> str:
+    """vlarl's earlier critic names (``value_head.body.<i>`` / ``value_head.out``) -> ``value_head.mlp.<i>``."""
+    m = _LEGACY_VALUE.match(key)
+    if m is None:
+        return key
+    index = int(m.group(2)) if m.group(2) is not None else 2 * len(cfg.value_hidden)
+    return f"value_head.mlp.{index}.{m.group(3)}"
+
+
+def _value_head_arch(shapes: dict[str, tuple[int, ...]], fmt: str, vlm_width: int) -> dict[str, Any]:
+    """``value_hidden`` / ``value_after_vlm`` of a stored RLinf-layout critic (``value_head.mlp.<i>.weight``)."""
+    layers = sorted((int(m.group(1)), shape) for k, shape in shapes.items()
+                    if (name := from_external(k, fmt)) is not None and (m := _VALUE_LAYER.match(name)))
+    if not layers:
+        return {}
+    widths = [shape[0] for _, shape in layers]
+    return {"value_hidden": tuple(widths[:-1]), "value_after_vlm": layers[0][1][1] == vlm_width,
+            "add_value_head": True}
+
+
+def _layer_count(shapes: dict[str, tuple[int, ...]], prefix: str) -> int:
+    return len({k[len(prefix):].split(".", 1)[0] for k in shapes if k.startswith(prefix)})
+
+
+def _arch_from_shapes(sh: dict[str, tuple[int, ...]], vision_heads: int | None) -> dict[str, Any]:
+    """Every size the stored tensors (internal names) determine; Gemma's single KV head assumed (true of
+    gemma_2b, gemma_300m and dummy). SigLIP's head count is not in any shape: So400m (width 1152) has 16,
+    any other width needs ``vision_heads`` (an override), or this raises instead of guessing."""
+    out: dict[str, Any] = {}
+    lm, ex, vt = "vlm.language_model.layers.0.", "expert.layers.0.", "vlm.vision_tower."
+    if _EMBED in sh:
+        out["vocab_size"], out["vlm_width"] = sh[_EMBED]
+    if (k := sh.get(lm + "self_attn.k_proj.weight")) and (q := sh.get(lm + "self_attn.q_proj.weight")):
+        out.update(num_kv_heads=1, head_dim=k[0], num_heads=q[0] // k[0])
+    if up := sh.get(lm + "mlp.up_proj.weight"):
+        out["vlm_mlp"] = up[0]
+    if up := sh.get(ex + "mlp.up_proj.weight"):
+        out["expert_mlp"], out["expert_width"] = up
+    if a := sh.get("action_in_proj.weight"):
+        out["max_action_dim"] = a[1]
+    if st := sh.get("state_proj.weight"):
+        out["max_state_dim"] = st[1]
+    if depth := _layer_count(sh, "vlm.language_model.layers."):
+        out["vlm_depth"] = depth
+    if fc1 := sh.get(vt + "encoder.layers.0.mlp.fc1.weight"):
+        out["vision_mlp"] = fc1[0]
+    if depth := _layer_count(sh, vt + "encoder.layers."):
+        out["vision_depth"] = depth
+    patch, pos = sh.get(vt + "embeddings.patch_embedding.weight"), sh.get(vt + "embeddings.position_embedding.weight")
+    if patch and pos:  # image size AND patch size from the stored tensors (e.g. 32 px / patch 8)
+        out.update(vision_width=patch[0], patch_size=patch[-1], image_size=math.isqrt(pos[0]) * patch[-1])
+        if vision_heads is not None:
+            out["vision_heads"] = vision_heads
+        elif patch[0] != 1152:
+            raise CheckpointError(f"The SigLIP tower is {patch[0]} wide (not So400m's 1152) and its head count is "
+                                  "in no tensor shape or config file.",
+                                  "Give it as an override: overrides={'vision_heads': <n>}.")
+    return out
+
+
+def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, ...]],
+                            vision_heads: int | None = None) -> Pi0Config:
     """Architecture of an external checkpoint (config.json + tensor shapes)."""
     if fmt == "vlarl":
         vcfg = _read_json(root / VLARL_CONFIG)
@@ -229,7 +297,10 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
         return Pi0Config.from_dict(vcfg["model"])
     cfg_json = _read_json(root / "config.json") or {}
     if isinstance(cfg_json.get("vlarl_arch"), dict):  # written by our exporters (tiny / custom sizes)
-        return Pi0Config.from_dict(cfg_json["vlarl_arch"])
+        arch = Pi0Config.from_dict(cfg_json["vlarl_arch"])
+        if fmt == "lerobot" and arch.is_pi05 and "discrete_state_input" not in cfg_json["vlarl_arch"]:
+            arch = arch.replace(discrete_state_input=True, state_prompt_padded=True)  # see below
+        return arch.replace(**_value_head_arch(shapes, fmt, arch.vlm_width))  # the stored critic decides
     internal = {k2 for k in shapes if (k2 := from_external(k, fmt)) is not None}
     variant = _variant_from_keys(internal)
     values: dict[str, Any] = {}
@@ -254,22 +325,22 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
         return preset("full", variant, **values)
     pv = str(cfg_json.get("paligemma_variant", "gemma_2b"))
     ev = str(cfg_json.get("action_expert_variant", "gemma_300m"))
-    if not pv.startswith("gemma_2b") or not ev.startswith("gemma_300m"):
+    known = ("gemma_2b", "gemma_300m", "dummy")  # openpi models/gemma.py variants (+ their _lora forms)
+    if not pv.startswith(known) or not ev.startswith(known):
         raise CheckpointError(f"Unsupported openpi variants paligemma_variant={pv!r}, action_expert_variant={ev!r} "
-                              f"in {root / 'config.json'}.", "Only gemma_2b + gemma_300m (pi0 / pi0.5) are supported.")
+                              f"in {root / 'config.json'}.", "Use gemma_2b + gemma_300m (pi0 / pi0.5) or dummy.")
     horizon = cfg_json.get("action_horizon", cfg_json.get("chunk_size"))
     if horizon is not None:
         values["action_horizon"] = int(horizon)
     if "tokenizer_max_length" in cfg_json:
         values["max_token_len"] = int(cfg_json["tokenizer_max_length"])
-    for key_name, field_name in (("action_in_proj.weight", "max_action_dim"), ("state_proj.weight", "max_state_dim")):
-        ext = [k for k in shapes if from_external(k, fmt) == key_name]
-        if ext:
-            values[field_name] = shapes[ext[0]][1]
-    pos = [k for k in shapes if from_external(k, fmt) == "vlm.vision_tower.embeddings.position_embedding.weight"]
-    patch = [k for k in shapes if from_external(k, fmt) == "vlm.vision_tower.embeddings.patch_embedding.weight"]
-    if pos and patch:
-        values["image_size"] = math.isqrt(shapes[pos[0]][0]) * shapes[patch[0]][-1]
+    internal_shapes = {mapped: shape for k, shape in shapes.items()
+                       if (mapped := from_external(k, fmt)) is not None and not _is_known_unused(k, fmt)}
+    values.update(_arch_from_shapes(internal_shapes, vision_heads))
+    if fmt == "lerobot" and variant == "pi05":
+        # LeRobot's pi0.5 always puts the discretised (padded) state in the prompt
+        values.update(discrete_state_input=True, state_prompt_padded=True)
+    values.update(_value_head_arch(shapes, fmt, values.get("vlm_width", preset("full", variant).vlm_width)))
     return preset("full", variant, **values)
 
 
@@ -308,6 +379,16 @@ def _norm_stats_from_lerobot_processors(root: Path) -> dict[str, NormStats]:
             for k, v in found.items() if "mean" in v and "std" in v}
 
 
+def lerobot_norm_stats(root: Path, header: dict[str, tuple[tuple[int, ...], str, Path]]
+                       ) -> tuple[dict[str, NormStats], str | None]:
+    """LeRobot's statistics: its processor files (>= 0.4), else normalisation buffers in the weights."""
+    stats = _norm_stats_from_lerobot_processors(root)
+    if stats:
+        return stats, f"{root} (LeRobot policy_*_normalizer_processor.safetensors)"
+    stats = _norm_stats_from_lerobot_buffers(header)
+    return stats, (f"{root} (LeRobot normalize_* buffers)" if stats else None)
+
+
 def _reset_buffers(policy: Any) -> None:
     """Recompute non-persistent buffers (left uninitialised by ``to_empty``)."""
     dev = policy.action_in_proj.weight.device
@@ -324,10 +405,9 @@ def _fresh_init(policy: Any, missing: list[str]) -> None:
     dev = policy.action_in_proj.weight.device
     dtype = policy.action_in_proj.weight.dtype
     if any(k.startswith("value_head.") for k in miss) and policy.value_head is not None:
-        from vlarl_cli.policies.value_head import ValueHead
+        from vlarl_cli.policies.pi0.modeling import build_value_head
 
-        width = cfg.vlm_width if cfg.value_after_vlm else cfg.expert_width
-        policy.value_head = ValueHead(width, cfg.value_hidden).to(device=dev, dtype=dtype)
+        policy.value_head = build_value_head(cfg).to(device=dev, dtype=dtype)
     if any(k.startswith("noise_head.") for k in miss) and policy.noise_head is not None:
         from vlarl_cli.policies.pi0.modeling import NoiseHead
 
@@ -369,26 +449,18 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         path, family="pi0 / pi0.5", format=format, formats=FORMATS, detect=detect_format,
         looked_for="no vlarl_config.json, no pi0 config.json, no paligemma_with_expert.* / model.vlm.* weights")
     shapes = {k: v[0] for k, v in header.items()}
-    cfg = _config_from_checkpoint(root, fmt, shapes)
+    cfg = _config_from_checkpoint(root, fmt, shapes, (overrides or {}).get("vision_heads"))
     if overrides:
         cfg = cfg.replace(**overrides)
-    tok_file = next((root / n for n in ("tokenizer.json", "paligemma_tokenizer.model", "tokenizer.model")
-                     if (root / n).is_file()), None)
-    if cfg.tokenizer == "byte" and tok_file is not None:
-        cfg = cfg.replace(tokenizer=os.fspath(tok_file))
-    elif cfg.tokenizer == "byte" and cfg.vocab_size > 1024:
-        warnings.warn(f"{root} has a {cfg.vocab_size}-token vocabulary but no tokenizer file; prompts will be "
-                      "byte-tokenised, which the pretrained model does not understand. Set tokenizer_path to "
-                      "the PaliGemma tokenizer (paligemma_tokenizer.model or tokenizer.json).", stacklevel=2)
-    # norm stats
-    ns_file = Path(norm_stats_path) if norm_stats_path else find_norm_stats(root, asset_id or DEFAULT_ASSET_ID)
-    norm_stats = load_norm_stats(ns_file) if ns_file is not None else None
-    if norm_stats is None and fmt == "lerobot":
-        norm_stats = _norm_stats_from_lerobot_processors(root) or _norm_stats_from_lerobot_buffers(header) or None
+    from vlarl_cli.policies.pi0.assets import resolve_norm_stats, resolve_prompt_tokenizer
+
+    cfg, tokenizer_record = resolve_prompt_tokenizer(cfg, root, explicit=(overrides or {}).get("tokenizer"))
+    norm_stats, ns_source = resolve_norm_stats(cfg, root, fmt, header, explicit=norm_stats_path,
+                                               asset_id=asset_id)
 
     with torch.device("meta"):
         policy = Pi0Policy(cfg, norm_stats=norm_stats)
-    policy = policy.to(dtype).to_empty(device=device)  # cast while still on meta: no fp32 copy of a 3B model
+    policy = policy.set_precision(dtype).to_empty(device=device)  # cast on meta: no fp32 copy of a 3B model
     _reset_buffers(policy)
     params = dict(policy.state_dict(keep_vars=True))
 
@@ -401,14 +473,16 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     tied_source: tuple[Path, str] | None = None
     for ext in header:
         internal = None if _is_known_unused(ext, fmt) else from_external(ext, fmt)
+        if internal is not None:
+            internal = _legacy_value_key(internal, cfg)
         if internal is None:
             (ignored if _is_known_unused(ext, fmt) else unexpected).append(ext)
             continue
         if internal not in params or (internal.startswith(_RL_ONLY_PREFIXES)
                                       and tuple(params[internal].shape) != header[ext][0]):
             if internal.startswith(_RL_ONLY_PREFIXES):
-                # RLinf's critic (value_head.mlp.*, ReLU) / noise net have another structure: not
-                # loadable into ours; they are reported and our heads start fresh.
+                # an RL head of another shape than the one configured (e.g. value_after_vlm changed, or
+                # RLinf's noise net): reported, warned about below, and the head starts fresh
                 rl_heads_skipped.append(ext)
             else:
                 unexpected.append(ext)
@@ -436,6 +510,10 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                 loaded.add(_EMBED)
             else:
                 mismatched.append(f"{ext} {list(t.shape)} vs model {list(params[_EMBED].shape)}")
+    if rl_heads_skipped:
+        warnings.warn(f"{root}: {len(rl_heads_skipped)} RL-head tensors do not fit the configured heads and were "
+                      f"NOT loaded ({_format_keys(rl_heads_skipped, 4)}); those heads start fresh. Check "
+                      "value_after_vlm / value_hidden against the checkpoint.", stacklevel=2)
     missing = [k for k in params if k not in loaded]
     fresh = [k for k in missing if k.startswith(_RL_ONLY_PREFIXES) or k.endswith((".lora_A", ".lora_B"))]
     missing = [k for k in missing if k not in fresh]
@@ -446,7 +524,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     report: dict[str, Any] = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
               "mismatched": mismatched, "ignored_unused": ignored, "initialized": fresh,
                               "rl_heads_skipped": rl_heads_skipped,
-              "norm_stats": os.fspath(ns_file) if ns_file is not None else None}
+              "norm_stats": ns_source, "tokenizer": tokenizer_record}
     if strict and (missing or unexpected or mismatched):
         parts = []
         if missing:
@@ -458,6 +536,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         raise CheckpointError(f"{root} ({fmt}) does not match the pi0 model ({cfg.variant}): " + "; ".join(parts) + ".",
                               "Check the format / variant, or pass strict=False to load what matches.")
     policy.load_report = report
+    policy.tokenizer_record = tokenizer_record
     policy.apply_trainability()
     return policy
 
@@ -549,6 +628,19 @@ def _external_config(cfg: Pi0Config, fmt: str, precision: str) -> dict[str, Any]
     }
 
 
+def _copy_tokenizer(cfg: Pi0Config, folder: Path) -> None:
+    """Ship the prompt tokenizer with the checkpoint (openpi / RLinf folders have none: a copy makes ours
+    self-contained, and loading finds it first)."""
+    from vlarl_cli.checkpoints.atomic import atomic_open
+
+    src = Path(cfg.tokenizer)
+    if cfg.tokenizer == "byte" or not src.is_file():
+        return
+    name = "tokenizer.json" if src.suffix == ".json" else "paligemma_tokenizer.model"
+    with open(src, "rb") as fin, atomic_open(folder / name, "wb") as fout:
+        fout.write(fin.read())
+
+
 def save_policy(policy: Any, path: str | os.PathLike[str], *, format: str = "vlarl",
                 dtype: torch.dtype | None = None, asset_id: str = DEFAULT_ASSET_ID,
                 max_shard_bytes: int = _MAX_SHARD_BYTES) -> None:
@@ -563,6 +655,10 @@ def save_policy(policy: Any, path: str | os.PathLike[str], *, format: str = "vla
         raise CheckpointError(f'Unknown pi0 checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
                               f"Use one of {', '.join(FORMATS)}.")
     cfg: Pi0Config = policy.cfg
+    if format == "lerobot" and cfg.is_pi05 and not (cfg.discrete_state_input and cfg.state_prompt_padded):
+        warnings.warn("LeRobot's pi0.5 always puts the discretised, 32-padded state in the prompt; this policy does "
+                      "not (discrete_state_input / state_prompt_padded off), so LeRobot will prompt it differently "
+                      "than it was trained. vlarl reloads it as saved (config.json vlarl_arch).", stacklevel=2)
     tensors = export_state_dict(policy, format)
     tensors = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous().cpu()
                for k, v in tensors.items()}
@@ -586,6 +682,7 @@ def save_policy(policy: Any, path: str | os.PathLike[str], *, format: str = "vla
                                                    "model": cfg.to_dict()})
         else:
             atomic_write_json(tmp / "config.json", _external_config(cfg, format, precision))
+        _copy_tokenizer(cfg, tmp)
         if norm_stats:
             where = tmp / "assets" / asset_id / NORM_STATS_FILE if format == "openpi" else tmp / NORM_STATS_FILE
             where.parent.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,7 @@ __all__ = ["PRESETS", "VARIANTS", "ModelSettings", "Pi0Config", "preset"]
 VARIANTS = ("pi0", "pi05")
 NOISE_METHODS = ("ode", "flow_sde", "flow_cps", "flow_noise")
 GRIPPER_MODES = ("none", "binarize", "from_01")
+VALUE_POOLINGS = ("rlinf", "valid")
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,17 @@ class Pi0Config:
     add_value_head: bool = True
     value_after_vlm: bool = False  # True: value from mean VLM prefix output (pi0.5 recipes)
     detach_critic_input: bool = False  # stop value-loss gradients into the backbone
-    value_hidden: tuple[int, ...] = (512, 128)
+    # critic (vlarl_cli.policies.value_head.MLPCritic): RLinf's by default (rlinf 0.3.0
+    # openpi_action_model.py: ReLU MLP 512-256-128 for pi0, 1024-512-256 for pi05_libero, Kaiming init)
+    value_hidden: tuple[int, ...] = (512, 256, 128)
+    value_activation: str = "relu"
+    value_init: str = "rlinf"  # "rlinf" | "zero_last" (values start at exactly 0)
+    value_pooling: str = "rlinf"  # after-VLM pooling: "rlinf" (mean over every prefix slot) | "valid"
+    # camera slots of the prefix: 2 = [main, wrist]; 3 = openpi's LIBERO layout [base, left wrist, empty right
+    # wrist], the empty slot KEPT (masked). Valid tokens see the same either way; padded prompt rows attend
+    # uniformly to every key, so RLinf's after-VLM value (its mean includes those rows) is reproduced
+    # exactly only with 3
+    camera_slots: int = 2
     noise_hidden: tuple[int, ...] = (128, 64)
     train_expert_only: bool = False
     is_lora: bool = False
@@ -91,9 +102,16 @@ class Pi0Config:
     normalization: str | None = None  # None: variant default (pi0 mean_std, pi05 quantile)
     extra_delta_transform: bool = False  # openpi pi0_libero: actions[:6] += state[:6] on output
     discrete_state_input: bool = False  # pi0.5 only: state binned into the prompt (pi05_base / DROID style)
+    # LeRobot's pi0.5 pads the normalised state to max_state_dim BEFORE binning (32 numbers in the prompt,
+    # padding in bin 128); openpi bins the state as given
+    state_prompt_padded: bool = False
     gripper: str = "none"  # "none" (openpi LIBERO models already emit -1 open/+1 close) | "binarize" | "from_01"
     tokenizer: str = "byte"  # "byte" (built in) or a path to a local tokenizer.json / folder
     precision: str = "fp32"
+    # supervised_loss: "executed" (default) = mean over the executed C steps x real A dims; "openpi" = mean
+    # over all H x max_action_dim entries as openpi's compute_loss (padding included), so SFT losses are
+    # comparable with openpi's logs
+    sft_loss_reduction: str = "executed"
 
     def __post_init__(self) -> None:
         def bad(msg: str, fix: str) -> None:
@@ -139,6 +157,14 @@ class Pi0Config:
         if self.discrete_state_input and not self.is_pi05:
             bad("discrete_state_input is a pi0.5 option (pi0 feeds the state as a continuous token).",
                 "Set discrete_state_input: false for pi0.")
+        if self.camera_slots not in (2, 3):
+            bad(f"camera_slots must be 2 (main, wrist) or 3 (openpi's base, left, right wrist), got "
+                f"{self.camera_slots}.", "Use 2, or 3 to reproduce RLinf's after-VLM value exactly.")
+        if self.sft_loss_reduction not in ("executed", "openpi"):
+            bad(f'Unknown sft_loss_reduction "{self.sft_loss_reduction}".', "Use executed (default) or openpi.")
+        if self.value_pooling not in VALUE_POOLINGS:
+            bad(f'Unknown value_pooling "{self.value_pooling}".{did_you_mean(self.value_pooling, VALUE_POOLINGS)}',
+                f"Use one of {', '.join(VALUE_POOLINGS)}.")
         if self.noise_method == "flow_cps" and self.num_steps < 2:
             bad("flow_cps needs num_steps >= 2.", "Use more steps or flow_sde.")
 
@@ -196,6 +222,9 @@ class Pi0Config:
             raise ConfigError(f'Unknown pi0 config field "{name}" in a saved config.{did_you_mean(name, known)}',
                               "The checkpoint was written by another version; remove the field.")
         d = dict(d)
+        if "value_hidden" in d and "value_activation" not in d:
+            # written before the RLinf critic became the default: GELU, zero-initialised output layer
+            d.update(value_activation="gelu", value_init="zero_last", value_pooling="valid")
         for k in ("value_hidden", "noise_hidden"):
             if k in d:
                 d[k] = tuple(d[k])
@@ -205,21 +234,21 @@ class Pi0Config:
 # Variant defaults on top of the architecture (openpi pi0_config.Pi0Config: chunk 50 / token length 48
 # for pi0, chunk 10 / 200 for pi0.5; RLinf pi0.5 recipes read the value from the VLM).
 _VARIANT_DEFAULTS: dict[str, dict[str, Any]] = {
-    "pi0": {"action_horizon": 50, "max_token_len": 48, "value_after_vlm": False},
-    "pi05": {"action_horizon": 10, "max_token_len": 200, "value_after_vlm": True},
+    "pi0": {"action_horizon": 50, "max_token_len": 48, "value_after_vlm": False, "value_hidden": (512, 256, 128)},
+    "pi05": {"action_horizon": 10, "max_token_len": 200, "value_after_vlm": True, "value_hidden": (1024, 512, 256)},
 }
 
 _TINY: dict[str, Any] = {
     "image_size": 32, "patch_size": 8, "vision_width": 32, "vision_depth": 2, "vision_mlp": 64,
     "vision_heads": 2, "vlm_width": 64, "vlm_depth": 2, "vlm_mlp": 128, "num_heads": 2, "num_kv_heads": 1,
     "head_dim": 16, "vocab_size": 300, "expert_width": 32, "expert_mlp": 64, "max_token_len": 24,
-    "action_horizon": 8, "value_hidden": (32, 16), "noise_hidden": (16, 16),
+    "action_horizon": 8, "value_hidden": (32, 16, 8), "noise_hidden": (16, 16),
 }
 _SMALL: dict[str, Any] = {
     "image_size": 112, "patch_size": 14, "vision_width": 192, "vision_depth": 4, "vision_mlp": 768,
     "vision_heads": 3, "vlm_width": 256, "vlm_depth": 6, "vlm_mlp": 1024, "num_heads": 4, "num_kv_heads": 1,
     "head_dim": 64, "vocab_size": 1024, "expert_width": 128, "expert_mlp": 512, "max_token_len": 32,
-    "action_horizon": 10, "value_hidden": (128, 64), "noise_hidden": (64, 32),
+    "action_horizon": 10, "value_hidden": (128, 64, 32), "noise_hidden": (64, 32),
 }
 PRESETS: dict[str, dict[str, Any]] = {"tiny": _TINY, "small": _SMALL, "full": {}}
 
@@ -276,6 +305,7 @@ class ModelSettings:
     norm_stats_path: str | None = None
     asset_id: str | None = None  # e.g. "physical-intelligence/libero"
     extra_delta_transform: bool | None = None
+    sft_loss_reduction: str | None = None  # None: "executed" (see Pi0Config)
     overrides: dict[str, Any] = field(default_factory=dict)  # any further Pi0Config field
 
     @property
@@ -307,6 +337,8 @@ class ModelSettings:
             values["value_after_vlm"] = self.value_after_vlm
         if self.tokenizer_path is not None:
             values["tokenizer"] = self.tokenizer_path
+        if self.sft_loss_reduction is not None:
+            values["sft_loss_reduction"] = self.sft_loss_reduction
         if self.extra_delta_transform is not None:
             values["extra_delta_transform"] = self.extra_delta_transform
         elif (self.config_name or "").lower() == "pi0_libero":

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import torch
 import torch.nn.functional as F
@@ -41,8 +41,23 @@ from torch import Tensor, nn
 
 from vlarl_cli.policies.pi0.config import Pi0Config
 
-__all__ = ["AdaptiveRMSNorm", "ExpertCache", "GemmaStack", "NoiseHead", "Pi0Model", "PrefixCache",
-           "make_att_2d_masks", "sinusoidal_time_embedding"]
+__all__ = [
+    "AdaptiveRMSNorm",
+    "ExpertCache",
+    "GemmaStack",
+    "NoiseHead",
+    "Pi0Model",
+    "PrefixCache",
+    "build_value_head",
+    "make_att_2d_masks",
+    "sinusoidal_time_embedding",
+]
+
+# Parameters openpi keeps in fp32 when the model runs in bf16 (gemma_pytorch.py params_to_keep_float32),
+# in our names: by prefix, and by a name part (the Gemma norms of both stacks).
+FP32_PREFIXES = ("vlm.vision_tower.embeddings.patch_embedding.", "vlm.vision_tower.embeddings.position_embedding.",
+                 "vlm.language_model.norm.", "expert.norm.")
+FP32_PARTS = (".input_layernorm.", ".post_attention_layernorm.")
 
 # openpi's additive mask value (pi0_pytorch._prepare_attention_masks_4d); finite so fully masked rows
 # (padding queries) give a uniform softmax instead of NaN.
@@ -92,7 +107,7 @@ class AdaptiveRMSNorm(nn.Module):
         """``x [B, S, D]``, ``cond [B, cond_dim]`` -> (``y [B, S, D]``, ``gate [B, 1, D]``)."""
         var = x.float().pow(2).mean(-1, keepdim=True)
         normed = x * torch.rsqrt(var + self.eps)
-        mod = self.dense(cond)[:, None, :]
+        mod = self.dense(cond.to(self.dense.weight.dtype))[:, None, :]  # dense stays fp32 under bf16
         scale, shift, gate = mod.chunk(3, dim=-1)
         y = normed * (1 + scale.float()) + shift.float()
         return y.to(x.dtype), gate.to(x.dtype)
@@ -233,15 +248,24 @@ class Pi0Model(nn.Module):
             self.action_time_mlp_out = nn.Linear(we, we)
         self.value_head: nn.Module | None = None
         if cfg.add_value_head:
-            from vlarl_cli.policies.value_head import ValueHead
-
-            self.value_head = ValueHead(cfg.vlm_width if cfg.value_after_vlm else we, cfg.value_hidden)
+            self.value_head = build_value_head(cfg)
         self.noise_head = (NoiseHead(we, cfg.max_action_dim, cfg.noise_hidden)
                            if cfg.noise_method == "flow_noise" else None)
         #: recompute each joint layer in backward (saves activation memory when training the VLM)
         self.gradient_checkpointing = False
 
     # ------------------------------------------------------------------ helpers
+    def set_precision(self, dtype: torch.dtype) -> Self:
+        """Cast to ``dtype``; under bf16 / fp16 keep what openpi keeps in fp32 (``gemma_pytorch.py``
+        ``to_bfloat16_for_selected_params``): SigLIP's patch and position embeddings and every Gemma RMSNorm
+        (input / post-attention / final, the pi0.5 adaRMS ``dense`` layers included)."""
+        self.to(dtype=dtype)
+        if dtype in (torch.bfloat16, torch.float16):
+            for name, p in self.named_parameters():
+                if name.startswith(FP32_PREFIXES) or any(part in name for part in FP32_PARTS):
+                    p.data = p.data.float()
+        return self
+
     @property
     def suffix_len(self) -> int:
         return self.cfg.action_horizon + (0 if self.cfg.is_pi05 else 1)
@@ -261,9 +285,16 @@ class Pi0Model(nn.Module):
 
     # ------------------------------------------------------------------ embeddings
     def embed_images(self, images: Tensor) -> Tensor:
-        """``images [N, 3, H, W]`` in [-1, 1] -> ``[N, tokens_per_image, vlm_width]``."""
-        feats = self.vlm.vision_tower(pixel_values=images.to(self._dtype())).last_hidden_state
-        return self.vlm.multi_modal_projector.linear(feats)
+        """``images [N, 3, H, W]`` in [-1, 1] -> ``[N, tokens_per_image, vlm_width]``.
+
+        SigLIP's steps one by one so that, under bf16, the patch / position embeddings run in fp32 (their
+        parameters stay fp32, :meth:`set_precision`) and the encoder gets their sum cast to its own dtype,
+        as openpi's patched ``SiglipVisionTransformer.forward`` does.
+        """
+        tower = self.vlm.vision_tower
+        emb = tower.embeddings(images.to(tower.embeddings.patch_embedding.weight.dtype))
+        hidden = tower.encoder(inputs_embeds=emb.to(self._dtype())).last_hidden_state
+        return self.vlm.multi_modal_projector.linear(tower.post_layernorm(hidden))
 
     def embed_prefix(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mask: Tensor
                      ) -> tuple[Tensor, Tensor]:
@@ -275,13 +306,16 @@ class Pi0Model(nn.Module):
             tokens: ``[B, L]`` long prompt ids; token_mask: ``[B, L]`` bool.
         Returns:
             ``(embs [B, P, vlm_width], pad [B, P] bool)`` with ``P = N_used * tokens_per_image + L``.
-            Slots masked for the WHOLE batch are skipped: their tokens are invalid, attended by nobody
-            and do not advance positions, so dropping them changes no output.
+            With ``camera_slots == 2``, slots masked for the WHOLE batch are skipped: their tokens are
+            invalid, attended by no valid token and do not advance positions, so dropping them changes no
+            valid output. With 3 (openpi's layout) every slot is kept, as openpi does: then even the
+            outputs of padded prompt rows (which attend uniformly to every key) are openpi's.
         """
         b, n = images.shape[:2]
         if image_masks.shape != (b, n):
             raise ValueError(f"image_masks must be [B={b}, N={n}], got {tuple(image_masks.shape)}")
-        used = [k for k in range(n) if bool(image_masks[:, k].any())]
+        keep_all = self.cfg.camera_slots > 2
+        used = [k for k in range(n) if keep_all or bool(image_masks[:, k].any())]
         embs: list[Tensor] = []
         pads: list[Tensor] = []
         if used:
@@ -461,10 +495,20 @@ class Pi0Model(nn.Module):
 
     # ------------------------------------------------------------------ value
     def prefix_value(self, prefix_hidden: Tensor, pad: Tensor) -> Tensor:
-        """Value from the mean of the VALID prefix tokens' VLM output (``value_after_vlm``) -> ``[B]``."""
+        """Value from the mean VLM prefix output (``value_after_vlm``) -> ``[B]``.
+
+        ``value_pooling="rlinf"``: the mean over the first two camera slots and EVERY prompt slot, padded
+        ones included (RLinf's ``get_value_from_vlm`` "mean_token", ``num_images_in_input = 2``); exact
+        with ``camera_slots = 3`` (see :meth:`embed_prefix`); ``"valid"``: only the tokens of the pad mask.
+        """
         assert self.value_head is not None
         if self.cfg.detach_critic_input:
             prefix_hidden = prefix_hidden.detach()
+        if self.cfg.value_pooling == "rlinf":
+            if self.cfg.camera_slots > 2:  # RLinf's mask: the first 2 camera slots and every prompt slot
+                t = self.cfg.tokens_per_image
+                prefix_hidden = torch.cat([prefix_hidden[:, : 2 * t], prefix_hidden[:, self.cfg.camera_slots * t:]], 1)
+            return self.value_head(prefix_hidden.float().mean(dim=1))
         w = pad.to(prefix_hidden.dtype)[..., None]
         pooled = (prefix_hidden * w).sum(1) / w.sum(1).clamp(min=1.0)
         return self.value_head(pooled.float())
@@ -499,6 +543,14 @@ class Pi0Model(nn.Module):
 
     def config_dict(self) -> dict[str, Any]:
         return self.cfg.to_dict()
+
+
+def build_value_head(cfg: Pi0Config) -> nn.Module:
+    """The critic: RLinf's MLP on the VLM width (``value_after_vlm``) or the expert width (pi0 style)."""
+    from vlarl_cli.policies.value_head import build_mlp_critic
+
+    width = cfg.vlm_width if cfg.value_after_vlm else cfg.expert_width
+    return build_mlp_critic(width, cfg.value_hidden, cfg.value_activation, cfg.value_init)
 
 
 def _rotate_half(x: Tensor) -> Tensor:

@@ -10,12 +10,13 @@ replay record.
 log-probs of the stored chain under the current weights (:func:`flow_logprobs`), values and, for
 ``flow_noise``, the entropy.
 
-Value head (REFERENCE.md section 3): ``value_after_vlm=True`` reads the mean of the valid prefix
-tokens' VLM output; otherwise the mean action-token expert output at the FIRST denoising step
+Value head (REFERENCE.md section 3; RLinf's critic by default, :func:`~vlarl_cli.policies.pi0.modeling.
+build_value_head`): ``value_after_vlm=True`` reads the mean VLM prefix output (every prefix slot, as
+RLinf; ``value_pooling="valid"`` for the valid tokens only); otherwise the mean action-token expert output at the FIRST denoising step
 (``t = 1``, ``x = chain[:, 0]``), a deterministic function of the replay so sample and evaluate agree
 exactly (RLinf averages the value over all steps at rollout but uses one step in training).
 
-Replay keys: ``images`` uint8 ``[B, 2, S, S, 3]``, ``image_masks`` ``[B, 2]``, ``tokens`` / ``token_mask``
+Replay keys: ``images`` uint8 ``[B, camera_slots, S, S, 3]``, ``image_masks`` ``[B, camera_slots]``, ``tokens`` / ``token_mask``
 ``[B, L]``, ``state`` ``[B, 32]``, ``chain`` ``[B, K+1, H, 32]``, ``denoise_index`` ``[B]``.
 """
 
@@ -59,6 +60,9 @@ class Pi0Policy(Pi0Model):
         self.norm_stats = dict(norm_stats or {})
         #: what :func:`~vlarl_cli.policies.pi0.checkpoint.load_policy` loaded, skipped and initialised
         self.load_report: dict[str, Any] = {}
+        #: the verified prompt tokenizer (path, sha256, vocab_size, source), recorded on the protocol card;
+        #: None for the built-in byte tokenizer of tiny test models
+        self.tokenizer_record: dict[str, Any] | None = None
         mode = cfg.normalization_mode if self.norm_stats else "identity"
         self.processor = Pi0Processor(cfg, tokenizer or make_tokenizer(cfg), Normalizer(self.norm_stats, mode))
         if cfg.is_lora:
@@ -194,8 +198,10 @@ class Pi0Policy(Pi0Model):
         and, along the horizon, padded to ``action_horizon`` by repeating the last step. Then openpi's
         ``compute_loss`` (``src/openpi/models/pi0.py``): ``t ~ Beta(1.5, 1) * 0.999 + 0.001``,
         ``x_t = t noise + (1 - t) actions``, target ``u = noise - actions``, squared error of the predicted
-        velocity. openpi averages over all ``H x 32`` entries; here only the executed ``C`` steps and the real
-        ``A`` dims count (padding would dilute the loss and train the model to predict zeros).
+        velocity. Reduction (``cfg.sft_loss_reduction``): ``"executed"`` (the default) averages over the
+        executed ``C`` steps and the real ``A`` dims only (padding would dilute the loss and train the model
+        to predict zeros); ``"openpi"`` averages over all ``H x max_action_dim`` entries exactly as openpi's
+        ``compute_loss`` (so the numbers compare with openpi's SFT logs).
         ``noise [B, action_horizon, max_action_dim]`` / ``time [B]`` fix the draws (tests); otherwise they
         come from ``generator``.
         """
@@ -223,4 +229,5 @@ class Pi0Policy(Pi0Model):
         u_t = noise - target
         cache, state = self._prefix(inputs)
         v_t = self.velocity_from_features(self.expert_forward(cache, state, x_t, t))
-        return ((v_t - u_t) ** 2)[:, :c, :a].mean()
+        err = (v_t - u_t) ** 2
+        return err.mean() if cfg.sft_loss_reduction == "openpi" else err[:, :c, :a].mean()

@@ -98,7 +98,7 @@ class Pi0Processor:
     def prepare(self, obs: dict[str, Any]) -> dict[str, Tensor]:
         """Observation dict -> CPU tensors (all batch-first, stored in the replay):
 
-        ``images`` uint8 ``[B, 2, S, S, 3]``, ``image_masks`` bool ``[B, 2]``, ``tokens`` long ``[B, L]``,
+        ``images`` uint8 ``[B, camera_slots, S, S, 3]``, ``image_masks`` bool ``[B, camera_slots]``, ``tokens`` long ``[B, L]``,
         ``token_mask`` bool ``[B, L]``, ``state`` float32 ``[B, max_state_dim]`` (normalised, padded),
         ``raw_state`` float32 ``[B, state_env_dim]``.
         """
@@ -115,8 +115,10 @@ class Pi0Processor:
         else:
             wrist = torch.zeros_like(main)
             wrist_mask = torch.zeros(b, dtype=torch.bool)
-        images = torch.stack([main, wrist], dim=1)
-        image_masks = torch.stack([torch.ones(b, dtype=torch.bool), wrist_mask], dim=1)
+        slots = [main, wrist] + [torch.zeros_like(main)] * (self.cfg.camera_slots - 2)  # openpi: empty = zeros
+        images = torch.stack(slots, dim=1)
+        masks = [torch.ones(b, dtype=torch.bool), wrist_mask] + [torch.zeros(b, dtype=torch.bool)] * (len(slots) - 2)
+        image_masks = torch.stack(masks, dim=1)
         texts = list(obs[keys.TASK_DESCRIPTIONS])
         if len(texts) != b:
             raise ValueError(f"{len(texts)} task descriptions for a batch of {b} observations")
@@ -130,7 +132,10 @@ class Pi0Processor:
             if encode_with_state is None:
                 raise ConfigError("discrete_state_input needs a tokenizer with encode_with_state.",
                                   "Use the built-in or a file tokenizer from vlarl_cli.policies.tokenization.")
-            tokens, token_mask = encode_with_state(texts, state, self.cfg.max_token_len)
+            binned = state
+            if self.cfg.state_prompt_padded:  # LeRobot: pad to max_state_dim, then bin
+                binned = torch.nn.functional.pad(state, (0, self.cfg.max_state_dim - state.shape[-1]))
+            tokens, token_mask = encode_with_state(texts, binned, self.cfg.max_token_len)
         else:
             tokens, token_mask = self.tokenizer.encode(texts, self.cfg.max_token_len)
         state = torch.nn.functional.pad(state, (0, self.cfg.max_state_dim - state.shape[-1]))

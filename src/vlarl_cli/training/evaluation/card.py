@@ -38,6 +38,8 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
         "cameras": list(getattr(policy, "cameras", ("main", "wrist"))),
         "policy_seed": settings.policy_seed,
         "checkpoint": asdict(info) if info is not None else None,
+        # the prompt tokenizer (path, sha256, vocab_size, source) of policies that read a real one
+        "tokenizer": getattr(policy, "tokenizer_record", None),
         "deviations": settings.deviations(suites),
         "vlarl_version": __version__,
         "plan": {
