@@ -82,7 +82,7 @@ _DINO = "vision_backbone.featurizer."
 _SIGLIP = "vision_backbone.fused_featurizer."
 # Internal-only parameters: fresh when a checkpoint lacks them (never an error).
 _FRESH_PREFIXES = ("value_head.",)
-_FRESH_KEYS = (_DINO + "embeddings.mask_token",)
+_FRESH_KEYS = (_DINO + "embeddings.mask_token", "actor_logstd")
 
 
 # ---------------------------------------------------------------------------------------- key maps
@@ -346,11 +346,14 @@ def _fresh_init(policy: Any, fresh: list[str]) -> None:
     miss = set(fresh)
     with torch.no_grad():
         if any(k.startswith("value_head.") for k in miss) and policy.value_head is not None:
-            from vlarl_cli.policies.value_head import ValueHead
+            from vlarl_cli.policies.openvla_oft.heads import OftCritic
 
             cfg: OftConfig = policy.cfg
             ref = policy.projector.fc1.weight
-            policy.value_head = ValueHead(cfg.llm_width, cfg.value_hidden).to(device=ref.device, dtype=ref.dtype)
+            policy.value_head = OftCritic(cfg.llm_width, cfg.value_hidden, cfg.num_values).to(
+                device=ref.device, dtype=ref.dtype)
+        if "actor_logstd" in miss and policy.actor_logstd is not None:
+            policy.actor_logstd.fill_(policy.cfg.logstd_init)
         for name, p in policy.named_parameters():
             if name in miss and name in _FRESH_KEYS:
                 p.zero_()  # transformers initialises the DINOv2 mask token to zeros
