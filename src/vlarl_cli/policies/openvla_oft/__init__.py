@@ -47,7 +47,7 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Of
 
         policy = cast(OftPolicy, load_policy(model.model_path, format=model.checkpoint_format, device=dev,
                              dtype=dtypes[rl["precision"]], overrides=rl,
-                             dataset_statistics_path=model.norm_stats_path))
+                             dataset_statistics_path=model.norm_stats_path, settings=model))
     else:
         cfg = model.to_oft_config()
         stats = None
