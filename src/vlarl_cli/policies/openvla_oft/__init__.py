@@ -42,12 +42,18 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Of
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     dev = torch.device(device)
     rl: dict[str, Any] = model.rl_fields()
+    if model.lora_path and not model.model_path:
+        from vlarl_cli.errors import ConfigError
+
+        raise ConfigError("lora_path is set without model_path: a LoRA adapter needs the base checkpoint it was "
+                          "trained on.", "Set actor.model.model_path to the base OpenVLA-OFT folder.")
     if model.model_path:
         from vlarl_cli.policies.openvla_oft.checkpoint import load_policy
 
         policy = cast(OftPolicy, load_policy(model.model_path, format=model.checkpoint_format, device=dev,
                              dtype=dtypes[rl["precision"]], overrides=rl,
-                             dataset_statistics_path=model.norm_stats_path, settings=model))
+                             dataset_statistics_path=model.norm_stats_path, settings=model,
+                             lora_path=model.lora_path))
     else:
         cfg = model.to_oft_config()
         stats = None

@@ -397,7 +397,8 @@ def _find_statistics(root: Path, cfg_json: dict[str, Any] | None) -> tuple[dict[
 
 def load_policy(path: str | os.PathLike[str], *, format: str | None = None, device: torch.device | str = "cpu",
                 dtype: torch.dtype = torch.float32, strict: bool = True, overrides: dict[str, Any] | None = None,
-                dataset_statistics_path: str | os.PathLike[str] | None = None, settings: Any = None) -> nn.Module:
+                dataset_statistics_path: str | os.PathLike[str] | None = None, settings: Any = None,
+                lora_path: str | os.PathLike[str] | None = None) -> nn.Module:
     """Load an OpenVLA-OFT checkpoint in any supported layout as an :class:`OftPolicy`.
 
     Args:
@@ -412,6 +413,11 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
             ``norm_stats`` of ``config.json``.
         settings: the recipe's :class:`~vlarl_cli.policies.openvla_oft.config.ModelSettings` (RLinf's
             ``center_crop`` / ``image_size`` / ``vocab_size`` / ``hidden_size`` are applied / checked).
+        lora_path: a PEFT LoRA adapter folder (RLinf ``lora_path``, e.g. ``RLinf-OpenVLAOFT-*-Base-Lora``
+            adapters) merged into the base weights as they are read, in the upstream key space (so a fused
+            timm ``qkv`` adapter is merged before the split): ``W' = W + scaling * B @ A``. Every adapter
+            tensor must find its base weight. With ``is_lora`` a fresh LoRA then trains on top of the
+            merged weights: the policy at step 0 is base + adapter exactly.
     """
     from safetensors import safe_open
 
@@ -456,6 +462,9 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                               f"the norm_stats of {root / 'config.json'}. Without them the actions cannot be "
                               "un-normalised.", "Copy the checkpoint's dataset_statistics.json into the folder or "
                               "set actor.model.norm_stats_path.")
+
+    adapter = _read_adapter(root, fmt, lora_path)
+    applied: set[str] = set()
 
     with torch.device("meta"):
         policy = OftPolicy(cfg, dataset_statistics=stats)
@@ -512,7 +521,11 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                     f = header[s][2]
                     if f not in handles:
                         handles[f] = safe_open(os.fspath(f), "pt", device="cpu").__enter__()
-                    tensors.append(handles[f].get_tensor(s))
+                    tensor = handles[f].get_tensor(s)
+                    if s in adapter:
+                        tensor = (tensor.float() + adapter[s].delta()).to(tensor.dtype)
+                        applied.add(s)
+                    tensors.append(tensor)
                 target.copy_(_build(rule, tensors).to(target.dtype))
                 loaded.add(key)
     finally:
@@ -520,6 +533,10 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
             h.__exit__(None, None, None)
     unexpected = [k for k in header if k not in consumed and not _ignorable(k, fmt, rules)]
     unexpected += [f"{k} (side file)" for k in side_flat if k not in params]
+    if set(adapter) - applied:
+        left = sorted(set(adapter) - applied)
+        raise CheckpointError(f"The LoRA adapter {lora_path} adapts {len(left)} weight(s) the base checkpoint {root} "
+                              f"does not load: {_format_keys(left)}.", "Use the adapter trained on this base model.")
     fresh = [k for k in absent if k.startswith(_FRESH_PREFIXES) or k in _FRESH_KEYS
              or k.endswith((".lora_A", ".lora_B"))]
     missing = [k for k in absent if k not in fresh]
@@ -530,7 +547,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     report = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
               "mismatched": mismatched, "initialized": fresh, "dataset_statistics": stats_src,
               "implement_version": cfg.implement_version, "action_head": cfg.action_head,
-              "side_files": sorted(side)}
+              "side_files": sorted(side), "lora_adapter": os.fspath(lora_path) if adapter else None}
     if strict and (missing or unexpected or mismatched):
         parts = []
         if missing:
@@ -544,6 +561,22 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     policy.load_report = report  # type: ignore[assignment]
     policy.apply_trainability()
     return policy
+
+
+def _read_adapter(root: Path, fmt: str, lora_path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The PEFT adapter to merge (:func:`vlarl_cli.policies.lora.read_peft_adapter`), or none."""
+    if lora_path is None:
+        if (root / "adapter_config.json").is_file():
+            warnings.warn(f"{root} also holds a PEFT adapter (adapter_config.json); like RLinf, vlarl loads the "
+                          "folder's full weights and does not apply it. Set actor.model.lora_path to apply an "
+                          "adapter.", stacklevel=3)
+        return {}
+    if fmt != "openvla_hf":
+        raise CheckpointError(f"lora_path needs a base checkpoint in the upstream (openvla_hf) layout; {root} is {fmt}.",
+                              "Point model_path at the OpenVLA-OFT Hugging Face folder the adapter was trained on.")
+    from vlarl_cli.policies.lora import read_peft_adapter
+
+    return dict(read_peft_adapter(lora_path))
 
 
 def _check_route(root: Path, implied: dict[str, Any], overrides: dict[str, Any]) -> None:

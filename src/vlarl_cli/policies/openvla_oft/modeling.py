@@ -241,7 +241,10 @@ class OftModel(nn.Module):
         if self.action_head is not None:  # the LM head is not used by the regression variant
             return hidden.new_zeros(0), hidden
         start = cfg.action_token_start
-        weight = self.language_model.lm_head.weight[start: start + cfg.n_action_bins]
+        head = self.language_model.lm_head
+        weight = head.weight[start: start + cfg.n_action_bins]
+        if hasattr(head, "lora_A"):  # a LoRA lm_head: add the update of the 256 action rows only
+            weight = weight + (head.lora_B[start: start + cfg.n_action_bins] @ head.lora_A) * head.scaling
         logits = F.linear(hidden, weight).float()
         return logits, hidden
 

@@ -85,12 +85,23 @@ class OftPolicy(OftModel):
         self.processor = OftProcessor(cfg, tokenizer or make_tokenizer(cfg), None)
         self.set_dataset_statistics(dataset_statistics)
         if cfg.is_lora:
-            from vlarl_cli.policies.lora import apply_lora
-
-            apply_lora(self.language_model.model, cfg.lora_rank, cfg.lora_scale_alpha)
+            self._apply_lora()
         self.apply_trainability()
 
     # ------------------------------------------------------------------ setup
+    def _apply_lora(self) -> None:
+        """LoRA where RLinf puts it for OpenVLA-OFT (:data:`~vlarl_cli.policies.lora.RLINF_OFT_TARGETS`):
+        the Llama layers and ``lm_head``, the projector, the vision towers' attention and MLPs (the SigLIP
+        pooling head, unused by the forward pass, is left out). ``alpha = r`` as RLinf; RLinf draws A from
+        a Gaussian, here Kaiming-uniform; B = 0 in both, so the wrapped model starts exactly at the base."""
+        from vlarl_cli.policies.lora import DEFAULT_TARGETS, apply_lora
+
+        r, alpha = self.cfg.lora_rank, self.cfg.lora_scale_alpha
+        apply_lora(self.language_model, r, alpha, (*DEFAULT_TARGETS, "lm_head"))
+        apply_lora(self.projector, r, alpha, ("fc1", "fc2", "fc3"))
+        for tower in (self.vision_backbone.featurizer.encoder, self.vision_backbone.fused_featurizer.encoder):
+            apply_lora(tower, r, alpha, ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2"))
+
     def set_dataset_statistics(self, stats: dict[str, Any] | None) -> None:
         """Install OpenVLA dataset statistics (``{key: {"action": {q01, q99, mask}}}``) or none."""
         self.dataset_statistics = dict(stats or {})
