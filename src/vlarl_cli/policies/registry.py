@@ -84,6 +84,8 @@ def settings_values(model: ModelConfig) -> dict[str, Any]:
         "center_crop": model.center_crop,
         "config_name": openpi.config_name if openpi else None,
         "gradient_checkpointing": model.gradient_checkpointing,
+        **{k: getattr(model, k) for k in ("implement_version", "num_images_in_input", "value_type", "use_film", "proprio_dim",
+                                          "lora_path", "image_size", "vocab_size", "hidden_size")},
     }
     return {k: v for k, v in values.items() if v is not None}
 

@@ -101,9 +101,11 @@ def test_proprio_and_film_outside_their_variant_are_refused_with_a_fix():
 
 @pytest.mark.parametrize(("key", "value"), [("image_size", [256, 256]), ("vocab_size", 32000), ("hidden_size", 4096)])
 def test_rlinf_architecture_keys_must_match_the_model(key, value):
-    # the tiny preset has 28 px images, a 576-id text vocabulary and width 64
+    # the full preset has 224 px images, a 32000-id text vocabulary and width 4096
+    wrong = {"image_size": [256, 256], "vocab_size": 32064, "hidden_size": 2048}[key]
     with pytest.raises(ConfigError, match=key):
-        ModelSettings(**{key: value}).to_oft_config()
+        ModelSettings(preset="full", **{key: wrong}).to_oft_config()
+    ModelSettings(**{key: value}).to_oft_config()  # the tiny preset replaces the described architecture
     full = ModelSettings(preset="full", image_size=[224, 224], vocab_size=32000, hidden_size=4096)
     assert full.to_oft_config().llm_width == 4096
 

@@ -42,7 +42,7 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Of
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     dev = torch.device(device)
     rl: dict[str, Any] = model.rl_fields()
-    if model.lora_path and not model.model_path:
+    if model.lora_path and not model.model_path and torch.device(device).type != "meta":
         from vlarl_cli.errors import ConfigError
 
         raise ConfigError("lora_path is set without model_path: a LoRA adapter needs the base checkpoint it was "
