@@ -142,11 +142,33 @@ def run_official(ckpt: Path, inputs: dict[str, torch.Tensor]) -> dict[str, torch
             "entropy": out["entropy"].float()}
 
 
+def run_images(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """RLinf's ``PrismaticImageProcessor.apply_transform`` on uint8 images ``[B, H, W, 3]`` (its rlinf-variant
+    path: tensors, not PIL), with the parameters openvla-oft's processor derives for the fused backbone."""
+    import torchvision.transforms.functional as TVF
+    from rlinf.models.embodiment.prismatic.processing_prismatic import PrismaticImageProcessor
+
+    size = int(inputs["size"])
+    proc = object.__new__(PrismaticImageProcessor)
+    proc.input_sizes = [(3, size, size)] * 2
+    proc.tvf_resize_params = [{"size": size, "interpolation": TVF.InterpolationMode.BICUBIC, "max_size": None,
+                               "antialias": True}] * 2
+    proc.tvf_crop_params = [{"output_size": [size, size]}] * 2
+    proc.tvf_normalize_params = [{"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "inplace": False},
+                                 {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "inplace": False}]
+    proc.tvf_do_letterbox = False
+    images = inputs["images"].permute(0, 3, 1, 2)[:, None]  # [B, 1, C, H, W], as predict_action_batch passes
+    return {"pixel_values": proc.apply_transform(images)[:, 0].float()}
+
+
 def main() -> None:
     variant, ckpt, inputs_file, out_file = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
     torch.set_num_threads(1)
     inputs = load_file(inputs_file)
-    result = (run_official if variant == "official" else run_rlinf)(ckpt, inputs)
+    if variant == "images":
+        result = run_images(inputs)
+    else:
+        result = (run_official if variant == "official" else run_rlinf)(ckpt, inputs)
     save_file({k: v.contiguous() for k, v in result.items()}, out_file)
 
 

@@ -39,6 +39,7 @@ from vlarl_cli.policies.openvla_oft.processing import (
     ActionStats,
     normalize_proprio,
     pixel_values,
+    resize_images,
     tokens_to_normalized_actions,
     unnormalize_actions,
 )
@@ -156,6 +157,19 @@ def test_official_variant_matches_rlinf(tmp_path: Path) -> None:
     lp, ent = token_logprobs(logits, tokens, 1.6)
     torch.testing.assert_close(lp, ref["logprobs"], atol=ATOL, rtol=0)
     torch.testing.assert_close(ent, ref["entropy"], atol=ATOL, rtol=0)
+
+
+def test_image_preprocessing_matches_rlinfs_processor(tmp_path: Path) -> None:
+    """256 px LIBERO-like frames -> 224 px pixel values: vlarl's ``torch`` resize (used for implement_version
+    rlinf) equals RLinf's tensor processor; PIL's bicubic (the official path) does not, by a few levels."""
+    _reference()
+    images = torch.randint(0, 256, (2, 256, 256, 3), generator=torch.Generator().manual_seed(8), dtype=torch.uint8)
+    images[:, 100:150, 60:200] = 255  # sharp edges, where resampling filters differ
+    ref = _run("images", tmp_path, {"images": images, "size": torch.tensor(224)}, tmp_path)["pixel_values"]
+    ours = pixel_values(resize_images(images, 224, "torch"))
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+    pil = pixel_values(resize_images(images, 224, "pil"))
+    assert (pil - ref).abs().max() > 1e-2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -181,13 +181,25 @@ def _as_uint8(images: Tensor | np.ndarray) -> np.ndarray:
     return arr
 
 
-def resize_images(images: Tensor | np.ndarray, size: int) -> Tensor:
-    """uint8 ``[B, H, W, 3]`` -> uint8 ``[B, size, size, 3]`` (antialiased bicubic; no-op at the right size)."""
-    from PIL import Image
+def resize_images(images: Tensor | np.ndarray, size: int, method: str = "pil") -> Tensor:
+    """uint8 ``[B, H, W, 3]`` -> uint8 ``[B, size, size, 3]`` (no-op at the right size).
 
+    ``pil``: PIL's antialiased bicubic (the OFT authors' / OpenVLA processor on PIL images, RLinf's
+    ``official`` variant). ``torch``: what RLinf's ``rlinf`` variant does (its ``PrismaticImageProcessor``
+    calls ``TVF.resize(..., bicubic, antialias=True)`` on uint8 TENSORS): float bicubic interpolation with
+    antialiasing, clamped to [0, 255] and rounded back to uint8. The two differ by a few grey levels.
+    """
     arr = _as_uint8(images)
     if arr.shape[1:3] == (size, size):
         return torch.from_numpy(np.ascontiguousarray(arr))
+    if method == "torch":
+        x = torch.from_numpy(np.ascontiguousarray(arr)).permute(0, 3, 1, 2).float()
+        y = torch.nn.functional.interpolate(x, size=(size, size), mode="bicubic", align_corners=False, antialias=True)
+        return y.clamp(0, 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+    if method != "pil":
+        raise ValueError(f"unknown resize method {method!r} (pil, torch)")
+    from PIL import Image
+
     out = [np.asarray(Image.fromarray(im).resize((size, size), resample=Image.Resampling.BICUBIC)) for im in arr]
     return torch.from_numpy(np.stack(out))
 
@@ -378,7 +390,8 @@ class OftProcessor:
         return out
 
     def _image(self, images: Any) -> Tensor:
-        out = resize_images(images, self.cfg.image_size)
+        method = "torch" if self.cfg.implement_version == "rlinf" else "pil"  # as each upstream processor
+        out = resize_images(images, self.cfg.image_size, method)
         return center_crop(out) if self.cfg.center_crop else out
 
     def actions_to_env(self, k: Tensor) -> Tensor:
