@@ -184,3 +184,34 @@ def test_eval_sampling_follows_the_protocol(make_policy, make_obs):
     assert torch.equal(sampled.logprobs, torch.zeros(4, 8, 7))
     with pytest.raises(ConfigError, match="protocol"):
         policy.configure_eval("lerobot")
+
+
+def test_l1_head_reads_each_chunk_step_from_its_seven_hidden_states():
+    """openvla-oft L1RegressionActionHead: hidden [B, C*A, D] -> [B, C, A*D] (step c takes tokens 7c..7c+6)
+    -> MLP-ResNet (LayerNorm, fc1, ReLU, blocks x + ReLU(W LN(x) + b), LayerNorm, fc2), by hand."""
+    from vlarl_cli.policies.openvla_oft.heads import L1RegressionHead
+
+    torch.manual_seed(0)
+    head = L1RegressionHead(llm_width=4, hidden=5, action_dim=7, num_blocks=2)
+    for p in head.parameters():
+        torch.nn.init.normal_(p)
+    assert sorted(head.state_dict()) == sorted(  # the keys of action_head--*_checkpoint.pt
+        ["model.layer_norm1.weight", "model.layer_norm1.bias", "model.fc1.weight", "model.fc1.bias",
+         "model.layer_norm2.weight", "model.layer_norm2.bias", "model.fc2.weight", "model.fc2.bias"]
+        + [f"model.mlp_resnet_blocks.{i}.ffn.{j}.{w}" for i in range(2) for j in (0, 1) for w in ("weight", "bias")])
+    hidden = torch.randn(2, 3 * 7, 4)
+    m = head.model
+    ln = torch.nn.functional.layer_norm
+
+    def by_hand(x):
+        x = torch.relu(m.fc1(ln(x, (28,), m.layer_norm1.weight, m.layer_norm1.bias, 1e-5)))
+        for blk in m.mlp_resnet_blocks:
+            norm, lin = blk.ffn[0], blk.ffn[1]
+            x = x + torch.relu(lin(ln(x, (5,), norm.weight, norm.bias, 1e-5)))
+        return m.fc2(ln(x, (5,), m.layer_norm2.weight, m.layer_norm2.bias, 1e-5))
+
+    with torch.no_grad():
+        out = head(hidden, 3)
+        for c in range(3):
+            step = hidden[:, 7 * c: 7 * c + 7].reshape(2, 28)  # the 7 action-token states of step c, in order
+            torch.testing.assert_close(out[:, c], by_hand(step), atol=1e-5, rtol=1e-5)
