@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "prismatic_standin"))
+#: an openvla-oft checkout (e.g. a clone of moojink/openvla-oft): use its real prismatic base classes instead
+#: of the stand-in (timm towers are shrunk to the checkpoint's sizes and Llama made bidirectional, as the
+#: openvla-oft transformers fork is; nothing else of it is changed)
+OPENVLA_OFT_SRC = os.environ.get("VLARL_OPENVLA_OFT_SRC")
+sys.path[:0] = [OPENVLA_OFT_SRC or str(HERE / "prismatic_standin"), str(HERE)]  # HERE: oft_towers
 
 
 _RLINF_ROOT = Path(next(iter(importlib.util.find_spec("rlinf").submodule_search_locations)))  # type: ignore[union-attr]
@@ -43,6 +48,18 @@ scheduler = types.ModuleType("rlinf.scheduler")
 scheduler.Worker = type("Worker", (), {})  # rlinf.utils.utils imports it for device helpers only
 sys.modules["rlinf.scheduler"] = scheduler
 
+if OPENVLA_OFT_SRC:  # openvla-oft's package __init__ files import its training stack (tensorflow, draccus)
+    for _name in ("prismatic", "prismatic.models", "prismatic.vla", "prismatic.extern", "prismatic.extern.hf",
+                  "prismatic.training"):
+        _module = types.ModuleType(_name)
+        _module.__path__ = [str(Path(OPENVLA_OFT_SRC).joinpath(*_name.split(".")))]
+        sys.modules[_name] = _module
+    from prismatic.vla.constants import NormalizationType
+
+    _data_utils = types.ModuleType("prismatic.vla.datasets.rlds.utils.data_utils")
+    _data_utils.NormalizationType = NormalizationType  # type: ignore[attr-defined]
+    sys.modules[_data_utils.__name__] = _data_utils
+
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers.modeling_utils import no_init_weights  # noqa: E402
@@ -50,20 +67,40 @@ from transformers.modeling_utils import no_init_weights  # noqa: E402
 TEMPERATURE = 1.6
 
 
-def _config(ckpt: Path, official: bool):
-    from prismatic.extern.hf.configuration_prismatic import OpenVLAConfig
+def _real_prismatic(vision: dict) -> dict:
+    """Prepare openvla-oft's own prismatic (VLARL_OPENVLA_OFT_SRC); -> the extra OpenVLAConfig arguments."""
+    import timm
+    from oft_towers import tower_kwargs  # type: ignore[import-not-found]
+    from timm.models.vision_transformer import VisionTransformer
+    from transformers.models.llama import modeling_llama
 
+    timm.create_model = lambda model_id, **kw: VisionTransformer(**tower_kwargs(vision, "dinov2" in model_id))
+    modeling_llama.LlamaModel._update_causal_mask = _bidirectional
+    return {"vision_backbone_id": "dinosiglip-vit-so-224px", "llm_backbone_id": "llama2-7b-pure",
+            "arch_specifier": "no-align+fused-gelu-mlp", "use_fused_vision_backbone": True}
+
+
+def _bidirectional(self, attention_mask, input_tensor, *args, **kwargs):
+    b, s = attention_mask.shape
+    keys = attention_mask[:, None, None, :].bool().expand(b, 1, s, s)
+    return torch.where(keys, 0.0, torch.finfo(input_tensor.dtype).min).to(input_tensor.dtype)
+
+
+def _config(ckpt: Path, official: bool):
     raw = json.loads((ckpt / "config.json").read_text())
     arch = raw["vlarl_arch"]
     vision = {k: arch[k] for k in ("image_size", "patch_size", "dino_width", "dino_depth", "dino_heads",
                                    "dino_mlp_ratio", "dino_registers", "siglip_width", "siglip_depth",
                                    "siglip_heads", "siglip_mlp")}
+    extra = _real_prismatic(vision) if OPENVLA_OFT_SRC else {"vision": vision}
+    from prismatic.extern.hf.configuration_prismatic import OpenVLAConfig
+
     text = dict(raw["text_config"])
     text.pop("model_type", None)
     text.pop("torch_dtype", None)
     stats = json.loads((ckpt / "dataset_statistics.json").read_text())
     common = dict(norm_stats=stats, n_action_bins=raw["n_action_bins"], text_config=text,
-                  pad_to_multiple_of=raw["pad_to_multiple_of"], vision=vision, pad_token_id=raw["pad_token_id"])
+                  pad_to_multiple_of=raw["pad_to_multiple_of"], pad_token_id=raw["pad_token_id"], **extra)
     if official:
         from rlinf.models.embodiment.openvla_oft.official.openvla_oft_action_model import OpenVLAOFTRLConfig
 
@@ -81,7 +118,7 @@ def _weights(model: torch.nn.Module, ckpt: Path) -> None:
     sd = load_file(str(ckpt / "model.safetensors"))
     missing, unexpected = model.load_state_dict(sd, strict=False)
     # the stand-in has no DINOv2 mask token; timm's gamma was renamed scale_factor; nothing else may be left
-    left = [k for k in missing if k != "proprio_projector.fc1.weight" and not k.startswith("proprio_projector.")]
+    left = [k for k in missing if not k.startswith("proprio_projector.")]
     assert not left and not unexpected, (left[:5], unexpected[:5])
 
 

@@ -14,7 +14,10 @@ towers and transformers' Llama (attention made bidirectional as openvla-oft's tr
 What is checked against upstream code is therefore RLinf's wrapper logic (sequence layout, STOP token,
 padding / sorting, slicing of logits and hidden states, temperature, masking, log-probs, critic
 placement, un-normalisation, proprio loading) and timm's vision towers against vlarl's transformers
-towers and key map; the prismatic base methods are only as right as the stand-in.
+towers and key map. With ``VLARL_OPENVLA_OFT_SRC=<an openvla-oft checkout>`` the runner uses openvla-oft's
+REAL prismatic base classes instead (towers shrunk to the tiny sizes, Llama made bidirectional as the
+openvla-oft transformers fork is): both tests pass that way too (checked at openvla-oft 213c5ff: rlinf
+variant logits and values bit-identical, official log-probs within 1e-6).
 
 Tolerances: both sides run float32 on CPU with different attention kernels (eager vs SDPA), different
 vision implementations (timm vs transformers) and, for the official variant, padding moved to the end of

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from oft_towers import tower_kwargs  # type: ignore[import-not-found]
 from timm.models.vision_transformer import LayerScale, VisionTransformer
 from torch import nn
 from transformers import LlamaForCausalLM
@@ -47,15 +48,8 @@ def _second_to_last(tower: VisionTransformer) -> None:
 class PrismaticVisionBackbone(nn.Module):
     def __init__(self, v: dict[str, Any]) -> None:
         super().__init__()
-        size, patch = v["image_size"], v["patch_size"]
-        self.featurizer = VisionTransformer(
-            img_size=size, patch_size=patch, embed_dim=v["dino_width"], depth=v["dino_depth"],
-            num_heads=v["dino_heads"], mlp_ratio=v["dino_mlp_ratio"], init_values=1e-5,
-            reg_tokens=v["dino_registers"], no_embed_class=True, num_classes=0)
-        self.fused_featurizer = VisionTransformer(
-            img_size=size, patch_size=patch, embed_dim=v["siglip_width"], depth=v["siglip_depth"],
-            num_heads=v["siglip_heads"], mlp_ratio=(v["siglip_mlp"] + 0.5) / v["siglip_width"],
-            class_token=False, global_pool="map", num_classes=0)
+        self.featurizer = VisionTransformer(**tower_kwargs(v, dino=True))
+        self.fused_featurizer = VisionTransformer(**tower_kwargs(v, dino=False))
         for tower in (self.featurizer, self.fused_featurizer):
             _rename_layer_scale(tower)
             _second_to_last(tower)
