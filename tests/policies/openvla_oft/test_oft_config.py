@@ -151,3 +151,47 @@ def test_registry_builds_the_tiny_policy_from_the_pydantic_config():
     assert policy.cfg.unnorm_key == "libero_10_no_noops"
     meta = registry_build(model.model_copy(update={"preset": "full"}), "meta")
     assert sum(p.numel() for p in meta.parameters()) > 7.5e9
+
+
+# Every actor/rollout model key in RLinf's published OpenVLA-OFT recipes and model yaml (examples/embodiment/
+# config/*openvlaoft*.yaml, model/openvla_oft.yaml, evaluations/*/*openvlaoft*_eval.yaml at RLinf a3816b5).
+RLINF_OFT_MODEL_KEYS = (
+    "action_dim", "add_value_head", "attn_implementation", "center_crop", "hidden_size", "image_size",
+    "implement_version", "is_lora", "lora_path", "lora_rank", "low_cpu_mem_usage", "max_prompt_length",
+    "model_path", "model_type", "num_action_chunks", "num_images_in_input", "policy_setup", "precision",
+    "proprio_dim", "trust_remote_code", "unnorm_key", "use_film", "use_proprio", "value_type", "vocab_size")
+
+
+def test_no_rlinf_oft_key_is_silently_dropped():
+    """A key is either read by the OpenVLA-OFT settings (through the schema field and the registry), or
+    listed as accepted-not-used by the loader with the reason it changes nothing here."""
+    import dataclasses
+
+    from vlarl_cli.config.schema import ModelConfig
+    from vlarl_cli.policies.openvla_oft.config import INERT_RLINF_KEYS
+    from vlarl_cli.policies.registry import settings_values
+
+    consumed = {f.name for f in dataclasses.fields(ModelSettings)}
+    passed = set(settings_values(ModelConfig(model_type="openvla_oft", preset="tiny", implement_version="rlinf",
+                                             num_images_in_input=1, value_type="action_level", use_film=False,
+                                             lora_path="x", image_size=[224, 224], vocab_size=32000,
+                                             hidden_size=4096, proprio_dim=8, use_proprio=False,
+                                             unnorm_key="libero_10_no_noops", center_crop=False,
+                                             max_prompt_length=50, model_path="m", precision="bf16")))
+    for key in RLINF_OFT_MODEL_KEYS:
+        used = key in passed and key in consumed
+        inert = key in ModelConfig.rlinf_ignored and key in INERT_RLINF_KEYS
+        assert used or inert, key
+
+
+def test_oft_keys_reach_the_policy_through_the_config():
+    from vlarl_cli.config.schema import ModelConfig
+    from vlarl_cli.policies.registry import build_policy as build_from_config
+
+    cfg = ModelConfig(model_type="openvla_oft", preset="tiny", add_value_head=True, value_type="action_level",
+                      implement_version="official", num_images_in_input=2, num_action_chunks=8)
+    policy = build_from_config(cfg)
+    assert policy.cfg.value_type == "action_level" and policy.value_head.num_values == 8
+    assert policy.cfg.implement_version == "official" and policy.cfg.num_images_in_input == 2
+    with pytest.raises(ConfigError, match="FiLM"):
+        build_from_config(ModelConfig(model_type="openvla_oft", preset="tiny", use_film=True))
