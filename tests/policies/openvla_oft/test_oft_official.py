@@ -215,3 +215,20 @@ def test_l1_head_reads_each_chunk_step_from_its_seven_hidden_states():
         for c in range(3):
             step = hidden[:, 7 * c: 7 * c + 7].reshape(2, 28)  # the 7 action-token states of step c, in order
             torch.testing.assert_close(out[:, c], by_hand(step), atol=1e-5, rtol=1e-5)
+
+
+def test_a_critic_of_the_earlier_layout_is_refused_with_the_way_out(make_policy, tmp_path):
+    from safetensors.torch import load_file
+    from safetensors.torch import save_file as save_st
+
+    save_policy(make_policy(add_value_head=True), tmp_path / "ck")
+    sd = load_file(str(tmp_path / "ck" / "model.safetensors"))
+    sd = {k: v for k, v in sd.items() if not k.startswith("value_head.")}
+    sd.update({"value_head.body.0.weight": torch.ones(32, 64), "value_head.body.0.bias": torch.ones(32),
+               "value_head.out.weight": torch.ones(1, 32), "value_head.out.bias": torch.ones(1)})
+    save_st(sd, str(tmp_path / "ck" / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="earlier vlarl") as err:
+        load_policy(tmp_path / "ck")
+    assert "strict=False" in (err.value.fix or "")
+    loaded = load_policy(tmp_path / "ck", strict=False)
+    assert "value_head.out.bias" in loaded.load_report["unexpected"]

@@ -428,6 +428,12 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         looked_for="no vlarl_config.json, no config.json with model_type openvla, no vision_backbone.* + "
         "language_model.* weights")
     shapes = {k: v[0] for k, v in header.items()}
+    if strict and "value_head.out.weight" in shapes:
+        raise CheckpointError(f"{root} holds a critic in the layout of earlier vlarl versions (value_head.body.* / "
+                              "value_head.out.*); the OpenVLA-OFT critic is now RLinf's (value_head.mlp.*, no output "
+                              "bias) and that output bias has no place in it.",
+                              "Load with strict=False: the old critic is reported as unexpected and a fresh "
+                              "one starts (the actor weights load unchanged).")
     cfg = _config_from_checkpoint(root, fmt, shapes)
     side = {c: load_side_file(p) for c, p in find_side_files(root).items()} if fmt == "openvla_hf" else {}
     implied = config_from_side_files(side, (overrides or {}).get("action_dim", cfg.action_dim))
