@@ -337,9 +337,8 @@ class RlHeadOptions(Section):
 
 class ModelConfig(Section):
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
-        {"trust_remote_code", "policy_setup", "obs_converter_type", "no_split_modules", "implement_version",
-         "attn_implementation", "low_cpu_mem_usage", "vocab_size", "hidden_size", "use_film", "num_images_in_input", "image_size", "value_type", "lora_path",
-         "sharding_strategy"})
+        {"trust_remote_code", "policy_setup", "obs_converter_type", "no_split_modules",
+         "attn_implementation", "low_cpu_mem_usage", "sharding_strategy"})
 
     model_type: str = Field("openpi", description=f"Policy family: {', '.join(MODEL_TYPES)}.")
     model_path: str | None = Field(None, description="Checkpoint folder (or hub id after `vlarl download`).")
@@ -382,6 +381,20 @@ class ModelConfig(Section):
     center_crop: bool | None = Field(None, description="OpenVLA-OFT: centre-crop images as in augmented "
                                      "training (null: the family's default, off).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
+    # OpenVLA-OFT keys of RLinf's model yaml (policies/openvla_oft/config.py ModelSettings says what each does)
+    implement_version: str | None = Field(None, description="OpenVLA-OFT: rlinf or official (null: the "
+                                          "checkpoint decides; official when it has action_head--* files).")
+    num_images_in_input: int | None = Field(None, ge=1, description="OpenVLA-OFT: images per observation "
+                                            "(1 third-person, 2 + wrist).")
+    value_type: str | None = Field(None, description="OpenVLA-OFT critic: chunk_level (one value per chunk) or "
+                                   "action_level (one per action).")
+    proprio_dim: int | None = Field(None, ge=1, description="OpenVLA-OFT official: robot state size fed to the "
+                                    "proprio projector (null: from the checkpoint's proprio_projector file).")
+    use_film: bool | None = Field(None, description="OpenVLA-OFT FiLM conditioning: not implemented, true is refused.")
+    lora_path: str | None = Field(None, description="OpenVLA-OFT: a PEFT LoRA adapter folder merged into model_path.")
+    image_size: Any = Field(None, description="OpenVLA-OFT: checked against the model's input size.")
+    vocab_size: int | None = Field(None, description="OpenVLA-OFT: checked against the model's text vocabulary.")
+    hidden_size: int | None = Field(None, description="OpenVLA-OFT: checked against the model's width.")
     openpi: OpenpiOptions | None = Field(None, description="RLinf's openpi block (overrides flat fields).")
     rl_head_config: RlHeadOptions | None = Field(None, description="RLinf's GR00T RL head block.")
 

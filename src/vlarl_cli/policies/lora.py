@@ -8,18 +8,28 @@
 
 so a freshly wrapped layer computes exactly the base layer. :func:`merge_lora` folds
 ``W += (alpha / r) B A`` and turns the layer back into a plain ``nn.Linear`` (for export).
+
+Why not peft for training: peft wraps each adapted layer and renames its base parameters
+(``q_proj.base_layer.weight``, ``q_proj.lora_A.default.weight``); every checkpoint key map of pi0 and
+OpenVLA-OFT reads and writes the plain names, which :class:`LoRALinear` keeps. Where the job is peft's
+(reading a published PEFT adapter: its config semantics, scaling rule and key layout),
+:func:`read_peft_adapter` uses peft, and the tests check merges against peft's own forward.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["DEFAULT_TARGETS", "LoRALinear", "apply_lora", "lora_parameters", "merge_lora"]
+__all__ = ["DEFAULT_TARGETS", "RLINF_OFT_TARGETS", "AdapterDelta", "LoRALinear", "apply_lora", "lora_parameters",
+           "merge_lora", "read_peft_adapter"]
 
 #: Gemma attention + MLP projections (openpi's gemma_2b_lora adapts the same places).
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -104,3 +114,73 @@ def merge_lora(module: nn.Module) -> int:
 def lora_parameters(module: nn.Module) -> list[nn.Parameter]:
     """The trainable LoRA factors under ``module``."""
     return [p for m in module.modules() if isinstance(m, LoRALinear) for p in (m.lora_A, m.lora_B)]
+
+
+# ---------------------------------------------------------------------------------------- PEFT adapters
+#: RLinf's LoRA targets for OpenVLA-OFT (``rlinf/models/__init__.py`` ``get_model``, ``is_lora`` without
+#: ``lora_path``): timm vision (``proj``, ``qkv``, ``fc1``, ``fc2``), projector / SigLIP pooling head
+#: (``q``, ``kv``, ``fc3``, ``out_proj``) and the Llama layers + ``lm_head``; ``lora_alpha = r``.
+RLINF_OFT_TARGETS = ("proj", "qkv", "fc1", "fc2", "q", "kv", "fc3", "out_proj", "q_proj", "k_proj", "v_proj",
+                     "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+
+
+@dataclass(frozen=True)
+class AdapterDelta:
+    """One adapted ``nn.Linear`` of a PEFT LoRA adapter: ``W' = W + scaling * B @ A``."""
+
+    lora_A: Tensor  # [r, in]
+    lora_B: Tensor  # [out, r]
+    scaling: float
+
+    def delta(self) -> Tensor:
+        """``scaling * B @ A`` in float32 ``[out, in]``."""
+        return (self.lora_B.float() @ self.lora_A.float()) * self.scaling
+
+
+def read_peft_adapter(folder: str | os.PathLike[str]) -> dict[str, AdapterDelta]:
+    """A PEFT LoRA adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) as
+    ``{base weight name: AdapterDelta}`` in the base model's own key names.
+
+    The configuration is parsed by peft (``LoraConfig.from_pretrained``) so the scaling follows peft's rule
+    (``lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with ``use_rslora``). Features whose merge is not a
+    plain ``B @ A`` (DoRA, per-module rank / alpha patterns, trained biases, ``modules_to_save``,
+    ``fan_in_fan_out``) are refused rather than merged wrongly.
+    """
+    from peft import LoraConfig
+    from safetensors.torch import load_file
+
+    from vlarl_cli.errors import CheckpointError
+
+    root = Path(folder)
+    if not (root / "adapter_config.json").is_file():
+        raise CheckpointError(f"{root} has no adapter_config.json: it is not a PEFT adapter folder.",
+                              "Point actor.model.lora_path at the folder holding adapter_config.json and "
+                              "adapter_model.safetensors.")
+    cfg = LoraConfig.from_pretrained(os.fspath(root))
+    unsupported = {"use_dora": cfg.use_dora, "rank_pattern": bool(cfg.rank_pattern),
+                   "alpha_pattern": bool(cfg.alpha_pattern), "bias": cfg.bias != "none",
+                   "modules_to_save": bool(cfg.modules_to_save), "fan_in_fan_out": cfg.fan_in_fan_out}
+    bad = [k for k, v in unsupported.items() if v]
+    if bad:
+        raise CheckpointError(f"The LoRA adapter {root} uses {', '.join(bad)}, which vlarl does not merge.",
+                              "Use a plain LoRA adapter (RLinf's OpenVLA-OFT adapters are).")
+    weights = root / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise CheckpointError(f"{root} has no adapter_model.safetensors.", "Re-download the adapter folder.")
+    tensors = load_file(os.fspath(weights))
+    scaling = cfg.lora_alpha / (math.sqrt(cfg.r) if cfg.use_rslora else cfg.r)
+    out: dict[str, AdapterDelta] = {}
+    for key, a in tensors.items():
+        if ".lora_A." not in key:
+            continue
+        prefix = key.split(".lora_A.")[0]
+        b = tensors.get(key.replace(".lora_A.", ".lora_B."))
+        if b is None:
+            raise CheckpointError(f"{weights} has {key} without its lora_B.", "Re-download the adapter.")
+        base = prefix.removeprefix("base_model.model.") + ".weight"
+        out[base] = AdapterDelta(a, b, scaling)
+    other = [k for k in tensors if ".lora_A." not in k and ".lora_B." not in k]
+    if other or not out:
+        raise CheckpointError(f"{weights} holds {'no LoRA factors' if not out else 'non-LoRA tensors: ' + ', '.join(other[:4])}.",
+                              "Use a plain LoRA adapter.")
+    return out

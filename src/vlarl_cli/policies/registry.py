@@ -26,6 +26,11 @@ FAMILIES: dict[str, str] = {
 }
 
 
+#: ModelConfig fields only the OpenVLA-OFT family reads (RLinf's OFT model keys)
+_OFT_ONLY = ("implement_version", "num_images_in_input", "value_type", "use_film", "proprio_dim", "lora_path",
+             "image_size", "vocab_size", "hidden_size")
+
+
 def family_of(model_type: str) -> str:
     return FAMILIES[model_type]
 
@@ -87,6 +92,7 @@ def settings_values(model: ModelConfig) -> dict[str, Any]:
         "center_crop": model.center_crop,
         "config_name": openpi.config_name if openpi else None,
         "gradient_checkpointing": model.gradient_checkpointing,
+        **{k: getattr(model, k) for k in _OFT_ONLY},
     }
     return {k: v for k, v in values.items() if v is not None}
 
@@ -97,6 +103,12 @@ def make_settings(model: ModelConfig, **extra: Any) -> Any:
     settings_cls = module.ModelSettings
     names = {f.name for f in dataclasses.fields(settings_cls)}
     values = {**settings_values(model), **extra}
+    unused = sorted(k for k in _OFT_ONLY if getattr(model, k) is not None and k not in names)
+    if unused:  # these fields exist for OpenVLA-OFT; another family must not drop them silently
+        import warnings
+
+        warnings.warn(f"actor.model.{', '.join(unused)} (OpenVLA-OFT keys) not used by model_type "
+                      f"{model.model_type}.", stacklevel=2)
     if model.model_path is not None:
         values.pop("preset", None)  # weights come from the checkpoint; its config decides the size
     return settings_cls(**{k: v for k, v in values.items() if k in names})

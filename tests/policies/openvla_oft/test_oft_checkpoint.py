@@ -189,7 +189,8 @@ def test_value_head_is_fresh_when_absent(make_policy, tmp_path):
     loaded = load_policy(tmp_path / "ck", overrides={"add_value_head": True})
     assert {k for k in loaded.load_report["initialized"]} == {k for k in loaded.state_dict() if
                                                              k.startswith("value_head.")}
-    assert torch.equal(loaded.value_head.out.weight, torch.zeros_like(loaded.value_head.out.weight))
+    last = loaded.value_head.mlp[-1].weight  # RLinf name value_head.mlp.4.weight, zero at start
+    assert torch.equal(last, torch.zeros_like(last))
 
 
 def test_detection_and_errors(tmp_path, make_policy):

@@ -44,10 +44,12 @@ def test_full_preset_on_meta_has_the_real_parameter_count():
     assert total == sum(expected_full_count().values()) == 7_541_239_232  # "about 7.5B"
     assert all(x.device.type == "meta" for x in policy.parameters())
     assert policy.projector.fc1.weight.dtype == torch.bfloat16
-    # value head of RLinf's size on the 4096-wide action hidden states
+    # RLinf's critic on the 4096-wide hidden state: (512, 128) GELU MLP, last layer without bias
     with_value = build_policy(ModelSettings(preset="full", add_value_head=True), "meta")
     extra = sum(x.numel() for x in with_value.value_head.parameters())
-    assert extra == (4096 * 512 + 512) + (512 * 128 + 128) + (128 + 1)
+    assert extra == (4096 * 512 + 512) + (512 * 128 + 128) + 128
+    per_action = build_policy(ModelSettings(preset="full", add_value_head=True, value_type="action_level"), "meta")
+    assert sum(x.numel() for x in per_action.value_head.parameters()) == extra + 7 * 128  # 8 outputs
 
 
 def test_full_preset_derived_values():
@@ -70,18 +72,42 @@ def test_tiny_builds_fast_and_matches_its_preset():
 def test_model_settings_map_rl_fields():
     s = ModelSettings(preset="tiny", num_action_chunks=4, action_dim=7, add_value_head=True, is_lora=True,
                       lora_rank=4, unnorm_key="libero_10_no_noops", temperature=0.7, precision="bfloat16",
-                      max_prompt_length=200, center_crop=True, attention="action_bidirectional")
+                      max_prompt_length=200, center_crop=True, attention="action_bidirectional",
+                      implement_version="official")
     cfg = s.to_oft_config()
     assert (cfg.num_action_chunks, cfg.add_value_head, cfg.is_lora, cfg.lora_rank) == (4, True, True, 4)
     assert (cfg.unnorm_key, cfg.temperature, cfg.precision) == ("libero_10_no_noops", 0.7, "bf16")
     assert (cfg.max_prompt_len, cfg.center_crop, cfg.attention) == (200, True, "action_bidirectional")
+
+
+def test_center_crop_follows_what_rlinf_does():
+    # RLinf's model yaml says center_crop: True, its processor never crops: reported, not applied
+    with pytest.warns(UserWarning, match="never crops"):
+        assert ModelSettings(center_crop=True, implement_version="rlinf").to_oft_config().center_crop is False
+    assert ModelSettings().to_oft_config().center_crop is False
+    assert ModelSettings(center_crop=True, implement_version="official").to_oft_config().center_crop is True
     assert ModelSettings(precision=None).to_oft_config().precision == "fp32"
 
 
-def test_use_proprio_is_refused_with_a_fix():
-    with pytest.raises(ConfigError, match="use_proprio") as err:
-        ModelSettings(use_proprio=True).to_oft_config()
-    assert "use_proprio: False" in str(err.value)
+def test_proprio_and_film_outside_their_variant_are_refused_with_a_fix():
+    with pytest.raises(ConfigError, match="no proprio token") as err:
+        ModelSettings(use_proprio=True, implement_version="rlinf").to_oft_config()
+    assert "implement_version: official" in str(err.value)
+    assert ModelSettings(use_proprio=True, implement_version="official").to_oft_config().use_proprio
+    with pytest.raises(ConfigError, match="FiLM") as err:
+        ModelSettings(use_film=True).to_oft_config()
+    assert "use_film: False" in str(err.value)
+
+
+@pytest.mark.parametrize(("key", "value"), [("image_size", [256, 256]), ("vocab_size", 32000), ("hidden_size", 4096)])
+def test_rlinf_architecture_keys_must_match_the_model(key, value):
+    # the full preset has 224 px images, a 32000-id text vocabulary and width 4096
+    wrong = {"image_size": [256, 256], "vocab_size": 32064, "hidden_size": 2048}[key]
+    with pytest.raises(ConfigError, match=key):
+        ModelSettings(preset="full", **{key: wrong}).to_oft_config()
+    ModelSettings(**{key: value}).to_oft_config()  # the tiny preset replaces the described architecture
+    full = ModelSettings(preset="full", image_size=[224, 224], vocab_size=32000, hidden_size=4096)
+    assert full.to_oft_config().llm_width == 4096
 
 
 @pytest.mark.parametrize(("field", "value", "match"), [
@@ -125,3 +151,47 @@ def test_registry_builds_the_tiny_policy_from_the_pydantic_config():
     assert policy.cfg.unnorm_key == "libero_10_no_noops"
     meta = registry_build(model.model_copy(update={"preset": "full"}), "meta")
     assert sum(p.numel() for p in meta.parameters()) > 7.5e9
+
+
+# Every actor/rollout model key in RLinf's published OpenVLA-OFT recipes and model yaml (examples/embodiment/
+# config/*openvlaoft*.yaml, model/openvla_oft.yaml, evaluations/*/*openvlaoft*_eval.yaml at RLinf a3816b5).
+RLINF_OFT_MODEL_KEYS = (
+    "action_dim", "add_value_head", "attn_implementation", "center_crop", "hidden_size", "image_size",
+    "implement_version", "is_lora", "lora_path", "lora_rank", "low_cpu_mem_usage", "max_prompt_length",
+    "model_path", "model_type", "num_action_chunks", "num_images_in_input", "policy_setup", "precision",
+    "proprio_dim", "trust_remote_code", "unnorm_key", "use_film", "use_proprio", "value_type", "vocab_size")
+
+
+def test_no_rlinf_oft_key_is_silently_dropped():
+    """A key is either read by the OpenVLA-OFT settings (through the schema field and the registry), or
+    listed as accepted-not-used by the loader with the reason it changes nothing here."""
+    import dataclasses
+
+    from vlarl_cli.config.schema import ModelConfig
+    from vlarl_cli.policies.openvla_oft.config import INERT_RLINF_KEYS
+    from vlarl_cli.policies.registry import settings_values
+
+    consumed = {f.name for f in dataclasses.fields(ModelSettings)}
+    passed = set(settings_values(ModelConfig(model_type="openvla_oft", preset="tiny", implement_version="rlinf",
+                                             num_images_in_input=1, value_type="action_level", use_film=False,
+                                             lora_path="x", image_size=[224, 224], vocab_size=32000,
+                                             hidden_size=4096, proprio_dim=8, use_proprio=False,
+                                             unnorm_key="libero_10_no_noops", center_crop=False,
+                                             max_prompt_length=50, model_path="m", precision="bf16")))
+    for key in RLINF_OFT_MODEL_KEYS:
+        used = key in passed and key in consumed
+        inert = key in ModelConfig.rlinf_ignored and key in INERT_RLINF_KEYS
+        assert used or inert, key
+
+
+def test_oft_keys_reach_the_policy_through_the_config():
+    from vlarl_cli.config.schema import ModelConfig
+    from vlarl_cli.policies.registry import build_policy as build_from_config
+
+    cfg = ModelConfig(model_type="openvla_oft", preset="tiny", add_value_head=True, value_type="action_level",
+                      implement_version="official", num_images_in_input=2, num_action_chunks=8)
+    policy = build_from_config(cfg)
+    assert policy.cfg.value_type == "action_level" and policy.value_head.num_values == 8
+    assert policy.cfg.implement_version == "official" and policy.cfg.num_images_in_input == 2
+    with pytest.raises(ConfigError, match="FiLM"):
+        build_from_config(ModelConfig(model_type="openvla_oft", preset="tiny", use_film=True))

@@ -20,7 +20,7 @@ def test_evaluate_recomputes_sampled_logprobs_exactly(make_policy, make_obs, val
     ev = policy.evaluate(out.replay)
     assert out.actions.shape == out.logprobs.shape == ev.logprobs.shape == ev.entropy.shape == (4, 8, 7)
     assert out.values.shape == ev.values.shape == (4,)
-    assert sorted(out.replay) == sorted(REPLAY_KEYS)
+    assert sorted(out.replay) == sorted((*REPLAY_KEYS, "action_tokens"))
     assert out.replay["action_tokens"].shape == (4, 8, 7) and out.replay["action_tokens"].dtype == torch.long
     assert torch.allclose(ev.logprobs, out.logprobs, atol=1e-5, rtol=0)
     ratio = torch.exp(ev.logprobs - out.logprobs)
@@ -177,7 +177,7 @@ def test_value_pooling(make_policy, make_obs, pooling):
     with torch.no_grad():
         _, hidden = policy.action_outputs(pixel_values(inputs["images"]), inputs["tokens"], inputs["token_mask"])
         pooled = hidden.mean(1) if pooling == "mean" else hidden[:, 0]
-        assert torch.allclose(out.values, policy.value_head(pooled), atol=1e-6)
+        assert torch.allclose(out.values, policy.value_head(pooled)[:, 0], atol=1e-6)
 
 
 def test_lora_trains_only_adapters_and_value_head(make_policy, make_obs):

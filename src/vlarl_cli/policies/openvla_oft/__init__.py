@@ -1,4 +1,16 @@
-"""OpenVLA-OFT with RLinf's RL head (256 action bins per element, sampled tokens, token log-probs).
+"""OpenVLA-OFT as RLinf and the OFT authors run it.
+
+Two implement versions (:data:`~vlarl_cli.policies.openvla_oft.config.IMPLEMENT_VERSIONS`):
+
+* ``rlinf`` (RLinf's LIBERO / ManiSkill checkpoints): 256 action bins per element, sampled tokens and token
+  log-probs, one image, no STOP token, images resized as RLinf's tensor processor does.
+* ``official`` (the OFT authors' layout, RLinf ``openvla_oft/official``): STOP token after the action slots,
+  proprio token, several images; the action head is RLinf's token head, or the OFT authors' L1-regression
+  MLP-ResNet (``action_head--*_checkpoint.pt``) with a learned-std Gaussian for PPO / GRPO. A folder with
+  an L1 head is routed there and is never decoded through the token head.
+
+RLinf's critic (``value_head.mlp.*``, ``value_type`` chunk_level / action_level) reads the last prompt
+token; PEFT adapters (``lora_path``) merge on load; ``is_lora`` trains LoRA where RLinf puts it.
 
 Usage::
 
@@ -41,12 +53,18 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Of
     from vlarl_cli.precision import DTYPES as dtypes
     dev = torch.device(device)
     rl: dict[str, Any] = model.rl_fields()
+    if model.lora_path and not model.model_path and torch.device(device).type != "meta":
+        from vlarl_cli.errors import ConfigError
+
+        raise ConfigError("lora_path is set without model_path: a LoRA adapter needs the base checkpoint it was "
+                          "trained on.", "Set actor.model.model_path to the base OpenVLA-OFT folder.")
     if model.model_path:
         from vlarl_cli.policies.openvla_oft.checkpoint import load_policy
 
         policy = cast(OftPolicy, load_policy(model.model_path, format=model.checkpoint_format, device=dev,
                              dtype=dtypes[rl["precision"]], overrides=rl,
-                             dataset_statistics_path=model.norm_stats_path))
+                             dataset_statistics_path=model.norm_stats_path, settings=model,
+                             lora_path=model.lora_path))
     else:
         cfg = model.to_oft_config()
         stats = None

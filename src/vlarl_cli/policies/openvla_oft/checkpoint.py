@@ -45,8 +45,15 @@ inputs; the RL value head; LoRA factors) are freshly initialised when absent and
 ``policy.load_report["initialized"]``. Loading builds the model on the meta device, materialises it
 on the target device and fills it tensor by tensor from ``safetensors.safe_open``. Any other missing
 or unexpected key, or a shape mismatch, raises :class:`CheckpointError` naming the keys when
-``strict`` (the default). OFT's separate ``action_head--*.pt`` / ``proprio_projector--*.pt`` files
-(the official L1-regression head) are not part of the RL variant and are ignored.
+``strict`` (the default).
+
+The OFT authors' side files (``action_head--*_checkpoint.pt``, ``proprio_projector--*_checkpoint.pt``,
+:mod:`~vlarl_cli.policies.openvla_oft.side_files`) route the checkpoint to ``implement_version:
+official`` with the L1-regression head and the proprio token; a recipe that asks for RLinf's token
+head on such a folder is refused (it would decode an L1-trained model through the LM head). Their
+tensors load into ``action_head.*`` / ``proprio_projector.*``; ``openvla_hf`` export writes them back
+as side files. Dataset statistics are required: a checkpoint without them is refused with the places
+looked at (never identity actions), except a ``vlarl`` folder saved from a model that had none.
 """
 
 from __future__ import annotations
@@ -68,6 +75,14 @@ from vlarl_cli.checkpoints.detect import tensor_table as _header
 from vlarl_cli.errors import CheckpointError, did_you_mean
 from vlarl_cli.policies.openvla_oft.config import OftConfig, preset
 from vlarl_cli.policies.openvla_oft.processing import DATASET_STATISTICS_FILE, load_dataset_statistics
+from vlarl_cli.policies.openvla_oft.side_files import (
+    ACTION_HEAD,
+    PROPRIO_PROJECTOR,
+    config_from_side_files,
+    find_side_files,
+    load_side_file,
+    side_file_name,
+)
 
 __all__ = ["FORMATS", "describe", "detect_format", "export_state_dict", "import_rules", "load_policy",
            "save_policy"]
@@ -82,7 +97,8 @@ _DINO = "vision_backbone.featurizer."
 _SIGLIP = "vision_backbone.fused_featurizer."
 # Internal-only parameters: fresh when a checkpoint lacks them (never an error).
 _FRESH_PREFIXES = ("value_head.",)
-_FRESH_KEYS = (_DINO + "embeddings.mask_token",)
+_FRESH_KEYS = (_DINO + "embeddings.mask_token", "actor_logstd")
+_SIDE_PREFIXES = (ACTION_HEAD + ".", PROPRIO_PROJECTOR + ".")
 
 
 # ---------------------------------------------------------------------------------------- key maps
@@ -200,6 +216,8 @@ def export_state_dict(policy: nn.Module, fmt: str) -> dict[str, Tensor]:
         raise CheckpointError(f'Unknown OpenVLA-OFT checkpoint format "{fmt}".{did_you_mean(fmt, FORMATS)}',
                               f"Use one of {', '.join(FORMATS)}.")
     sd = _merged_state_dict(policy)
+    # side-file components go to their own files (save_policy); the RL log-std has no upstream home
+    sd = {k: v for k, v in sd.items() if not k.startswith(_SIDE_PREFIXES) and k != "actor_logstd"}
     rules = import_rules(cfg)
     out: dict[str, Tensor] = {}
     thirds: dict[str, dict[int, Tensor]] = {}
@@ -346,11 +364,14 @@ def _fresh_init(policy: Any, fresh: list[str]) -> None:
     miss = set(fresh)
     with torch.no_grad():
         if any(k.startswith("value_head.") for k in miss) and policy.value_head is not None:
-            from vlarl_cli.policies.value_head import ValueHead
+            from vlarl_cli.policies.openvla_oft.heads import OftCritic
 
             cfg: OftConfig = policy.cfg
             ref = policy.projector.fc1.weight
-            policy.value_head = ValueHead(cfg.llm_width, cfg.value_hidden).to(device=ref.device, dtype=ref.dtype)
+            policy.value_head = OftCritic(cfg.llm_width, cfg.value_hidden, cfg.num_values).to(
+                device=ref.device, dtype=ref.dtype)
+        if "actor_logstd" in miss and policy.actor_logstd is not None:
+            policy.actor_logstd.fill_(policy.cfg.logstd_init)
         for name, p in policy.named_parameters():
             if name in miss and name in _FRESH_KEYS:
                 p.zero_()  # transformers initialises the DINOv2 mask token to zeros
@@ -376,7 +397,8 @@ def _find_statistics(root: Path, cfg_json: dict[str, Any] | None) -> tuple[dict[
 
 def load_policy(path: str | os.PathLike[str], *, format: str | None = None, device: torch.device | str = "cpu",
                 dtype: torch.dtype = torch.float32, strict: bool = True, overrides: dict[str, Any] | None = None,
-                dataset_statistics_path: str | os.PathLike[str] | None = None) -> nn.Module:
+                dataset_statistics_path: str | os.PathLike[str] | None = None, settings: Any = None,
+                lora_path: str | os.PathLike[str] | None = None) -> nn.Module:
     """Load an OpenVLA-OFT checkpoint in any supported layout as an :class:`OftPolicy`.
 
     Args:
@@ -389,6 +411,13 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         overrides: OftConfig fields to change (the RL settings: num_action_chunks, temperature, ...).
         dataset_statistics_path: explicit ``dataset_statistics.json``; default: the folder's, else the
             ``norm_stats`` of ``config.json``.
+        settings: the recipe's :class:`~vlarl_cli.policies.openvla_oft.config.ModelSettings` (RLinf's
+            ``center_crop`` / ``image_size`` / ``vocab_size`` / ``hidden_size`` are applied / checked).
+        lora_path: a PEFT LoRA adapter folder (RLinf ``lora_path``, e.g. ``RLinf-OpenVLAOFT-*-Base-Lora``
+            adapters) merged into the base weights as they are read, in the upstream key space (so a fused
+            timm ``qkv`` adapter is merged before the split): ``W' = W + scaling * B @ A``. Every adapter
+            tensor must find its base weight. With ``is_lora`` a fresh LoRA then trains on top of the
+            merged weights: the policy at step 0 is base + adapter exactly.
     """
     from safetensors import safe_open
 
@@ -399,9 +428,25 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         looked_for="no vlarl_config.json, no config.json with model_type openvla, no vision_backbone.* + "
         "language_model.* weights")
     shapes = {k: v[0] for k, v in header.items()}
+    if strict and "value_head.out.weight" in shapes:
+        raise CheckpointError(f"{root} holds a critic in the layout of earlier vlarl versions (value_head.body.* / "
+                              "value_head.out.*); the OpenVLA-OFT critic is now RLinf's (value_head.mlp.*, no output "
+                              "bias) and that output bias has no place in it.",
+                              "Load with strict=False: the old critic is reported as unexpected and a fresh "
+                              "one starts (the actor weights load unchanged).")
     cfg = _config_from_checkpoint(root, fmt, shapes)
+    side = {c: load_side_file(p) for c, p in find_side_files(root).items()} if fmt == "openvla_hf" else {}
+    implied = config_from_side_files(side, (overrides or {}).get("action_dim", cfg.action_dim))
+    _check_route(root, implied, overrides or {})
+    if implied.get("action_head") == "l1_regression" and "num_images_in_input" not in (overrides or {}):
+        implied["num_images_in_input"] = 2  # the OFT authors' LIBERO models: third-person + wrist
+    cfg = cfg.replace(**implied)
     if overrides:
         cfg = cfg.replace(**overrides)
+    if settings is not None:
+        settings.check_architecture(cfg)
+        # the OFT authors train their L1 models with image augmentation and crop at evaluation
+        cfg = settings.resolve_center_crop(cfg, default=cfg.action_head == "l1_regression")
     tok_file = root / "tokenizer.json"
     if cfg.tokenizer == "byte" and tok_file.is_file():
         cfg = cfg.replace(tokenizer=os.fspath(tok_file))
@@ -418,6 +463,14 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         stats, stats_src = load_dataset_statistics(dataset_statistics_path), os.fspath(dataset_statistics_path)
     else:
         stats, stats_src = _find_statistics(root, cfg_json)
+    if stats is None and not (fmt == "vlarl" and (_read_json(root / VLARL_CONFIG) or {}).get("identity_actions")):
+        raise CheckpointError(f"No dataset statistics for {root}: looked for {root / DATASET_STATISTICS_FILE} and "
+                              f"the norm_stats of {root / 'config.json'}. Without them the actions cannot be "
+                              "un-normalised.", "Copy the checkpoint's dataset_statistics.json into the folder or "
+                              "set actor.model.norm_stats_path.")
+
+    adapter = _read_adapter(root, fmt, lora_path)
+    applied: set[str] = set()
 
     with torch.device("meta"):
         policy = OftPolicy(cfg, dataset_statistics=stats)
@@ -432,7 +485,20 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     mismatched: list[str] = []
     absent: list[str] = []
     plan: list[tuple[str, Rule, list[str]]] = []
+    side_flat = {f"{c}.{k}": v for c, d in side.items() for k, v in d.items()}
+    with torch.no_grad():
+        for key in [k for k in params if k in side_flat]:
+            if tuple(params[key].shape) != tuple(side_flat[key].shape):
+                mismatched.append(f"{key} {list(side_flat[key].shape)} vs model {list(params[key].shape)}")
+                continue
+            params[key].copy_(side_flat[key].to(params[key].dtype))
+            loaded.add(key)
     for key in params:
+        if key in loaded:
+            continue
+        if fmt == "openvla_hf" and key.startswith(_SIDE_PREFIXES):
+            absent.append(key)
+            continue
         rule = _rule_for(key, fmt, rules)
         if rule is None:
             absent.append(key)
@@ -461,13 +527,22 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                     f = header[s][2]
                     if f not in handles:
                         handles[f] = safe_open(os.fspath(f), "pt", device="cpu").__enter__()
-                    tensors.append(handles[f].get_tensor(s))
+                    tensor = handles[f].get_tensor(s)
+                    if s in adapter:
+                        tensor = (tensor.float() + adapter[s].delta()).to(tensor.dtype)
+                        applied.add(s)
+                    tensors.append(tensor)
                 target.copy_(_build(rule, tensors).to(target.dtype))
                 loaded.add(key)
     finally:
         for h in handles.values():
             h.__exit__(None, None, None)
     unexpected = [k for k in header if k not in consumed and not _ignorable(k, fmt, rules)]
+    unexpected += [f"{k} (side file)" for k in side_flat if k not in params]
+    if set(adapter) - applied:
+        left = sorted(set(adapter) - applied)
+        raise CheckpointError(f"The LoRA adapter {lora_path} adapts {len(left)} weight(s) the base checkpoint {root} "
+                              f"does not load: {_format_keys(left)}.", "Use the adapter trained on this base model.")
     fresh = [k for k in absent if k.startswith(_FRESH_PREFIXES) or k in _FRESH_KEYS
              or k.endswith((".lora_A", ".lora_B"))]
     missing = [k for k in absent if k not in fresh]
@@ -476,7 +551,9 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         for k in missing:
             params[k].zero_()
     report = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
-              "mismatched": mismatched, "initialized": fresh, "dataset_statistics": stats_src}
+              "mismatched": mismatched, "initialized": fresh, "dataset_statistics": stats_src,
+              "implement_version": cfg.implement_version, "action_head": cfg.action_head,
+              "side_files": sorted(side), "lora_adapter": os.fspath(lora_path) if adapter else None}
     if strict and (missing or unexpected or mismatched):
         parts = []
         if missing:
@@ -490,6 +567,37 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     policy.load_report = report  # type: ignore[assignment]
     policy.apply_trainability()
     return policy
+
+
+def _read_adapter(root: Path, fmt: str, lora_path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The PEFT adapter to merge (:func:`vlarl_cli.policies.lora.read_peft_adapter`), or none."""
+    if lora_path is None:
+        if (root / "adapter_config.json").is_file():
+            warnings.warn(f"{root} also holds a PEFT adapter (adapter_config.json); like RLinf, vlarl loads the "
+                          "folder's full weights and does not apply it. Set actor.model.lora_path to apply an "
+                          "adapter.", stacklevel=3)
+        return {}
+    if fmt != "openvla_hf":
+        raise CheckpointError(f"lora_path needs a base checkpoint in the upstream (openvla_hf) layout; {root} is {fmt}.",
+                              "Point model_path at the OpenVLA-OFT Hugging Face folder the adapter was trained on.")
+    from vlarl_cli.policies.lora import read_peft_adapter
+
+    return dict(read_peft_adapter(lora_path))
+
+
+def _check_route(root: Path, implied: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Refuse a recipe that would decode a checkpoint through a head it was not trained with."""
+    if implied.get("action_head") == "l1_regression":
+        asked = overrides.get("implement_version"), overrides.get("action_head")
+        if asked[0] == "rlinf" or asked[1] == "tokens":
+            raise CheckpointError(f"{root} has an L1-regression action head (action_head--*_checkpoint.pt, the OFT "
+                                  "authors' layout) but the recipe asks for RLinf's 256-bin token head; its LM head "
+                                  "was never trained to emit action tokens, the actions would be garbage.",
+                                  "Set actor.model.implement_version: official (or leave it unset).")
+    if implied.get("use_proprio") and overrides.get("use_proprio") is False:
+        raise CheckpointError(f"{root} has a proprio projector (proprio_projector--*_checkpoint.pt): the model was "
+                              "trained with a proprio token, the recipe sets use_proprio: False.",
+                              "Set actor.model.use_proprio: True (or leave it unset).")
 
 
 def _ignorable(key: str, fmt: str, rules: dict[str, Rule]) -> bool:
@@ -571,9 +679,15 @@ def save_policy(policy: nn.Module, path: str | os.PathLike[str], *, format: str 
                                                               "weight_map": weight_map})
         if format == "vlarl":
             atomic_write_json(tmp / VLARL_CONFIG, {"family": FAMILY, "format_version": FORMAT_VERSION,
-                                                   "model": cfg.to_dict()})
+                                                   "model": cfg.to_dict(), "identity_actions": not stats})
         else:
             atomic_write_json(tmp / "config.json", _openvla_config(cfg, precision, stats))
+            for component in (ACTION_HEAD, PROPRIO_PROJECTOR):
+                module = getattr(policy, component, None)
+                if module is not None:
+                    side_sd = {k: v.detach().to(dtype or v.dtype).contiguous().cpu()
+                               for k, v in module.state_dict().items()}
+                    torch.save(side_sd, tmp / side_file_name(component))
         if stats:
             atomic_write_json(tmp / DATASET_STATISTICS_FILE, stats)
 
@@ -591,7 +705,9 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     shapes = {k: v[0] for k, v in header.items()}
     cfg = _config_from_checkpoint(root, fmt, shapes)
     stats, stats_src = _find_statistics(root, _read_json(root / "config.json"))
-    return {"family": FAMILY, "format": fmt, "variant": "openvla",
+    side = sorted(find_side_files(root)) if fmt == "openvla_hf" else []
+    return {"family": FAMILY, "format": fmt, "variant": "official" if side else cfg.implement_version,
+            "side_files": side,
             "num_parameters": sum(math.prod(s) for s in shapes.values()),
             "norm_stats": stats is not None, "norm_stats_path": stats_src,
             "unnorm_keys": sorted(stats) if stats else [], "dtypes": sorted({v[1] for v in header.values()}),

@@ -38,8 +38,22 @@ __all__ = ["ATTENTION_MODES", "PRESETS", "ModelSettings", "OftConfig", "preset"]
 #: attention bidirectional; moojink/openvla-oft issues #27 and #89). ``action_bidirectional``: the
 #: prompt stays causal and only the action block attends bidirectionally (to itself + the prompt).
 ATTENTION_MODES = ("bidirectional", "action_bidirectional")
-VALUE_POOLINGS = ("mean", "first")
+#: ``first``: the hidden state at the LAST PROMPT TOKEN (the position that predicts action token 0), where
+#: RLinf reads its critic (``_compute_values``: ``last_hidden_states[:, -T - 1]``); ``mean`` over the T
+#: action positions (a vlarl option).
+VALUE_POOLINGS = ("first", "mean")
 GRIPPER_MODES = ("libero", "none")
+#: ``rlinf``: RLinf's LIBERO / ManiSkill checkpoints (RLinf ``openvla_oft/rlinf``): no STOP token in the
+#: sequence, one image by default, no proprio. ``official``: the OFT authors' layout (RLinf
+#: ``openvla_oft/official`` and openvla-oft ``predict_action``): the STOP token ``</s>`` follows the
+#: action slots, optional proprio token after the patches, several images.
+IMPLEMENT_VERSIONS = ("rlinf", "official")
+#: ``tokens``: 256-bin logits over the last vocabulary ids (RLinf's RL head, both implement versions in
+#: RLinf 0.3.0). ``l1_regression``: the OFT authors' MLP-ResNet head on the action hidden states
+#: (``action_head--*_checkpoint.pt``), with a Gaussian around its mean for RL.
+ACTION_HEADS = ("tokens", "l1_regression")
+#: RLinf ``value_type``: ``chunk_level`` one value per chunk, ``action_level`` one per executed action.
+VALUE_TYPES = ("chunk_level", "action_level")
 
 
 @dataclass(frozen=True)
@@ -79,6 +93,7 @@ class OftConfig:
     max_position_embeddings: int = 2048
     bos_token_id: int = 1
     pad_token_id: int = 32000
+    stop_token_id: int = 2  # "</s>" (openvla-oft STOP_INDEX), after the action slots in the official layout
     # --- action tokens / RL head ------------------------------------------------------------------
     n_action_bins: int = 256
     num_action_chunks: int = 8  # C: env steps per chunk (RLinf LIBERO recipes)
@@ -86,8 +101,20 @@ class OftConfig:
     max_prompt_len: int = 50  # prompt tokens incl. BOS (RLinf max_prompt_length)
     attention: str = "bidirectional"
     temperature: float = 1.6  # RLinf OFT recipes: temperature_train = temperature_eval = 1.6
+    implement_version: str = "rlinf"
+    num_images_in_input: int = 1  # 1: third-person only; 2: + wrist (OFT LIBERO), patches concatenated
+    use_proprio: bool = False  # official only: one proprio token after the patches (ProprioProjector)
+    proprio_dim: int = 8  # LIBERO state: eef pos 3 + axis-angle 3 + gripper qpos 2
+    action_head: str = "tokens"
+    # Gaussian exploration around the L1 head's mean (normalised action space): a learned state-independent
+    # log-std per action dim, initialised as RLinf's StarVLA OFT head (``actor_logstd`` = -2.5).
+    logstd_init: float = -2.5
+    learn_std: bool = True
+    l1_hidden: int = 0  # MLP-ResNet width (0: llm_width, as the OFT authors' L1RegressionActionHead)
+    l1_blocks: int = 2  # MLP-ResNet residual blocks (OFT: 2)
     add_value_head: bool = False
-    value_pooling: str = "mean"  # "mean" over the action positions, or "first" (RLinf: one position)
+    value_type: str = "chunk_level"
+    value_pooling: str = "first"
     value_hidden: tuple[int, ...] = (512, 128)
     is_lora: bool = False
     lora_rank: int = 32
@@ -111,6 +138,20 @@ class OftConfig:
         if self.value_pooling not in VALUE_POOLINGS:
             bad(f'Unknown value_pooling "{self.value_pooling}".{did_you_mean(self.value_pooling, VALUE_POOLINGS)}',
                 f"Use one of {', '.join(VALUE_POOLINGS)}.")
+        for name, value, known in (("implement_version", self.implement_version, IMPLEMENT_VERSIONS),
+                                   ("action_head", self.action_head, ACTION_HEADS),
+                                   ("value_type", self.value_type, VALUE_TYPES)):
+            if value not in known:
+                bad(f'Unknown {name} "{value}".{did_you_mean(value, known)}', f"Use one of {', '.join(known)}.")
+        if not 1 <= self.num_images_in_input <= 3:
+            bad(f"num_images_in_input must be 1, 2 or 3, got {self.num_images_in_input}.",
+                "Use 1 (RLinf LIBERO recipes) or 2 (third-person + wrist, the OFT authors' LIBERO models).")
+        if self.implement_version == "rlinf" and (self.use_proprio or self.action_head != "tokens"):
+            bad("implement_version rlinf has no proprio token and no L1-regression head (RLinf "
+                "openvla_oft/rlinf feeds images and the prompt to the 256-bin token head).",
+                "Set implement_version: official for checkpoints with proprio_projector--*.pt / action_head--*.pt.")
+        if self.use_proprio and self.proprio_dim < 1:
+            bad(f"proprio_dim must be >= 1, got {self.proprio_dim}.", "LIBERO uses 8.")
         if self.gripper not in GRIPPER_MODES:
             bad(f'Unknown gripper mode "{self.gripper}".{did_you_mean(self.gripper, GRIPPER_MODES)}',
                 f"Use one of {', '.join(GRIPPER_MODES)}.")
@@ -166,6 +207,26 @@ class OftConfig:
         return self.num_action_chunks * self.action_dim
 
     @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens inserted after BOS: patches of every image, plus the proprio token."""
+        return self.num_patches * self.num_images_in_input + int(self.use_proprio)
+
+    @property
+    def l1_width(self) -> int:
+        return self.l1_hidden or self.llm_width
+
+    @property
+    def has_stop_token(self) -> bool:
+        """The official layout keeps ``</s>`` after the action slots (openvla-oft
+        ``_prepare_input_for_action_prediction``); RLinf's variant drops it (``_build_embedding``)."""
+        return self.implement_version == "official"
+
+    @property
+    def num_values(self) -> int:
+        """Critic outputs per sample: 1 (``chunk_level``) or ``num_action_chunks`` (``action_level``)."""
+        return self.num_action_chunks if self.value_type == "action_level" else 1
+
+    @property
     def vision_width(self) -> int:
         """Fused patch-feature channels (DINOv2 + SigLIP = 2176)."""
         return self.dino_width + self.siglip_width
@@ -209,7 +270,7 @@ _TINY: dict[str, Any] = {
     "image_size": 28, "patch_size": 14, "dino_width": 32, "dino_depth": 2, "dino_heads": 2, "dino_mlp_ratio": 2,
     "dino_registers": 4, "siglip_width": 48, "siglip_depth": 2, "siglip_heads": 2, "siglip_mlp": 64,
     "llm_width": 64, "llm_depth": 2, "llm_heads": 4, "llm_kv_heads": 2, "llm_mlp": 128, "vocab_size": 640,
-    "pad_to_multiple_of": 64, "max_position_embeddings": 512, "bos_token_id": 2, "pad_token_id": 0,
+    "pad_to_multiple_of": 64, "max_position_embeddings": 512, "bos_token_id": 2, "pad_token_id": 0, "stop_token_id": 3,
     "max_prompt_len": 160, "value_hidden": (32, 16),
 }
 PRESETS: dict[str, dict[str, Any]] = {"tiny": _TINY, "full": {}}
@@ -223,13 +284,34 @@ def preset(name: str, **overrides: Any) -> OftConfig:
     return OftConfig().replace(**{**PRESETS[name], **overrides})
 
 
+#: RLinf OFT model keys that do not change what the policy computes here (loading mechanics, kernels,
+#: ManiSkill-only settings): accepted, listed by the dry-run as not used.
+INERT_RLINF_KEYS = {
+    "attn_implementation": "attention kernel only (vlarl uses PyTorch SDPA; same numbers up to rounding)",
+    "low_cpu_mem_usage": "loading mechanics (vlarl always builds on the meta device)",
+    "trust_remote_code": "vlarl ships the model code",
+    "policy_setup": "ManiSkill only",
+}
+
+
 @dataclass
 class ModelSettings:
     """The RL recipe's ``actor.model`` section for ``model_type: openvla_oft`` (RLinf field names).
 
     ``temperature`` is ``rollout.sampling_params.temperature_train`` (the runner may change
-    ``policy.temperature`` for evaluation). ``use_proprio`` must stay False: RLinf's RL variant feeds
-    one image and the prompt only.
+    ``policy.temperature`` for evaluation). RLinf keys and what they do here:
+
+    * ``implement_version`` ``rlinf`` | ``official`` (None: the checkpoint decides: ``official`` when it
+      has ``action_head--*`` / ``proprio_projector--*`` side files).
+    * ``num_images_in_input``, ``use_proprio``, ``proprio_dim``: images and proprio token (official only).
+    * ``value_type`` ``chunk_level`` | ``action_level``: critic outputs per chunk or per action.
+    * ``center_crop``: RLinf's model yaml sets True but RLinf's processor never crops (timm's CenterCrop
+      to the full 224 px is a no-op); under ``rlinf`` a True is reported and not applied, under
+      ``official`` it crops as the OFT authors' LIBERO evaluation. None: the checkpoint's choice.
+    * ``use_film``: FiLM is not implemented; True is refused. ``lora_path``: a PEFT adapter folder applied
+      on top of ``model_path`` (RLinf ``PeftModel.from_pretrained``).
+    * ``image_size``, ``vocab_size``, ``hidden_size``: checked against the architecture (refused if they
+      disagree); :data:`INERT_RLINF_KEYS` change nothing.
     """
 
     model_type: str = "openvla_oft"
@@ -241,10 +323,19 @@ class ModelSettings:
     action_dim: int = 7
     add_value_head: bool = False
     value_pooling: str | None = None
+    value_type: str | None = None
     is_lora: bool = False
     lora_rank: int = 32
+    lora_path: str | None = None
     unnorm_key: str | None = None
-    use_proprio: bool = False
+    implement_version: str | None = None
+    num_images_in_input: int | None = None
+    use_proprio: bool | None = None
+    proprio_dim: int | None = None
+    use_film: bool | None = None
+    image_size: Any = None  # RLinf: [224, 224]
+    vocab_size: int | None = None
+    hidden_size: int | None = None
     temperature: float = 1.6
     center_crop: bool | None = None
     max_prompt_length: int | None = None
@@ -259,10 +350,10 @@ class ModelSettings:
         if self.model_type != "openvla_oft":
             raise ConfigError(f'model_type "{self.model_type}" is not an OpenVLA-OFT model.',
                               'Use model_type: "openvla_oft".')
-        if self.use_proprio:
-            raise ConfigError("use_proprio=True is not supported by the OpenVLA-OFT RL variant (RLinf feeds one "
-                              "224 px image and the prompt, no proprio projector).",
-                              "Set actor.model.use_proprio: False.")
+        if self.use_film:
+            raise ConfigError("use_film=True (FiLM language conditioning of the vision backbone, RLinf "
+                              "openvla_utils.apply_film_to_vla) is not implemented for OpenVLA-OFT in vlarl.",
+                              "Set actor.model.use_film: False (RLinf's LIBERO recipes do).")
         values: dict[str, Any] = {
             "precision": _PRECISION_ALIASES.get(self.precision or "fp32", self.precision or "fp32"),
             "num_action_chunks": self.num_action_chunks, "action_dim": self.action_dim,
@@ -270,11 +361,45 @@ class ModelSettings:
             "temperature": float(self.temperature),
         }
         optional = {"value_pooling": self.value_pooling, "unnorm_key": self.unnorm_key,
-                    "center_crop": self.center_crop, "max_prompt_len": self.max_prompt_length,
+                    "max_prompt_len": self.max_prompt_length, "value_type": self.value_type,
+                    "implement_version": self.implement_version, "num_images_in_input": self.num_images_in_input,
+                    "use_proprio": self.use_proprio, "proprio_dim": self.proprio_dim,
                     "attention": self.attention, "tokenizer": self.tokenizer_path}
         values.update({k: v for k, v in optional.items() if v is not None})
         values.update(self.overrides)
         return values
 
+    def resolve_center_crop(self, cfg: OftConfig, default: bool) -> OftConfig:
+        """Apply ``center_crop`` to ``cfg`` as RLinf / the OFT authors do (see the class docstring);
+        ``default`` is the checkpoint's choice used when the recipe leaves it unset."""
+        if self.center_crop is None:
+            return cfg.replace(center_crop=default)
+        if self.center_crop and cfg.implement_version == "rlinf":
+            import warnings
+
+            warnings.warn("center_crop: True is not applied: RLinf's OpenVLA-OFT processor never crops (its timm "
+                          "CenterCrop is to the full image size), so vlarl runs implement_version rlinf without a "
+                          "crop, as RLinf does. Set implement_version: official to crop as the OFT authors' "
+                          "LIBERO evaluation does.", stacklevel=2)
+            return cfg.replace(center_crop=False)
+        return cfg.replace(center_crop=bool(self.center_crop))
+
+    def check_architecture(self, cfg: OftConfig) -> None:
+        """RLinf's ``image_size`` / ``vocab_size`` / ``hidden_size`` must describe the model that is built."""
+        size = self.image_size
+        if size is not None:
+            sizes = list(size) if isinstance(size, (list, tuple)) else [size, size]
+            if any(int(s) != cfg.image_size for s in sizes):
+                raise ConfigError(f"image_size {size} does not match the model's {cfg.image_size} px input.",
+                                  f"Set actor.model.image_size: [{cfg.image_size}, {cfg.image_size}] or remove it.")
+        for name, given, actual in (("vocab_size", self.vocab_size, cfg.text_vocab_size),
+                                    ("hidden_size", self.hidden_size, cfg.llm_width)):
+            if given is not None and int(given) != actual:
+                raise ConfigError(f"{name} {given} does not match the model ({actual}).",
+                                  f"Set actor.model.{name}: {actual} or remove it.")
+
     def to_oft_config(self) -> OftConfig:
-        return preset(self.preset, **self.rl_fields())
+        cfg = preset(self.preset, **self.rl_fields())
+        if self.preset != "tiny":  # the tiny preset replaces the architecture the recipe describes
+            self.check_architecture(cfg)
+        return self.resolve_center_crop(cfg, default=False)

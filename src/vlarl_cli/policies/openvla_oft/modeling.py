@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vlarl_cli.policies.openvla_oft.config import OftConfig
+from vlarl_cli.policies.openvla_oft.heads import L1RegressionHead, OftCritic, ProprioProjector
 
 __all__ = ["OftModel", "OftProjector", "OftVisionBackbone", "attention_mask_2d"]
 
@@ -80,8 +81,15 @@ class OftVisionBackbone(nn.Module):
         self.fused_featurizer: Any = SiglipVisionModel(SiglipVisionConfig(**siglip))
 
     def forward(self, pixels: Tensor) -> Tensor:
-        if pixels.dim() != 4 or pixels.shape[1] != 6:
-            raise ValueError(f"pixels must be [B, 6, S, S] (DINOv2 + SigLIP channels), got {tuple(pixels.shape)}")
+        """``pixels [B, 6 n, S, S]`` (n images, each DINOv2 then SigLIP channels) -> ``[B, n N, Dd + Ds]``:
+        each image's fused patch features, images concatenated along the patch axis (openvla-oft
+        ``PrismaticVisionBackbone.forward`` with ``num_images_in_input = n``)."""
+        if pixels.dim() != 4 or pixels.shape[1] % 6:
+            raise ValueError(f"pixels must be [B, 6 * images, S, S] (DINOv2 + SigLIP channels), got "
+                             f"{tuple(pixels.shape)}")
+        return torch.cat([self._one_image(img) for img in pixels.split(6, dim=1)], dim=1)
+
+    def _one_image(self, pixels: Tensor) -> Tensor:
         dino_px, siglip_px = pixels.split(3, dim=1)
         h = self.featurizer.embeddings(dino_px)  # [B, 1 + R + N, Dd]: CLS, registers, patches
         for layer in self.featurizer.encoder.layer[:-1]:
@@ -143,11 +151,18 @@ class OftModel(nn.Module):
             "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
             "bos_token_id": cfg.bos_token_id, "pad_token_id": cfg.pad_token_id, "attn_implementation": "sdpa"}
         self.language_model: Any = LlamaForCausalLM(LlamaConfig(**llama))
-        self.value_head: nn.Module | None = None
+        self.value_head: OftCritic | None = None
         if cfg.add_value_head:
-            from vlarl_cli.policies.value_head import ValueHead
-
-            self.value_head = ValueHead(cfg.llm_width, cfg.value_hidden)
+            self.value_head = OftCritic(cfg.llm_width, cfg.value_hidden, cfg.num_values)
+        self.proprio_projector: ProprioProjector | None = None
+        if cfg.use_proprio:
+            self.proprio_projector = ProprioProjector(cfg.llm_width, cfg.proprio_dim)
+        self.action_head: L1RegressionHead | None = None
+        self.actor_logstd: nn.Parameter | None = None
+        if cfg.action_head == "l1_regression":
+            self.action_head = L1RegressionHead(cfg.llm_width, cfg.l1_width, cfg.action_dim, cfg.l1_blocks)
+            self.actor_logstd = nn.Parameter(torch.full((cfg.action_dim,), float(cfg.logstd_init)),
+                                             requires_grad=cfg.learn_std)
         self.gradient_checkpointing = False
 
     # ------------------------------------------------------------------ helpers
@@ -158,11 +173,13 @@ class OftModel(nn.Module):
     def _dtype(self) -> torch.dtype:
         return self.projector.fc1.weight.dtype
 
-    def embed_sequence(self, pixels: Tensor, tokens: Tensor, token_mask: Tensor) -> tuple[Tensor, Tensor]:
-        """-> (embeddings ``[B, S, D]``, valid ``[B, S]`` bool), ``S = N + L + T``.
+    def embed_sequence(self, pixels: Tensor, tokens: Tensor, token_mask: Tensor,
+                       proprio: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """-> (embeddings ``[B, S, D]``, valid ``[B, S]`` bool), ``S = P + L + T (+ 1)``.
 
-        Order ``[BOS, patches, prompt[1:], T zero placeholders]`` (patches inserted after BOS, as
-        ``_build_multimodal_attention`` upstream).
+        Order ``[BOS, patches of every image, (proprio token), prompt[1:], T zero placeholders, (STOP)]``
+        (patches inserted after BOS as ``_build_multimodal_attention`` upstream; the proprio token appended
+        to the patches as ``_process_proprio_features``; ``</s>`` last in the official layout).
         """
         cfg = self.cfg
         b, length = tokens.shape
@@ -172,15 +189,22 @@ class OftModel(nn.Module):
             raise ValueError("the first prompt token (BOS) must be valid in every row")
         emb = self.language_model.get_input_embeddings()(tokens)
         patches = self.projector(self.vision_backbone(pixels.to(self._dtype())))
-        if patches.shape[1] != cfg.num_patches:
-            raise ValueError(f"expected {cfg.num_patches} patches, got {patches.shape[1]}")
+        if patches.shape[1] != cfg.num_patches * cfg.num_images_in_input:
+            raise ValueError(f"expected {cfg.num_patches * cfg.num_images_in_input} patches, got {patches.shape[1]}")
+        prefix = [patches.to(emb.dtype)]
+        if self.proprio_projector is not None:
+            if proprio is None:
+                raise ValueError("this model has a proprio projector: the inputs need a proprio [B, P] tensor")
+            prefix.append(self.proprio_projector(proprio.to(emb.device)).to(emb.dtype))
         t = cfg.num_action_tokens
-        slots = emb.new_zeros(b, t, emb.shape[-1])
-        seq = torch.cat([emb[:, :1], patches.to(emb.dtype), emb[:, 1:], slots], dim=1)
+        parts = [emb[:, :1], *prefix, emb[:, 1:], emb.new_zeros(b, t, emb.shape[-1])]
         ones = token_mask.new_ones(b, 1)
-        valid = torch.cat([token_mask[:, :1], ones.expand(b, cfg.num_patches), token_mask[:, 1:],
-                           ones.expand(b, t)], dim=1).bool()
-        return seq, valid
+        valid = [token_mask[:, :1], ones.expand(b, cfg.num_prefix_tokens), token_mask[:, 1:], ones.expand(b, t)]
+        if cfg.has_stop_token:
+            stop = torch.full((b, 1), cfg.stop_token_id, dtype=tokens.dtype, device=tokens.device)
+            parts.append(self.language_model.get_input_embeddings()(stop))
+            valid.append(ones)
+        return torch.cat(parts, dim=1), torch.cat(valid, dim=1).bool()
 
     def _layer(self, layer: nn.Module, h: Tensor, **kwargs: Any) -> Tensor:
         if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
@@ -189,17 +213,20 @@ class OftModel(nn.Module):
             return checkpoint(layer, h, use_reentrant=False, **kwargs)
         return layer(h, **kwargs)
 
-    def action_outputs(self, pixels: Tensor, tokens: Tensor, token_mask: Tensor) -> tuple[Tensor, Tensor]:
+    def action_outputs(self, pixels: Tensor, tokens: Tensor, token_mask: Tensor,
+                       proprio: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """One forward pass -> (bin logits ``[B, T, n_bins]`` float32, action hidden ``[B, T, D]``).
 
         ``hidden[:, j]`` is the final-norm output at the position that predicts action token ``j`` (the
         slot before it; the last prompt token for ``j = 0``); ``logits[:, j, k]`` scores id ``start + k``.
+        The L1-regression head reads the same ``T`` positions (openvla-oft ``predict_action`` slices
+        ``NUM_PATCHES + NUM_PROMPT_TOKENS : + ACTION_DIM * NUM_ACTIONS_CHUNK``).
         """
         cfg = self.cfg
-        seq, valid = self.embed_sequence(pixels, tokens, token_mask)
+        seq, valid = self.embed_sequence(pixels, tokens, token_mask, proprio)
         t = cfg.num_action_tokens
         position_ids = (valid.long().cumsum(dim=1) - 1).clamp(min=0)
-        allowed = attention_mask_2d(valid, t, cfg.attention)
+        allowed = attention_mask_2d(valid, t + int(cfg.has_stop_token), cfg.attention)
         fill = max(_MASK_VALUE, torch.finfo(seq.dtype).min)
         additive = torch.where(allowed[:, None], 0.0, fill).to(seq.dtype)  # [B, 1, S, S]
         lm = self.language_model.model
@@ -209,16 +236,23 @@ class OftModel(nn.Module):
             h = self._layer(layer, h, attention_mask=additive, position_embeddings=cos_sin,
                             position_ids=position_ids)
         h = lm.norm(h)
-        s = h.shape[1]
-        hidden = h[:, s - t - 1: s - 1]
+        first = 1 + cfg.num_prefix_tokens + tokens.shape[1] - 1  # index of the first action slot
+        hidden = h[:, first - 1: first - 1 + t]
+        if self.action_head is not None:  # the LM head is not used by the regression variant
+            return hidden.new_zeros(0), hidden
         start = cfg.action_token_start
-        weight = self.language_model.lm_head.weight[start: start + cfg.n_action_bins]
+        head = self.language_model.lm_head
+        weight = head.weight[start: start + cfg.n_action_bins]
+        if hasattr(head, "lora_A"):  # a LoRA lm_head: add the update of the 256 action rows only
+            weight = weight + (head.lora_B[start: start + cfg.n_action_bins] @ head.lora_A) * head.scaling
         logits = F.linear(hidden, weight).float()
         return logits, hidden
 
     def values_from_hidden(self, hidden: Tensor) -> Tensor:
-        """Action hidden ``[B, T, D]`` -> values ``[B]`` (zeros without a value head)."""
+        """Action hidden ``[B, T, D]`` -> values ``[B, num_values]`` float32 (zeros without a value head).
+
+        RLinf reads its critic at the last prompt token (``value_pooling: first``)."""
         if self.value_head is None:
-            return torch.zeros(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+            return torch.zeros(hidden.shape[0], self.cfg.num_values, dtype=torch.float32, device=hidden.device)
         pooled = hidden.mean(dim=1) if self.cfg.value_pooling == "mean" else hidden[:, 0]
         return self.value_head(pooled)

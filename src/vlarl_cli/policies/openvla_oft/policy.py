@@ -13,8 +13,23 @@ Temperature: RLinf scores the old AND new log-probs of its OFT recipes at the ro
 value and the runner may change it between rollouts (e.g. ``temperature_eval``). RLinf's optional
 top-k warper is not applied (its recipes leave top_k at 0 / the full 256 bins).
 
-Replay keys: ``images`` uint8 ``[B, S, S, 3]``, ``tokens`` / ``token_mask`` ``[B, L]``,
-``action_tokens`` long ``[B, C, A]`` (vocabulary ids, as RLinf stores them).
+Replay keys: ``images`` uint8 ``[B, S, S, 3]`` (``[B, n, S, S, 3]`` with several images), ``tokens`` /
+``token_mask`` ``[B, L]``, ``proprio`` ``[B, P]`` (with ``use_proprio``), and the sampling record:
+``action_tokens`` long ``[B, C, A]`` (vocabulary ids, as RLinf stores them) for the token head, or
+``normalized_actions`` float32 ``[B, C, A]`` for the L1-regression head.
+
+L1-regression head (the OFT authors' checkpoints): the head's output is the mean of a Gaussian in the
+normalised action space with a learned state-independent std ``exp(actor_logstd)`` per action dim, as
+RLinf does for its regression heads under PPO (``Normal(mean, exp(actor_logstd))``, initial log-std -2.5,
+RLinf ``starvla/action_heads/oft.py``). Sampling draws from it, deterministic mode returns the mean;
+log-probs and entropy are the Gaussian's, per element.
+
+Values: ``values [B]`` is the critic's first output (the value of the observation the chunk starts
+from); with ``value_type: action_level`` :meth:`OftPolicy.action_values` gives all ``[B, C]``.
+
+Evaluation sampling: RLinf's OFT evaluation configs sample at ``temperature_eval`` 1.6 with
+``do_sample: True``; the standard protocol takes the argmax. :data:`EVAL_SAMPLING` holds both and
+:meth:`OftPolicy.configure_eval` installs one, after which ``sample(deterministic=True)`` follows it.
 """
 
 from __future__ import annotations
@@ -25,7 +40,7 @@ import torch
 from torch import Tensor
 
 from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
-from vlarl_cli.policies.noise import AnyGenerator
+from vlarl_cli.policies.noise import AnyGenerator, randn
 from vlarl_cli.policies.normalization import gripper_from_libero
 from vlarl_cli.policies.openvla_oft.config import OftConfig
 from vlarl_cli.policies.openvla_oft.modeling import OftModel
@@ -41,7 +56,12 @@ from vlarl_cli.policies.token import sample_tokens, token_logprobs
 
 __all__ = ["REPLAY_KEYS", "OftPolicy"]
 
-REPLAY_KEYS = ("images", "tokens", "token_mask", "action_tokens")
+REPLAY_KEYS = ("images", "tokens", "token_mask")
+
+#: How evaluation samples actions per protocol: (do_sample, temperature). ``rlinf``: RLinf's
+#: ``evaluations/libero/libero_*_openvlaoft_eval.yaml`` (``do_sample: True``, ``temperature_eval: 1.6``);
+#: ``standard``: argmax (OpenVLA / openvla-oft ``run_libero_eval.py``).
+EVAL_SAMPLING: dict[str, tuple[bool, float | None]] = {"rlinf": (True, 1.6), "standard": (False, None)}
 
 
 class OftPolicy(OftModel):
@@ -61,15 +81,27 @@ class OftPolicy(OftModel):
         self.action_dim = cfg.action_dim
         self.temperature = cfg.temperature
         self.dataset_statistics: dict[str, Any] = {}
+        self.eval_do_sample, self.eval_temperature = False, cfg.temperature
         self.processor = OftProcessor(cfg, tokenizer or make_tokenizer(cfg), None)
         self.set_dataset_statistics(dataset_statistics)
         if cfg.is_lora:
-            from vlarl_cli.policies.lora import apply_lora
-
-            apply_lora(self.language_model.model, cfg.lora_rank, cfg.lora_scale_alpha)
+            self._apply_lora()
         self.apply_trainability()
 
     # ------------------------------------------------------------------ setup
+    def _apply_lora(self) -> None:
+        """LoRA where RLinf puts it for OpenVLA-OFT (:data:`~vlarl_cli.policies.lora.RLINF_OFT_TARGETS`):
+        the Llama layers and ``lm_head``, the projector, the vision towers' attention and MLPs (the SigLIP
+        pooling head, unused by the forward pass, is left out). ``alpha = r`` as RLinf; RLinf draws A from
+        a Gaussian, here Kaiming-uniform; B = 0 in both, so the wrapped model starts exactly at the base."""
+        from vlarl_cli.policies.lora import DEFAULT_TARGETS, apply_lora
+
+        r, alpha = self.cfg.lora_rank, self.cfg.lora_scale_alpha
+        apply_lora(self.language_model, r, alpha, (*DEFAULT_TARGETS, "lm_head"))
+        apply_lora(self.projector, r, alpha, ("fc1", "fc2", "fc3"))
+        for tower in (self.vision_backbone.featurizer.encoder, self.vision_backbone.fused_featurizer.encoder):
+            apply_lora(tower, r, alpha, ("q_proj", "k_proj", "v_proj", "o_proj", "out_proj", "fc1", "fc2"))
+
     def set_dataset_statistics(self, stats: dict[str, Any] | None) -> None:
         """Install OpenVLA dataset statistics (``{key: {"action": {q01, q99, mask}}}``) or none."""
         self.dataset_statistics = dict(stats or {})
@@ -83,6 +115,21 @@ class OftPolicy(OftModel):
                 raise ConfigError(f'The action statistics "{key}" have {action_stats.q01.numel()} dims but '
                                   f"action_dim is {self.cfg.action_dim}.", "Set actor.model.action_dim to match.")
         self.processor.stats = action_stats
+        if self.cfg.use_proprio and action_stats is not None:
+            self.processor.proprio_stats = ActionStats.from_dict(action_stats.key,
+                                                                 self.dataset_statistics[action_stats.key], "proprio")
+
+    def configure_eval(self, protocol: str) -> None:
+        """Evaluation sampling of ``protocol`` (:data:`EVAL_SAMPLING`): ``sample(deterministic=True)``
+        then samples at its temperature (rlinf) or takes the argmax / mean (standard)."""
+        if protocol not in EVAL_SAMPLING:
+            from vlarl_cli.errors import ConfigError, did_you_mean
+
+            raise ConfigError(f'No OpenVLA-OFT evaluation sampling for protocol "{protocol}".'
+                              f"{did_you_mean(protocol, list(EVAL_SAMPLING))}", f"Use one of {', '.join(EVAL_SAMPLING)}.")
+        do_sample, temperature = EVAL_SAMPLING[protocol]
+        self.eval_do_sample = do_sample
+        self.eval_temperature = self.cfg.temperature if temperature is None else temperature
 
     def apply_trainability(self) -> None:
         """``is_lora``: only the LoRA factors of the language model (and the value head) train."""
@@ -95,18 +142,34 @@ class OftPolicy(OftModel):
                 if isinstance(m, LoRALinear):
                     m.lora_A.requires_grad_(True)
                     m.lora_B.requires_grad_(True)
-            if self.value_head is not None:
-                self.value_head.requires_grad_(True)
+            for head in (self.value_head, self.action_head, self.proprio_projector):
+                if head is not None:
+                    head.requires_grad_(True)
+        if self.actor_logstd is not None:
+            self.actor_logstd.requires_grad_(self.cfg.learn_std)
 
     # ------------------------------------------------------------------ internals
     def _forward(self, inputs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         dev = self.device
         pixels = pixel_values(inputs["images"].to(dev), self._dtype())
-        return self.action_outputs(pixels, inputs["tokens"].to(dev), inputs["token_mask"].to(dev))
+        proprio = inputs["proprio"].to(dev) if "proprio" in inputs else None
+        return self.action_outputs(pixels, inputs["tokens"].to(dev), inputs["token_mask"].to(dev), proprio)
 
     def _chunked(self, x: Tensor) -> Tensor:
         """``[B, T] -> [B, C, A]`` (token j = chunk step j // A, dim j % A, as RLinf's reshape)."""
         return x.reshape(x.shape[0], self.cfg.num_action_chunks, self.cfg.action_dim)
+
+    def _gaussian(self, hidden: Tensor) -> torch.distributions.Normal:
+        """The L1 head's mean ``[B, C, A]`` with std ``exp(actor_logstd)`` (normalised action space)."""
+        assert self.action_head is not None and self.actor_logstd is not None
+        mean = self.action_head(hidden, self.cfg.num_action_chunks)
+        std = self.actor_logstd.float().exp().to(mean.device).expand_as(mean)
+        return torch.distributions.Normal(mean, std)
+
+    def action_values(self, replay: Replay) -> Tensor:
+        """All critic outputs ``[B, num_values]`` (``[B, C]`` with ``value_type: action_level``)."""
+        _, hidden = self._forward(replay)
+        return self.values_from_hidden(hidden)
 
     # ------------------------------------------------------------------ the contract
     @torch.no_grad()
@@ -115,24 +178,44 @@ class OftPolicy(OftModel):
         """Raw env observation -> :class:`PolicyOutput` (shapes in :mod:`vlarl_cli.policies.base`)."""
         inputs = self.processor.prepare(obs)
         logits, hidden = self._forward(inputs)
-        k = sample_tokens(logits, self.temperature, deterministic=deterministic, generator=generator)
+        replay: Replay = dict(inputs)
+        values = self.values_from_hidden(hidden)[:, 0].float().cpu()
+        if self.action_head is not None:
+            dist = self._gaussian(hidden)
+            if deterministic:
+                a, logp = dist.mean, torch.zeros_like(dist.mean)
+            else:
+                eps = randn(tuple(dist.mean.shape), generator, device=dist.mean.device, dtype=dist.mean.dtype)
+                a = dist.mean + dist.stddev * eps
+                logp = dist.log_prob(a)
+            replay["normalized_actions"] = a.float().cpu()
+            return PolicyOutput(actions=self.processor.normalized_to_env(a.cpu()), logprobs=logp.float().cpu(),
+                                values=values, replay=replay)
+        if deterministic and self.eval_do_sample:  # RLinf's evaluation samples (EVAL_SAMPLING["rlinf"])
+            k = sample_tokens(logits, self.eval_temperature, deterministic=False, generator=generator)
+        else:
+            k = sample_tokens(logits, self.temperature, deterministic=deterministic, generator=generator)
         if deterministic:
             logp = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
         else:
             logp, _ = token_logprobs(logits, k, self.temperature)
         k_cpu = self._chunked(k).cpu()
-        actions = self.processor.actions_to_env(k_cpu)
-        replay: Replay = {name: inputs[name] for name in ("images", "tokens", "token_mask")}
         replay["action_tokens"] = k_cpu + self.cfg.action_token_start
-        return PolicyOutput(actions=actions, logprobs=self._chunked(logp).float().cpu(),
-                            values=self.values_from_hidden(hidden).float().cpu(), replay=replay)
+        return PolicyOutput(actions=self.processor.actions_to_env(k_cpu), logprobs=self._chunked(logp).float().cpu(),
+                            values=values, replay=replay)
 
     def evaluate(self, replay: Replay) -> EvaluateOutput:
         """Recompute log-probs ``[B, C, A]``, values ``[B]`` and entropy ``[B, C, A]`` from a replay."""
-        missing = [name for name in REPLAY_KEYS if name not in replay]
+        record = "normalized_actions" if self.action_head is not None else "action_tokens"
+        missing = [name for name in (*REPLAY_KEYS, record) if name not in replay]
         if missing:
             raise KeyError(f"replay lacks {missing} (has {sorted(replay)})")
         logits, hidden = self._forward(replay)
+        values = self.values_from_hidden(hidden)[:, 0]
+        if self.action_head is not None:
+            dist = self._gaussian(hidden)
+            a = replay["normalized_actions"].to(dist.mean.device, torch.float32)
+            return EvaluateOutput(logprobs=dist.log_prob(a), values=values, entropy=dist.entropy())
         ids = replay["action_tokens"].to(logits.device)
         b = ids.shape[0]
         k = ids.reshape(b, -1) - self.cfg.action_token_start
@@ -141,8 +224,7 @@ class OftPolicy(OftModel):
                              f"ids in [{self.cfg.action_token_start}, "
                              f"{self.cfg.action_token_start + self.cfg.n_action_bins}), got {tuple(ids.shape)}")
         logp, entropy = token_logprobs(logits, k, self.temperature)
-        return EvaluateOutput(logprobs=self._chunked(logp), values=self.values_from_hidden(hidden),
-                              entropy=self._chunked(entropy))
+        return EvaluateOutput(logprobs=self._chunked(logp), values=values, entropy=self._chunked(entropy))
 
     def supervised_loss(self, obs: dict[str, Any], actions: Tensor) -> Tensor:
         """Cross-entropy (scalar mean over the ``C * A`` action tokens and the batch) of the bins of the
@@ -169,6 +251,10 @@ class OftPolicy(OftModel):
         if stats is not None:
             normed = 2.0 * (x - stats.q01) / (stats.q99 - stats.q01 + 1e-8) - 1.0
             x = torch.where(stats.mask, normed, x)
+        if self.action_head is not None:  # the OFT authors' L1 regression loss on normalised actions
+            _, hidden = self._forward(inputs)
+            mean = self.action_head(hidden, cfg.num_action_chunks)
+            return (mean - x.clamp(-1.0, 1.0).to(mean)).abs().mean()
         bins = torch.linspace(-1.0, 1.0, cfg.n_action_bins, dtype=torch.float64)
         # torch.bucketize(right=True) == np.digitize: index i with bins[i-1] <= a < bins[i]
         discretized = torch.bucketize(x.clamp(-1.0, 1.0), bins, right=True)

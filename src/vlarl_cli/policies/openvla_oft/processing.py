@@ -56,6 +56,7 @@ __all__ = [
     "center_crop",
     "load_dataset_statistics",
     "make_tokenizer",
+    "normalize_proprio",
     "openvla_prompt",
     "pixel_values",
     "resize_images",
@@ -180,13 +181,25 @@ def _as_uint8(images: Tensor | np.ndarray) -> np.ndarray:
     return arr
 
 
-def resize_images(images: Tensor | np.ndarray, size: int) -> Tensor:
-    """uint8 ``[B, H, W, 3]`` -> uint8 ``[B, size, size, 3]`` (antialiased bicubic; no-op at the right size)."""
-    from PIL import Image
+def resize_images(images: Tensor | np.ndarray, size: int, method: str = "pil") -> Tensor:
+    """uint8 ``[B, H, W, 3]`` -> uint8 ``[B, size, size, 3]`` (no-op at the right size).
 
+    ``pil``: PIL's antialiased bicubic (the OFT authors' / OpenVLA processor on PIL images, RLinf's
+    ``official`` variant). ``torch``: what RLinf's ``rlinf`` variant does (its ``PrismaticImageProcessor``
+    calls ``TVF.resize(..., bicubic, antialias=True)`` on uint8 TENSORS): float bicubic interpolation with
+    antialiasing, clamped to [0, 255] and rounded back to uint8. The two differ by a few grey levels.
+    """
     arr = _as_uint8(images)
     if arr.shape[1:3] == (size, size):
         return torch.from_numpy(np.ascontiguousarray(arr))
+    if method == "torch":
+        x = torch.from_numpy(np.ascontiguousarray(arr)).permute(0, 3, 1, 2).float()
+        y = torch.nn.functional.interpolate(x, size=(size, size), mode="bicubic", align_corners=False, antialias=True)
+        return y.clamp(0, 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+    if method != "pil":
+        raise ValueError(f"unknown resize method {method!r} (pil, torch)")
+    from PIL import Image
+
     out = [np.asarray(Image.fromarray(im).resize((size, size), resample=Image.Resampling.BICUBIC)) for im in arr]
     return torch.from_numpy(np.stack(out))
 
@@ -206,7 +219,10 @@ def center_crop(images: Tensor, scale: float = CROP_SCALE) -> Tensor:
 
 
 def pixel_values(images: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """uint8 ``[B, S, S, 3]`` -> ``[B, 6, S, S]``: DINOv2-normalised channels, then SigLIP-normalised."""
+    """uint8 ``[B, S, S, 3]`` -> ``[B, 6, S, S]``: DINOv2-normalised channels, then SigLIP-normalised;
+    ``[B, n, S, S, 3]`` -> ``[B, 6 n, S, S]`` (image by image, as openvla-oft stacks several images)."""
+    if images.dim() == 5:
+        return torch.cat([pixel_values(images[:, i], dtype) for i in range(images.shape[1])], dim=1)
     x = images.to(torch.float32).permute(0, 3, 1, 2) / 255.0
     parts = []
     for mean, std in ((DINO_MEAN, DINO_STD), (SIGLIP_MEAN, SIGLIP_STD)):
@@ -243,10 +259,10 @@ class ActionStats:
     key: str
 
     @classmethod
-    def from_dict(cls, key: str, d: dict[str, Any]) -> ActionStats:
-        action = d.get("action") if isinstance(d.get("action"), dict) else None
+    def from_dict(cls, key: str, d: dict[str, Any], name: str = "action") -> ActionStats:
+        action = d.get(name) if isinstance(d.get(name), dict) else None
         if action is None or "q01" not in action or "q99" not in action:
-            raise CheckpointError(f'dataset statistics "{key}" lack action q01/q99 (has {sorted(d)}).',
+            raise CheckpointError(f'dataset statistics "{key}" lack {name} q01/q99 (has {sorted(d)}).',
                                   "Use the dataset_statistics.json written with the checkpoint.")
         cpu = torch.device("cpu")  # explicit: policies are also built under a meta-device context
         q01 = torch.as_tensor(action["q01"], dtype=torch.float64, device=cpu).reshape(-1)
@@ -305,36 +321,79 @@ def unnormalize_actions(a: Tensor, stats: ActionStats | None) -> Tensor:
     return torch.where(mask, x, a.double())
 
 
+def normalize_proprio(state: Tensor, stats: ActionStats | None) -> Tensor:
+    """Robot state ``[B, P]`` -> ``clip(2 (x - q01) / (q99 - q01 + 1e-8) - 1, -1, 1)`` on masked dims, float32
+    (RLinf ``openvla_utils.normalize_proprio``, BOUNDS_Q99). The statistics are required: an unnormalised
+    state would feed the projector values it never saw in training."""
+    if stats is None:
+        raise CheckpointError("use_proprio needs the proprio statistics of the unnorm_key (dataset_statistics.json "
+                              '"<key>": {"proprio": {"q01", "q99"}}) and none were found.',
+                              "Use the dataset_statistics.json written with the checkpoint.")
+    x = state.double().cpu()
+    if x.shape[-1] != stats.q01.numel():
+        raise ValueError(f"states have {x.shape[-1]} dims but the proprio statistics have {stats.q01.numel()}")
+    normed = 2.0 * (x - stats.q01) / (stats.q99 - stats.q01 + _UNNORM_EPS) - 1.0
+    return torch.where(stats.mask, normed, x).clamp(-1.0, 1.0).float()
+
+
 # ---------------------------------------------------------------------------------------- processor
 class OftProcessor:
     """Turns env observations into model inputs and sampled bin indices into env actions."""
 
-    def __init__(self, cfg: OftConfig, tokenizer: PromptTokenizer, stats: ActionStats | None) -> None:
+    def __init__(self, cfg: OftConfig, tokenizer: PromptTokenizer, stats: ActionStats | None,
+                 proprio_stats: ActionStats | None = None) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.stats = stats
+        self.proprio_stats = proprio_stats
+
+    def normalized_to_env(self, a: Tensor) -> Tensor:
+        """Normalised actions ``[B, C, A]`` (bin centres or the L1 head's output) -> env actions float32."""
+        x = unnormalize_actions(a, self.stats)
+        if self.cfg.gripper == "libero":
+            x = torch.cat([x[..., :-1], gripper_to_libero(x[..., -1:])], dim=-1)
+        return x.float()
 
     def prepare(self, obs: dict[str, Any]) -> dict[str, Tensor]:
         """Observation dict -> CPU tensors (batch-first, stored in the replay):
 
-        ``images`` uint8 ``[B, S, S, 3]`` (resized, centre-cropped), ``tokens`` long ``[B, L]``,
-        ``token_mask`` bool ``[B, L]`` (L = ``max_prompt_len``).
+        ``images`` uint8 ``[B, S, S, 3]`` (one image) or ``[B, n, S, S, 3]`` (``num_images_in_input = n``:
+        the third-person image then the wrist image(s)), resized (and centre-cropped when configured);
+        ``tokens`` long ``[B, L]``, ``token_mask`` bool ``[B, L]`` (L = ``max_prompt_len``); with
+        ``use_proprio`` also ``proprio`` float32 ``[B, P]`` (normalised, see :func:`normalize_proprio`).
         """
+        cfg = self.cfg
         for k in (keys.MAIN_IMAGES, keys.TASK_DESCRIPTIONS):
             if k not in obs:
                 raise KeyError(f"observation lacks {k!r} (has {sorted(obs)})")
-        images = resize_images(obs[keys.MAIN_IMAGES], self.cfg.image_size)
-        if self.cfg.center_crop:
-            images = center_crop(images)
+        views = [obs[keys.MAIN_IMAGES]]
+        if cfg.num_images_in_input > 1:
+            if keys.WRIST_IMAGES not in obs:
+                raise KeyError(f"num_images_in_input={cfg.num_images_in_input} needs {keys.WRIST_IMAGES!r} in the "
+                               f"observation (has {sorted(obs)})")
+            wrist = obs[keys.WRIST_IMAGES]
+            wrist = wrist if wrist.ndim == 5 else wrist[:, None]  # [B, W, H, W, 3]
+            if wrist.shape[1] < cfg.num_images_in_input - 1:
+                raise ValueError(f"{wrist.shape[1]} wrist image(s) for num_images_in_input={cfg.num_images_in_input}")
+            views += [wrist[:, i] for i in range(cfg.num_images_in_input - 1)]
+        images = [self._image(v) for v in views]
         texts = list(obs[keys.TASK_DESCRIPTIONS])
-        if len(texts) != images.shape[0]:
-            raise ValueError(f"{len(texts)} task descriptions for a batch of {images.shape[0]} observations")
-        tokens, token_mask = self.tokenizer.encode(texts, self.cfg.max_prompt_len)
-        return {"images": images, "tokens": tokens, "token_mask": token_mask}
+        if len(texts) != images[0].shape[0]:
+            raise ValueError(f"{len(texts)} task descriptions for a batch of {images[0].shape[0]} observations")
+        tokens, token_mask = self.tokenizer.encode(texts, cfg.max_prompt_len)
+        out = {"images": images[0] if len(images) == 1 else torch.stack(images, dim=1),
+               "tokens": tokens, "token_mask": token_mask}
+        if cfg.use_proprio:
+            if keys.STATES not in obs:
+                raise KeyError(f"use_proprio needs {keys.STATES!r} in the observation (has {sorted(obs)})")
+            out["proprio"] = normalize_proprio(torch.as_tensor(obs[keys.STATES]), self.proprio_stats)
+        return out
+
+    def _image(self, images: Any) -> Tensor:
+        method = "torch" if self.cfg.implement_version == "rlinf" else "pil"  # as each upstream processor
+        out = resize_images(images, self.cfg.image_size, method)
+        return center_crop(out) if self.cfg.center_crop else out
 
     def actions_to_env(self, k: Tensor) -> Tensor:
         """Relative bin indices ``[B, C, A]`` -> env actions ``[B, C, A]`` float32."""
-        a = unnormalize_actions(tokens_to_normalized_actions(k, self.cfg.n_action_bins), self.stats)
-        if self.cfg.gripper == "libero":
-            a = torch.cat([a[..., :-1], gripper_to_libero(a[..., -1:])], dim=-1)
-        return a.float()
+        return self.normalized_to_env(tokens_to_normalized_actions(k, self.cfg.n_action_bins))

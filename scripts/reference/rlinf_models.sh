@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Isolated environment with RLinf 0.3.0's OpenVLA-OFT model code for the conformance tests in
+# tests/conformance/rlinf_oft/ (never the project's venv). Idempotent: a stamp file records a finished build.
+#
+#   bash scripts/reference/rlinf_models.sh        # -> .reference/rlinf_models/bin/python
+#
+# rlinf is installed --no-deps with only what rlinf/models/embodiment/openvla_oft and prismatic import.
+# Versions: transformers 4.40.1 + tokenizers 0.19.1 + timm 0.9.10 are the pins of the OpenVLA-OFT code
+# RLinf runs (openvla-oft pyproject.toml; its modeling refuses other timm versions); torch 2.13.0 is the
+# local CPU wheel (torchvision 0.28.0 is its release twin, --no-deps; timm imports it). openvla-oft's own `prismatic` package is not on PyPI: the tests put a stand-in written
+# from facts (tests/conformance/rlinf_oft/prismatic_standin) on the path, see the test module.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+VENV=.reference/rlinf_models
+STAMP="$VENV/.stamp-v1"
+if [[ -f "$STAMP" ]]; then
+    echo "rlinf_models reference environment ready: $VENV/bin/python"
+    exit 0
+fi
+python3 -m venv "$VENV"
+PIP="$VENV/bin/pip"
+"$PIP" install --quiet "torch==2.13.0"
+"$PIP" install --quiet "numpy<2" "transformers==4.40.1" "tokenizers==0.19.1" "huggingface-hub>=0.19,<1.0" \
+    "safetensors>=0.4" "timm==0.9.10" "omegaconf>=2.3" "pillow" "pyyaml" "regex" "requests" "tqdm" \
+    "packaging" "filelock" "torchvision==0.28.0" "urllib3" "idna" "charset-normalizer" "certifi" "fsspec" --no-deps
+"$PIP" install --quiet --no-deps "rlinf==0.3.0"
+# PyPI's torchvision is built against CUDA torch: its C ops do not load beside the CPU torch and its meta
+# registrations then fail at import; tests/conformance/rlinf_oft/run_rlinf.py skips that module (timm only
+# needs torchvision's pure-Python parts). The same check here:
+"$VENV/bin/python" -c "import sys, types; sys.modules['torchvision._meta_registrations'] = types.ModuleType('m'); \
+import transformers, timm, omegaconf; print('transformers', transformers.__version__, 'timm', timm.__version__)"
+touch "$STAMP"
+echo "rlinf_models reference environment ready: $VENV/bin/python"

@@ -1,0 +1,3 @@
+from prismatic.vla.constants import NormalizationType
+
+__all__ = ["NormalizationType"]
