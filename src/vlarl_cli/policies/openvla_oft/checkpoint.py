@@ -553,7 +553,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     report = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
               "mismatched": mismatched, "initialized": fresh, "dataset_statistics": stats_src,
               "implement_version": cfg.implement_version, "action_head": cfg.action_head,
-              "side_files": sorted(side), "lora_adapter": os.fspath(lora_path) if adapter else None}
+              "side_files": sorted(side), "lora_adapter": os.fspath(lora_path) if adapter and lora_path is not None else None}
     if strict and (missing or unexpected or mismatched):
         parts = []
         if missing:
