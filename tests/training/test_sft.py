@@ -440,9 +440,11 @@ def test_libero_expert_demos_train_a_tiny_pi0_whose_checkpoint_loads(libero_demo
     run = tmp_path / "run"
     loaded = load_config("sft_quickstart", [f"runner.logger.log_path={run}", "actor.micro_batch_size=8",
                                             "actor.global_batch_size=8"])
-    result = train_sft(loaded, demos=libero_demos, steps=80, quiet=True)
+    result = train_sft(loaded, demos=libero_demos, steps=120, quiet=True)
     losses = result.losses
-    assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5]), losses
+    # targets normalised with the data's own statistics (unit variance): the flow loss starts near
+    # E|noise - target|^2 = 2 and cannot reach 0 (flow matching's irreducible part), so the bar is a 20% drop
+    assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10]), losses
 
     from safetensors.torch import load_file
 

@@ -496,12 +496,10 @@ def _record_worker(job: _RecordJob) -> dict[str, Any]:
         while successes < job.quota:
             attempt += job.workers
             task, trial = _attempt_target(job, attempt, len(suites.init_states(job.suite, job.tasks[attempt % len(job.tasks)])))
+            if len(skipped) == len(job.tasks) or tried >= job.max_attempts:
+                break
             if attempt in done or task in skipped:
                 continue
-            if len(skipped) == len(job.tasks):
-                break
-            if tried >= job.max_attempts:
-                break
             try:
                 ep, success = _run_expert_episode(env, task, trial, job.init, attempt)
             except EnvError as err:
