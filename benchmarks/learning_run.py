@@ -139,6 +139,7 @@ def rl_overrides(out: Path, args: argparse.Namespace, sft_ckpt: Path) -> list[st
         f"runner.logger.log_path={out / 'rl'}", f"runner.max_epochs={args.rl_iters}", "runner.save_interval=1",
         "runner.val_check_interval=-1", "runner.logger.logger_backends=[]",
         f"actor.model.model_path={sft_ckpt}", "actor.model.openpi.config_name=pi0",
+        "actor.model.openpi.train_expert_only=False",  # a small model: every weight trains, as in the SFT stage
         "algorithm.adv_type=grpo", "algorithm.loss_type=actor", f"algorithm.group_size={args.group_size}",
         f"algorithm.update_epoch={args.update_epochs}",
         f"env.train.group_size={args.group_size}", f"env.train.task_ids={list(args.tasks)}",
@@ -167,7 +168,9 @@ def _versions() -> dict[str, str]:
     import importlib.metadata as md
 
     out = {"python": platform.python_version(), "platform": platform.platform()}
-    for name in ("vlarl-cli", "torch", "robosuite", "mujoco", "libero", "pyarrow", "av"):
+    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent)
+    out["vlarl_commit"] = git.stdout.strip() if git.returncode == 0 else "unknown"
+    for name in ("vlarl", "torch", "robosuite", "mujoco", "libero", "pyarrow", "av"):
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
