@@ -503,3 +503,23 @@ def test_two_processes_train_like_one(tmp_path):
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], rtol=1e-5, atol=1e-6)
     assert not torch.equal(wa["log_std"], torch.zeros_like(wa["log_std"]))  # it trained
+
+
+@pytest.mark.parametrize("argv", [[], ["--short"], ["--rl-envs", "12", "--group-size", "3"]])
+def test_learning_run_stage_configs_validate(argv, tmp_path):
+    """benchmarks/learning_run.py: its RL stage overrides and SFT preset load as valid configs (batch sizes
+    divide the samples of an iteration, GRPO groups fit the envs) for the full and the short run."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "benchmarks" / "learning_run.py"
+    spec = importlib.util.spec_from_file_location("learning_run", path)
+    lr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lr)
+    args = lr.parse(["--out", str(tmp_path), *argv])
+    cfg = load_config("quickstart", lr.rl_overrides(tmp_path, args, tmp_path / "ckpt")).config
+    assert cfg.algorithm.adv_type == "grpo" and cfg.train_num_envs == args.rl_envs
+    assert cfg.samples_per_iteration() % cfg.actor.global_batch_size == 0
+    assert cfg.actor.model.openpi.train_expert_only is False
+    sft = load_config("sft_learning_run", [f"actor.model.model_path={tmp_path}"]).config
+    assert sft.sft.norm_stats == "data" and sft.actor.model.num_action_chunks == cfg.actor.model.num_action_chunks
