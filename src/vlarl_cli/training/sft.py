@@ -215,8 +215,9 @@ def check_run_dir(run_dir: Path, resuming: bool) -> None:
     taken = [p for p in (run_dir / METRICS_FILE, run_dir / "checkpoints") if p.exists()]
     if taken:
         raise ConfigError(f"The run folder {run_dir} already holds an SFT run ({', '.join(p.name for p in taken)}).",
-                          "Continue it with --resume auto, or start a new run in another folder "
-                          "(runner.logger.log_path=...); vlarl never replaces an earlier run.")
+                          "Continue it with --resume auto (when it saved a checkpoint), or start a new run in "
+                          "another folder (runner.logger.log_path=...; --demos <old run>/demos reuses its "
+                          "recorded demonstrations); vlarl never replaces an earlier run.")
     cfg = run_dir / "config.yaml"
     if cfg.is_file():
         import yaml
