@@ -37,10 +37,10 @@ What it does (:func:`train_sft`):
    ``vlarl rl-train actor.model.model_path=<folder>`` load it. Toy policies: ``model.safetensors``.
 
 A run folder that already holds an SFT run (``sft_metrics.jsonl`` or checkpoints) is refused unless
-``--resume`` continues it. Randomness: model init from ``actor.seed``; the sample order, the flow noise and
-the flow times from generators seeded by (seed, purpose), saved in every checkpoint; so a run is
-repeatable and a resumed run repeats the uninterrupted one. Several processes (``torchrun``) split every
-global batch evenly and average gradients (``distributed.dist.gradient_all_reduce``); rank 0 records and saves.
+``--resume`` continues it. Randomness: model init from ``actor.seed``; the sample order from (seed, epoch),
+the flow noise and times of step k from (seed, rank, k); so a run is repeatable and a resumed run (any
+number of processes) repeats the uninterrupted one. Several processes (``torchrun``) split every global
+batch evenly and average gradients (``distributed.dist.gradient_all_reduce``); rank 0 records and saves.
 """
 
 from __future__ import annotations
@@ -422,8 +422,9 @@ def train_sft(loaded: LoadedConfig, *, demos: Path | None = None, record: int | 
         raise ConfigError(f"actor.global_batch_size ({glob}) must be divisible by micro_batch_size x processes "
                           f"({micro} x {world}).", "Adjust the batch sizes.")
     local = glob // world
-    flow_gen = torch.Generator().manual_seed(derived_seed(seed, ctx.rank, 12))
-    generators = {f"sft_flow_rank{ctx.rank}": flow_gen}
+    # the flow noise / times of step k come from (seed, rank, k): nothing to carry across a resume, on any rank
+    flow_gen = torch.Generator()
+    generators: dict[str, torch.Generator] = {}
     done = 0
     if resume_path is not None:
         done = _restore(resume_path, policy, optimizer, scheduler, generators)
@@ -451,6 +452,7 @@ def train_sft(loaded: LoadedConfig, *, demos: Path | None = None, record: int | 
     try:
         for step in range(done + 1, steps + 1):
             ids = sampler.next(glob)[ctx.rank * local:(ctx.rank + 1) * local]
+            flow_gen.manual_seed(derived_seed(seed, ctx.rank, 12, step))
             optimizer.zero_grad(set_to_none=True)
             total = torch.zeros((), dtype=torch.float64)
             for k in range(0, local, micro):
