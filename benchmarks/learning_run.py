@@ -94,11 +94,14 @@ def stage_init_model(out: Path, seed: int) -> Path:
 
 
 def stage_record(out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from vlarl_cli.training.demos import record_expert_dataset
+    from vlarl_cli.training.demos import read_recording_report, record_expert_dataset
 
-    report = record_expert_dataset(out / "demos", args.demos, suite=args.suite, task_ids=args.tasks, resolution=128,
-                                   max_episode_steps=220, settle_steps=10, protocol="standard", init="sampled",
-                                   workers=args.workers, progress=print)
+    if (out / "demos" / "meta" / "info.json").is_file():  # written before an interruption: keep it
+        report = read_recording_report(out / "demos")
+    else:
+        report = record_expert_dataset(out / "demos", args.demos, suite=args.suite, task_ids=args.tasks,
+                                       resolution=128, max_episode_steps=220, settle_steps=10, protocol="standard",
+                                       init="sampled", workers=args.workers, progress=print)
     return {"attempts": report.attempts, "successes": report.successes, "kept": report.kept,
             "expert_success_rate": report.success_rate}
 

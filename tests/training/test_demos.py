@@ -246,6 +246,9 @@ def test_expert_dataset_is_lerobot_with_the_experts_success_rate(tmp_path, monke
     # attempts 0 (task 0 ok), 1 (task 1 fails), 2 (task 2 unscripted), 3 (0 ok), 4 (1 fails), 6 (0 ok)
     assert (report.attempts, report.successes, report.kept, report.unscripted_tasks) == (5, 3, 3, [2])
     assert report.success_rate == pytest.approx(3 / 5)
+    from vlarl_cli.training.demos import read_recording_report
+
+    assert read_recording_report(tmp_path / "ds") == report  # kept in the dataset's meta/ folder
     assert not (tmp_path / "ds.staging").exists()  # the staging folder is the recorder's own, removed at the end
     episodes, fmt = load_demonstrations(tmp_path / "ds")
     assert fmt == "lerobot" and [len(e) for e in episodes] == [3, 4, 5]  # trials 0, 1, 2 of task 0

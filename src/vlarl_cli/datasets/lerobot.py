@@ -344,14 +344,15 @@ def _feature(dtype: str, shape: Sequence[int], names: Any) -> dict[str, Any]:
 
 
 def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, robot_type: str = "panda",
-                  codec: str = "libsvtav1") -> Path:
+                  codec: str = "libsvtav1", extra_meta: dict[str, Any] | None = None) -> Path:
     """Write ``episodes`` (:class:`~vlarl_cli.training.demos.Episode`) as a LeRobot v3.0 dataset at ``root``.
 
     One data file, one video file per camera and one episodes file (fine for the few hundred episodes
     recorded here); columns ``observation.state``, ``action``, ``observation.images.image`` /
     ``observation.images.wrist_image`` (the GR00T / lerobot LIBERO names), plus the bookkeeping columns;
     ``meta/stats.json`` holds min / max / mean / std / count per numeric feature (and q01 / q99). The folder
-    must not exist yet (written under a temporary name, renamed at the end).
+    must not exist yet (written under a temporary name, renamed at the end). ``extra_meta``: file name ->
+    JSON content written into ``meta/`` as well (e.g. how the episodes were recorded).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -425,4 +426,6 @@ def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, r
                 "features": features}
         (tmp / "meta" / "info.json").write_text(json.dumps(info, indent=2))
         (tmp / "meta" / "stats.json").write_text(json.dumps(stats, indent=2))
+        for name, content in (extra_meta or {}).items():
+            (tmp / "meta" / name).write_text(json.dumps(content, indent=2))
     return root

@@ -62,6 +62,7 @@ __all__ = [
     "episode_paths",
     "load_episode",
     "load_episodes",
+    "read_recording_report",
     "record_expert_dataset",
     "record_expert_demos",
     "record_toy_demos",
@@ -395,6 +396,7 @@ def record_expert_demos(out_dir: str | Path, n: int, *, suite: str = "libero_spa
 # LIBERO expert -> LeRobot dataset, in parallel worker processes
 
 _ATTEMPTS_LOG = "attempts.jsonl"
+RECORDING_META = "vlarl_recording.json"  # how a recorded dataset came about, in its meta/ folder
 SAMPLED_SEED_BASE = 100_000  # sampled init states: placement seed SAMPLED_SEED_BASE + attempt index
 
 
@@ -582,6 +584,21 @@ def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_s
     episodes = [load_episode(p) for p in sorted(staging.glob(_PATTERN))]
     for e in episodes:
         e.meta = {**e.meta, "suite": suite}
-    write_lerobot(out, episodes, fps=fps)
+    report = RecordReport(out, len(rows), successes, len(episodes), unscripted)
+    provenance = {"expert": "PickPlaceExpert", "suite": suite, "tasks": list(tasks), "init": init,
+                  "attempts": report.attempts, "successes": report.successes, "kept": report.kept,
+                  "success_rate": report.success_rate, "unscripted_tasks": unscripted, "episodes": sorted(
+                      (r for r in rows), key=lambda r: r["attempt"])}
+    write_lerobot(out, episodes, fps=fps, extra_meta={RECORDING_META: provenance})
     shutil.rmtree(staging)
-    return RecordReport(out, len(rows), successes, len(episodes), unscripted)
+    return report
+
+
+def read_recording_report(dataset: str | Path) -> RecordReport:
+    """The :class:`RecordReport` of a dataset :func:`record_expert_dataset` wrote (``meta/vlarl_recording.json``)."""
+    path = Path(dataset).expanduser() / "meta" / RECORDING_META
+    if not path.is_file():
+        raise VlarlError(f"{path.parent.parent} was not recorded by vlarl's expert (no meta/{RECORDING_META}).",
+                         "Use a dataset written by record_expert_dataset / vlarl sft --record.")
+    d = json.loads(path.read_text())
+    return RecordReport(path.parent.parent, d["attempts"], d["successes"], d["kept"], d["unscripted_tasks"])
