@@ -44,7 +44,7 @@ def test_print_config_of_every_preset_is_resolved_yaml() -> None:
         out = vlarl("rl-train", "--config", name, "--print-config")
         assert out.returncode == 0, (name, out.stderr)
         data = yaml.safe_load(out.stdout)
-        assert set(data) == {"cluster", "runner", "algorithm", "env", "rollout", "actor"}
+        assert set(data) == {"cluster", "runner", "algorithm", "env", "rollout", "actor", "sft"}
         assert "${" not in out.stdout
 
 

@@ -16,7 +16,7 @@ SEED_PRESETS = [
     "libero_spatial_ppo_gr00t", "libero_object_ppo_gr00t", "libero_goal_ppo_gr00t", "libero_10_ppo_gr00t",
     "libero_spatial_ppo_gr00t_n1d6", "libero_10_ppo_openpi", "libero_10_grpo_openpi",
     "libero_10_ppo_openpi_pi05", "libero_10_grpo_openpi_pi05", "libero_10_ppo_openvlaoft",
-    "libero_10_grpo_openvlaoft", "quickstart", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach",
+    "libero_10_grpo_openvlaoft", "quickstart", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach", "sft_learning_run",
 ]
 
 

@@ -219,3 +219,48 @@ def test_expert_recording_keeps_successes_aligns_steps_and_skips_unscripted_task
         record_expert_demos(tmp_path / "fail", 1, task_ids=[1], max_attempts=4)
     with pytest.raises(VlarlError, match="handles none of the tasks"):
         record_expert_demos(tmp_path / "none", 1, task_ids=[2])
+
+
+class _FakeLiberoEnv16(_FakeLiberoEnv):
+    """16 px frames (the AV1 encoder of the LeRobot writer needs more than 8 px)."""
+
+    def _obs(self) -> dict:
+        obs = super()._obs()
+        obs[keys.MAIN_IMAGES] = np.full((16, 16, 3), 20 * self.t, np.uint8)
+        return obs
+
+
+def test_expert_dataset_is_lerobot_with_the_experts_success_rate(tmp_path, monkeypatch):
+    """record_expert_dataset: attempts round robin over the tasks, failures dropped (or kept when asked),
+    unscripted tasks skipped, the expert's success rate reported, the result a LeRobot v3.0 dataset."""
+    from vlarl_cli.datasets import load_demonstrations
+    from vlarl_cli.envs.libero import env as env_mod
+    from vlarl_cli.envs.libero import expert as expert_mod
+    from vlarl_cli.envs.libero import suites
+    from vlarl_cli.training.demos import record_expert_dataset
+
+    monkeypatch.setattr(env_mod, "LiberoEnv", _FakeLiberoEnv16)
+    monkeypatch.setattr(expert_mod, "PickPlaceExpert", _FakeExpert)
+    monkeypatch.setattr(suites, "init_states", lambda suite, task: np.zeros((50, 3)))
+    report = record_expert_dataset(tmp_path / "ds", 3, task_ids=[0, 1, 2], cameras=("main",), fps=20)
+    # attempts 0 (task 0 ok), 1 (task 1 fails), 2 (task 2 unscripted), 3 (0 ok), 4 (1 fails), 6 (0 ok)
+    assert (report.attempts, report.successes, report.kept, report.unscripted_tasks) == (5, 3, 3, [2])
+    assert report.success_rate == pytest.approx(3 / 5)
+    from vlarl_cli.training.demos import read_recording_report
+
+    assert read_recording_report(tmp_path / "ds") == report  # kept in the dataset's meta/ folder
+    assert not (tmp_path / "ds.staging").exists()  # the staging folder is the recorder's own, removed at the end
+    episodes, fmt = load_demonstrations(tmp_path / "ds")
+    assert fmt == "lerobot" and [len(e) for e in episodes] == [3, 4, 5]  # trials 0, 1, 2 of task 0
+    for e in episodes:
+        np.testing.assert_array_equal(e.states[:, 0], np.arange(len(e)))
+        np.testing.assert_allclose(e.actions[:, 0], np.clip(0.5 * np.arange(len(e)) - 0.2, -1, 1))
+        means = e.images[keys.MAIN_IMAGES].reshape(len(e), -1).mean(1)
+        np.testing.assert_allclose(means, 20 * np.arange(len(e)), atol=4)  # frame t is frame t after AV1
+    kept = record_expert_dataset(tmp_path / "all", 2, task_ids=[0, 1], cameras=("main",), keep_failures=True)
+    everything, _ = load_demonstrations(tmp_path / "all")
+    assert kept.kept == 3 and [e.success for e in everything] == [True, False, True]  # stops at 2 successes
+    with pytest.raises(VlarlError, match="already exists"):
+        record_expert_dataset(tmp_path / "ds", 1, task_ids=[0])
+    with pytest.raises(VlarlError, match="handles none of the tasks"):
+        record_expert_dataset(tmp_path / "none", 1, task_ids=[2])

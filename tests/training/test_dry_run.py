@@ -14,7 +14,8 @@ EXPECTED_BILLIONS = {
 }
 
 
-TINY_PRESETS = ("quickstart", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach")  # CPU demos, tiny on purpose
+TINY_PRESETS = ("quickstart", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach",  # CPU demos, tiny on purpose
+                "sft_learning_run")
 
 
 @pytest.mark.parametrize("name", [p for p in list_presets() if p not in TINY_PRESETS])

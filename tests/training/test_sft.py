@@ -290,7 +290,9 @@ def test_toy_sft_lifts_deterministic_success(tmp_path):
     result = train_sft(loaded, record=100, steps=200, quiet=True)
     ckpt = run / "checkpoints" / "global_step_200"
     assert result.checkpoint == ckpt and (run / "checkpoints" / "latest").read_text().strip() == "global_step_200"
-    assert sorted(p.name for p in ckpt.iterdir()) == ["config.yaml", "model.safetensors", "sft_state.json"]
+    # rl-train's resumable checkpoint: weights + optimizer + RNG + trainer state, and the SFT record
+    assert sorted(p.name for p in ckpt.iterdir()) == ["config.yaml", "model.safetensors", "optimizer.pt", "rng.pt",
+                                                      "sft_state.json", "trainer_state.json"]
     policy, _, _ = load_policy(ckpt, None)  # what `vlarl eval --checkpoint` does
     after = _toy_success(policy)
     # the loss never touches the critic: the value head leaves SFT exactly as it was initialised
@@ -323,13 +325,76 @@ def test_toy_sft_is_repeatable(tmp_path):
     assert not (tmp_path / "a" / "checkpoints").exists()  # -o: only the given folder
 
 
+def test_interrupted_sft_resumes_into_the_uninterrupted_run(tmp_path, monkeypatch):
+    """Killed after step 4 of 6 (checkpoints every 2 steps), ``--resume auto`` repeats the uninterrupted run:
+    same losses, same final weights (sample order, flow noise, optimizer and schedule all restored)."""
+    from safetensors.torch import load_file
+
+    from vlarl_cli.training import sft as sft_mod
+    from vlarl_cli.training.demos import record_toy_demos
+
+    record_toy_demos(tmp_path / "demos", 10, seed=0)
+    over = ["sft.save_interval=2", "actor.model.model_type=toy_flow"]
+
+    def run(name: str, resume: str | None = None) -> sft_mod.SftResult:
+        loaded = load_config("sft_toy_reach", [f"runner.logger.log_path={tmp_path / name}", *over])
+        return sft_mod.train_sft(loaded, demos=tmp_path / "demos", steps=6, quiet=True, resume=resume)
+
+    full = run("full")
+    calls = {"n": 0}
+    real_next = sft_mod._Sampler.next
+
+    def dying_next(self, n):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt  # killed during step 5: the step-4 checkpoint is the last one
+        return real_next(self, n)
+
+    monkeypatch.setattr(sft_mod._Sampler, "next", dying_next)
+    with pytest.raises(KeyboardInterrupt):
+        run("cut")
+    monkeypatch.setattr(sft_mod._Sampler, "next", real_next)
+    with pytest.raises(ConfigError, match="already holds an SFT run") as err:
+        run("cut")  # a new run never overwrites the interrupted one
+    assert "--resume auto" in err.value.fix
+    resumed = run("cut", resume="auto")
+    assert resumed.losses == full.losses[4:]
+    wa, wb = (load_file(str(r.checkpoint / "model.safetensors")) for r in (full, resumed))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    rows = [json.loads(line) for line in (tmp_path / "cut" / "sft_metrics.jsonl").read_text().splitlines()]
+    full_rows = [json.loads(line) for line in (tmp_path / "full" / "sft_metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["sft/loss"] for r in rows] == [r["sft/loss"] for r in full_rows]
+
+
+def test_sft_output_folder_is_never_replaced(tmp_path):
+    from vlarl_cli.training.demos import record_toy_demos
+    from vlarl_cli.training.sft import train_sft
+
+    record_toy_demos(tmp_path / "demos", 5, seed=0)
+    mine = tmp_path / "my_folder"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("precious")
+    loaded = load_config("sft_toy_reach", [f"runner.logger.log_path={tmp_path / 'run'}"])
+    with pytest.raises(ConfigError, match="already exists") as err:
+        train_sft(loaded, demos=tmp_path / "demos", steps=1, output=mine, quiet=True)
+    assert "does not exist yet" in err.value.fix
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"] and (mine / "thesis.tex").read_text() == "precious"
+    (tmp_path / "cfgdir").mkdir()
+    (tmp_path / "cfgdir" / "config.yaml").write_text("my: own\n")
+    foreign = load_config("sft_toy_reach", [f"runner.logger.log_path={tmp_path / 'cfgdir'}"])
+    with pytest.raises(ConfigError, match="not a vlarl run config"):
+        train_sft(foreign, demos=tmp_path / "demos", steps=1, quiet=True)
+    assert (tmp_path / "cfgdir" / "config.yaml").read_text() == "my: own\n"
+
+
 def test_sft_errors_name_the_problem_and_the_fix(tmp_path):
     from vlarl_cli.training.demos import Episode, save_episode
     from vlarl_cli.training.sft import run_sft, train_sft
 
     (tmp_path / "empty").mkdir()
     base = [f"runner.logger.log_path={tmp_path / 'run'}"]
-    with pytest.raises(VlarlError, match="no episode_") as err:
+    with pytest.raises(VlarlError, match="nor a folder of episode_") as err:
         run_sft(config="sft_toy_reach", demos=tmp_path / "empty", overrides=base, steps=2, output=None)
     assert "--record" in err.value.fix
     save_episode(tmp_path / "d7" / "episode_00000.npz",
@@ -338,7 +403,8 @@ def test_sft_errors_name_the_problem_and_the_fix(tmp_path):
         train_sft(load_config("sft_toy_reach", base), demos=tmp_path / "d7", steps=2, quiet=True)
     assert "action_dim" in err.value.fix
     with pytest.raises(ConfigError, match="No number of SFT steps"):
-        train_sft(load_config("sft_toy_reach", [*base, "runner.max_steps=-1"]), demos=tmp_path / "d7", quiet=True)
+        train_sft(load_config("sft_toy_reach", [f"runner.logger.log_path={tmp_path / 'run3'}", "runner.max_steps=-1"]),
+                  demos=tmp_path / "d7", quiet=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -375,9 +441,11 @@ def test_libero_expert_demos_train_a_tiny_pi0_whose_checkpoint_loads(libero_demo
     run = tmp_path / "run"
     loaded = load_config("sft_quickstart", [f"runner.logger.log_path={run}", "actor.micro_batch_size=8",
                                             "actor.global_batch_size=8"])
-    result = train_sft(loaded, demos=libero_demos, steps=30, quiet=True)
+    result = train_sft(loaded, demos=libero_demos, steps=120, quiet=True)
     losses = result.losses
-    assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5]), losses
+    # targets normalised with the data's own statistics (unit variance): the flow loss starts near
+    # E|noise - target|^2 = 2 and cannot reach 0 (flow matching's irreducible part), so the bar is a 20% drop
+    assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10]), losses
 
     from safetensors.torch import load_file
 
@@ -436,3 +504,23 @@ def test_two_processes_train_like_one(tmp_path):
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], rtol=1e-5, atol=1e-6)
     assert not torch.equal(wa["log_std"], torch.zeros_like(wa["log_std"]))  # it trained
+
+
+@pytest.mark.parametrize("argv", [[], ["--short"], ["--rl-envs", "12", "--group-size", "3"]])
+def test_learning_run_stage_configs_validate(argv, tmp_path):
+    """benchmarks/learning_run.py: its RL stage overrides and SFT preset load as valid configs (batch sizes
+    divide the samples of an iteration, GRPO groups fit the envs) for the full and the short run."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "benchmarks" / "learning_run.py"
+    spec = importlib.util.spec_from_file_location("learning_run", path)
+    lr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lr)
+    args = lr.parse(["--out", str(tmp_path), *argv])
+    cfg = load_config("quickstart", lr.rl_overrides(tmp_path, args, tmp_path / "ckpt")).config
+    assert cfg.algorithm.adv_type == "grpo" and cfg.train_num_envs == args.rl_envs
+    assert cfg.samples_per_iteration() % cfg.actor.global_batch_size == 0
+    assert cfg.actor.model.openpi.train_expert_only is False
+    sft = load_config("sft_learning_run", [f"actor.model.model_path={tmp_path}"]).config
+    assert sft.sft.norm_stats == "data" and sft.actor.model.num_action_chunks == cfg.actor.model.num_action_chunks

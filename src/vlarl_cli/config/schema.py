@@ -527,6 +527,28 @@ class ActorConfig(Section):
     fsdp_config: FsdpConfig = Field(default_factory=FsdpConfig, description="Sharding.")
 
 
+class SftConfig(Section):
+    """``vlarl sft``: behaviour cloning on demonstrations (batch size, learning rate and schedule come from
+    ``actor.global_batch_size`` / ``actor.micro_batch_size`` / ``actor.optim``, as for rl-train)."""
+
+    steps: int | None = Field(None, ge=1, description="Optimizer steps (null: runner.max_steps; --steps wins).")
+    save_interval: int = Field(-1, description="Write a resumable checkpoint every N steps (-1: only at the end).")
+    trainable: Literal["full", "head", "lora"] | None = Field(
+        None, description="What trains: full (every weight), head (pi0: the action expert; the VLM frozen), "
+        "lora (LoRA adapters on the VLM); null: as actor.model says (train_expert_only / is_lora).")
+    norm_stats: Literal["auto", "data", "checkpoint"] = Field(
+        "auto", description="Normalisation statistics: data (computed from the demonstrations in the family's "
+        "format and saved with the checkpoint), checkpoint (the loaded model's), auto (data for a model built "
+        "from a preset, the checkpoint's when actor.model.model_path is set).")
+    state_key: str | None = Field(None, description="LeRobot column of the robot state (null: guessed).")
+    action_key: str | None = Field(None, description="LeRobot column of the actions (null: guessed).")
+    main_camera_key: str | None = Field(None, description="LeRobot column of the main camera (null: guessed).")
+    wrist_camera_key: str | None = Field(None, description="LeRobot column of the wrist camera (null: guessed).")
+    record_workers: int = Field(1, ge=1, description="Parallel simulator processes when recording expert demos.")
+    keep_failures: bool = Field(False, description="Keep the expert's failed episodes when recording "
+                                "(marked unsuccessful; training still uses only successful ones).")
+
+
 # --------------------------------------------------------------------------------------------------
 # root
 
@@ -541,6 +563,7 @@ class VlarlConfig(Section):
     env: EnvConfig = Field(default_factory=EnvConfig, description="Training and evaluation environments.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Inference side of the rollout.")
     actor: ActorConfig = Field(default_factory=ActorConfig, description="Training side: model, optimizer, FSDP.")
+    sft: SftConfig = Field(default_factory=SftConfig, description="Supervised fine-tuning (vlarl sft).")
 
     @property
     def rollout_epoch(self) -> int:

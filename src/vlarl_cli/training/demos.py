@@ -58,9 +58,12 @@ __all__ = [
     "FORMAT_VERSION",
     "ChunkDataset",
     "Episode",
+    "RecordReport",
     "episode_paths",
     "load_episode",
     "load_episodes",
+    "read_recording_report",
+    "record_expert_dataset",
     "record_expert_demos",
     "record_toy_demos",
     "save_episode",
@@ -387,3 +390,215 @@ def record_expert_demos(out_dir: str | Path, n: int, *, suite: str = "libero_spa
         env.close()
     return paths
 
+
+
+# --------------------------------------------------------------------------------------------------
+# LIBERO expert -> LeRobot dataset, in parallel worker processes
+
+_ATTEMPTS_LOG = "attempts.jsonl"
+RECORDING_META = "vlarl_recording.json"  # how a recorded dataset came about, in its meta/ folder
+SAMPLED_SEED_BASE = 100_000  # sampled init states: placement seed SAMPLED_SEED_BASE + attempt index
+
+
+@dataclass
+class RecordReport:
+    """What :func:`record_expert_dataset` did: the dataset, and the expert's own success rate."""
+
+    path: Path
+    attempts: int  # expert episodes run (on scripted tasks)
+    successes: int
+    kept: int  # episodes written to the dataset
+    unscripted_tasks: list[int]
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.attempts if self.attempts else float("nan")
+
+
+@dataclass(frozen=True)
+class _RecordJob:
+    """One worker's share: attempts ``worker, worker + workers, ...`` until ``quota`` successes."""
+
+    worker: int
+    workers: int
+    quota: int
+    max_attempts: int
+    staging: str
+    suite: str
+    tasks: tuple[int, ...]
+    options: dict[str, Any]
+    first_trial: int
+    init: str  # "fixed" (the suite's init states) | "sampled" (fresh placements)
+    keep_failures: bool
+
+
+def _attempt_target(job: _RecordJob, attempt: int, num_init: int) -> tuple[int, int]:
+    """``(task, trial)`` of attempt ``attempt``: tasks round robin; trial = the init state (fixed) or the
+    placement-seed offset (sampled)."""
+    task = job.tasks[attempt % len(job.tasks)]
+    k = attempt // len(job.tasks)
+    return task, (job.first_trial + k) % num_init if job.init == "fixed" else k
+
+
+def _done_attempts(staging: Path) -> dict[int, dict[str, Any]]:
+    done: dict[int, dict[str, Any]] = {}
+    for log in staging.glob(f"*{_ATTEMPTS_LOG}"):
+        for line in log.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                done[int(row["attempt"])] = row
+    return done
+
+
+def _run_expert_episode(env: Any, task: int, trial: int, init: str, attempt: int) -> tuple[Episode, bool]:
+    """One closed-loop expert episode (EnvError from the expert when the task is not scripted)."""
+    from vlarl_cli.envs.libero.expert import PickPlaceExpert, sample_init_state
+
+    if env.task_id != task:
+        env.set_task(task)
+    if init == "sampled":
+        obs = env.reset(init_state=sample_init_state(env, SAMPLED_SEED_BASE + attempt))
+    else:
+        obs = env.reset(trial)
+    expert = PickPlaceExpert(env.raw_env.env)
+    states, actions = [], []
+    frames: dict[str, list[np.ndarray]] = {k: [] for k in CAMERA_KEYS if k in obs}
+    result = None
+    while env.episode_active:
+        action = np.clip(np.asarray(expert.act(), dtype=np.float64), -1.0, 1.0)
+        states.append(np.asarray(obs[keys.STATES], np.float32))
+        actions.append(action.astype(np.float32))
+        for k in frames:
+            frames[k].append(np.asarray(obs[k], np.uint8))
+        result = env.step_chunk(action[None])
+        obs = result.obs
+    success = bool(result is not None and result.episode and result.episode.get(keys.SUCCESS_ONCE))
+    ep = Episode(states=np.stack(states), actions=np.stack(actions), task_description=str(obs[keys.TASK_DESCRIPTIONS]),
+                 success=success, images={k: np.stack(v) for k, v in frames.items()},
+                 meta={"env_type": "libero", "task_id": task, "trial_id": trial, "init": init, "attempt": attempt,
+                       "expert": "PickPlaceExpert"})
+    return ep, success
+
+
+def _record_worker(job: _RecordJob) -> dict[str, Any]:
+    """Worker body (also run in-process for one worker): record ``job.quota`` successes into the staging
+    folder (``episode_<attempt>.npz`` + one line per attempt in ``<worker>.attempts.jsonl``)."""
+    from vlarl_cli.envs.libero import suites
+    from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
+    from vlarl_cli.errors import EnvError
+
+    staging = Path(job.staging)
+    done = _done_attempts(staging)
+    successes = sum(1 for a, r in done.items() if a % job.workers == job.worker and r.get("success"))
+    skipped = {int(r["task"]) for r in done.values() if r.get("unscripted")}
+    log = staging / f"{job.worker}.{_ATTEMPTS_LOG}"
+    env = LiberoEnv(job.suite, job.tasks[0], EnvOptions(**job.options))
+    attempt, tried = job.worker - job.workers, 0
+    try:
+        while successes < job.quota:
+            attempt += job.workers
+            task, trial = _attempt_target(job, attempt, len(suites.init_states(job.suite, job.tasks[attempt % len(job.tasks)])))
+            if len(skipped) == len(job.tasks) or tried >= job.max_attempts:
+                break
+            if attempt in done or task in skipped:
+                continue
+            try:
+                ep, success = _run_expert_episode(env, task, trial, job.init, attempt)
+            except EnvError as err:
+                skipped.add(task)
+                row = {"attempt": attempt, "task": task, "unscripted": True, "reason": err.problem}
+            else:
+                tried += 1
+                successes += success
+                if success or job.keep_failures:
+                    save_episode(staging / f"episode_{attempt:05d}.npz", ep)
+                row = {"attempt": attempt, "task": task, "trial": trial, "success": success, "steps": len(ep)}
+            with log.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+    finally:
+        env.close()
+    return {"worker": job.worker, "successes": successes}
+
+
+def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_spatial",
+                          task_ids: Sequence[int] | None = None, resolution: int = 128,
+                          cameras: Sequence[str] = ("main", "wrist"), max_episode_steps: int | None = None,
+                          settle_steps: int | None = None, protocol: str = "standard", first_trial: int = 0,
+                          init: str = "fixed", workers: int = 1, keep_failures: bool = False,
+                          max_attempts: int | None = None, fps: int = 20, progress: Any = None) -> RecordReport:
+    """Record ``n`` successful episodes of LIBERO's scripted expert as a LeRobot v3.0 dataset at ``out_dir``.
+
+    ``workers`` simulator processes (spawned; one runs in this process) share the attempts: attempt ``a``
+    visits task ``task_ids[a % len]`` (round robin) from init state ``first_trial + a // len`` (``init``
+    ``fixed``: the suite's 50 evaluation states) or from a fresh placement drawn with seed
+    ``SAMPLED_SEED_BASE + a`` (``init`` ``sampled``: states the standard evaluation never starts from, so
+    demonstrations and evaluation stay disjoint). Episodes are staged as episode files in
+    ``<out_dir>.staging/`` (an interrupted recording resumes there), then written as one LeRobot dataset;
+    the staging folder, made by this function, is removed afterwards. Failed episodes are dropped unless
+    ``keep_failures`` (they are then kept, ``success`` False, and training skips them). Tasks the expert does
+    not script are skipped. The report gives the expert's success rate over its attempts.
+    """
+    import multiprocessing as mp
+    import shutil
+
+    from vlarl_cli.datasets.lerobot import write_lerobot
+    from vlarl_cli.envs.libero import suites
+
+    if n < 1:
+        raise VlarlError(f"Cannot record {n} demonstrations.", "Pass --record N with N >= 1.")
+    if init not in ("fixed", "sampled"):
+        raise VlarlError(f"Unknown init {init!r}.", 'Use "fixed" or "sampled".')
+    out = Path(out_dir).expanduser()
+    if out.exists():
+        raise VlarlError(f"{out} already exists; expert demonstrations are recorded into a new folder.",
+                         "Pass --demos with that folder to train on it, or record into a new folder.")
+    staging = out.parent / f"{out.name}.staging"
+    staging.mkdir(parents=True, exist_ok=True)
+    tasks = tuple(task_ids) if task_ids else tuple(range(suites.num_tasks(suite)))
+    options = {"resolution": resolution, "cameras": tuple(cameras), "protocol": protocol,
+               "max_episode_steps": max_episode_steps, "settle_steps": settle_steps}
+    workers = max(1, min(workers, n))
+    quotas = [n // workers + (w < n % workers) for w in range(workers)]
+    jobs = [_RecordJob(w, workers, quotas[w], max_attempts or 3 * quotas[w] + 3, str(staging), suite, tasks,
+                       options, first_trial, init, keep_failures) for w in range(workers)]
+    if workers == 1:
+        _record_worker(jobs[0])
+    else:
+        with mp.get_context("spawn").Pool(workers) as pool:
+            pool.map(_record_worker, jobs)
+    done = _done_attempts(staging)
+    unscripted = sorted({int(r["task"]) for r in done.values() if r.get("unscripted")})
+    rows = [r for r in done.values() if not r.get("unscripted")]
+    successes = sum(bool(r["success"]) for r in rows)
+    if progress is not None:
+        progress(f"expert: {successes} successes in {len(rows)} episodes ({successes / max(1, len(rows)):.0%}) on "
+                 f"{suite} tasks {list(tasks)}" + (f"; not scripted: tasks {unscripted}" if unscripted else ""))
+    if successes < n:
+        if len(unscripted) == len(tasks):
+            raise VlarlError(f"The scripted expert handles none of the tasks {unscripted} of {suite} (it only "
+                             "scripts a single on/in goal).", "Record on libero_spatial (or libero_object) tasks, "
+                             "or bring your own demonstrations with --demos.")
+        raise VlarlError(f"The scripted expert succeeded in only {successes} of {len(rows)} episodes on {suite} "
+                         f"tasks {list(tasks)}; {n} were requested (staged episodes kept in {staging}).",
+                         "Use a task the expert solves (libero_spatial), raise max_episode_steps, or record fewer.")
+    episodes = [load_episode(p) for p in sorted(staging.glob(_PATTERN))]
+    for e in episodes:
+        e.meta = {**e.meta, "suite": suite}
+    report = RecordReport(out, len(rows), successes, len(episodes), unscripted)
+    provenance = {"expert": "PickPlaceExpert", "suite": suite, "tasks": list(tasks), "init": init,
+                  "attempts": report.attempts, "successes": report.successes, "kept": report.kept,
+                  "success_rate": report.success_rate, "unscripted_tasks": unscripted, "episodes": sorted(
+                      (r for r in rows), key=lambda r: r["attempt"])}
+    write_lerobot(out, episodes, fps=fps, extra_meta={RECORDING_META: provenance})
+    shutil.rmtree(staging)
+    return report
+
+
+def read_recording_report(dataset: str | Path) -> RecordReport:
+    """The :class:`RecordReport` of a dataset :func:`record_expert_dataset` wrote (``meta/vlarl_recording.json``)."""
+    path = Path(dataset).expanduser() / "meta" / RECORDING_META
+    if not path.is_file():
+        raise VlarlError(f"{path.parent.parent} was not recorded by vlarl's expert (no meta/{RECORDING_META}).",
+                         "Use a dataset written by record_expert_dataset / vlarl sft --record.")
+    d = json.loads(path.read_text())
+    return RecordReport(path.parent.parent, d["attempts"], d["successes"], d["kept"], d["unscripted_tasks"])

@@ -1,36 +1,46 @@
-"""Supervised fine-tuning (behaviour cloning) of a policy on demonstration episodes.
+"""Supervised fine-tuning (behaviour cloning) of a policy on demonstrations.
 
     vlarl sft --config sft_toy_reach                          # record 100 toy expert demos, train, save
-    vlarl sft --config sft_quickstart --record 4 --steps 200  # LIBERO expert demos + tiny pi0
-    vlarl sft --config sft_quickstart --demos runs/sft_quickstart/demos
+    vlarl sft --config sft_quickstart --record 4 --steps 200  # LIBERO expert demos (LeRobot v3) + tiny pi0
+    vlarl sft --config sft_quickstart --demos path/to/lerobot_dataset      # LeRobot v2.1 / v3.0
+    vlarl sft --config sft_quickstart --demos path/to/libero_spatial       # LIBERO *_demo.hdf5 files
+    vlarl sft --config sft_quickstart --resume auto                        # continue the run's last checkpoint
     torchrun --nproc-per-node 2 -m vlarl_cli.cli.main sft --config sft_toy_reach   # data parallel
 
 What it does (:func:`train_sft`):
 
-1. demonstrations: ``--demos DIR`` (episode files, :mod:`vlarl_cli.training.demos`), or, without it, ``--record N``
-   expert episodes recorded first into ``<run>/demos`` (the toy reach expert for ``env_type: toy_reach``,
-   LIBERO's scripted pick-and-place expert on ``env.train``'s suite / tasks / resolution otherwise);
+1. demonstrations: ``--demos PATH`` in any format :func:`vlarl_cli.datasets.load_demonstrations` reads
+   (LeRobot v2.0/v2.1/v3.0, LIBERO HDF5, vlarl episode files), or, without it, ``--record N`` expert
+   episodes recorded first into ``<run>/demos`` (the toy reach expert for ``env_type: toy_reach``, as episode
+   files; LIBERO's scripted pick-and-place expert on ``env.train``'s suite / tasks / resolution otherwise,
+   as a LeRobot v3.0 dataset, in ``sft.record_workers`` processes);
 2. the policy from ``actor.model`` (:func:`vlarl_cli.policies.registry.build_policy`; ``model_path`` to start
-   from a checkpoint), under ``actor.seed``;
-3. ``steps`` optimizer steps (``--steps``, else ``runner.max_steps``): each draws ``actor.global_batch_size``
-   samples (observation, action chunk ``[C, A]``) from a seeded permutation of the dataset (epochs without
-   replacement), in micro-batches of ``actor.micro_batch_size``; the loss is the family's
+   from a checkpoint), under ``actor.seed``; ``sft.trainable`` picks full / head / LoRA training; the
+   normalisation statistics come from the data (``sft.norm_stats``, :func:`vlarl_cli.datasets.stats.apply_data_stats`)
+   for a model built from a preset, from the checkpoint otherwise;
+3. ``steps`` optimizer steps (``--steps``, else ``sft.steps``, else ``runner.max_steps``): each draws
+   ``actor.global_batch_size`` samples (observation, action chunk ``[C, A]``) from seeded permutations of the
+   dataset (epoch ``e`` shuffled by ``(seed, e)``, so the order after a resume is the uninterrupted one), in
+   micro-batches of ``actor.micro_batch_size``; the loss is the family's
    ``policy.supervised_loss(obs, actions [B, C, A] env-space) -> scalar mean`` (flow matching in the family's
    own normalised action space for pi0 / GR00T / toy flow, token cross-entropy for OpenVLA-OFT / toy token,
-   NLL for toy Gaussian; flow losses also take ``generator=`` for their noise and times); AdamW (``actor.optim``; the value head, untouched by
-   the loss, keeps its weights), gradient-norm clipping at ``clip_grad``, the LR schedule of ``rl-train``
-   (:func:`vlarl_cli.training.common.build_scheduler` with horizon ``steps``);
+   NLL for toy Gaussian; flow losses also take ``generator=`` for their noise and times); AdamW (``actor.optim``;
+   the value head, untouched by the loss, keeps its weights), gradient-norm clipping at ``clip_grad``, the LR
+   schedule of ``rl-train`` (:func:`vlarl_cli.training.common.build_scheduler` with horizon ``steps``);
 4. ``sft/loss``, ``sft/grad_norm``, ``sft/lr`` every ``log_every`` steps to ``<run>/sft_metrics.jsonl``;
-5. one atomic checkpoint at the end: ``-o OUT``, else ``<run>/checkpoints/global_step_<steps>`` (and the
-   ``latest`` pointer next to it). It holds the family's ``save_policy(format="vlarl")`` files (weights,
-   ``vlarl_config.json``, norm stats, tokenizer) plus ``config.yaml`` and ``sft_state.json``, so
-   ``vlarl eval --checkpoint`` and ``vlarl rl-train actor.model.model_path=<folder>`` load it. The toy
-   policies have no checkpoint module: their state dict is written as ``model.safetensors`` (``vlarl eval``
-   rebuilds the model from ``config.yaml`` and loads it strictly).
+5. checkpoints with rl-train's machinery (:mod:`vlarl_cli.training.checkpoint`: weights, optimizer, RNG,
+   ``trainer_state.json``, ``latest``) every ``sft.save_interval`` steps and at the end as
+   ``<run>/checkpoints/global_step_<k>``; with ``-o OUT`` the final policy goes to ``OUT`` instead (a new
+   folder: an existing one is refused, never replaced). Each holds the family's
+   ``save_policy(format="vlarl")`` files (weights, ``vlarl_config.json``, norm stats, tokenizer) plus
+   ``config.yaml`` and ``sft_state.json``, so ``vlarl eval --checkpoint`` and
+   ``vlarl rl-train actor.model.model_path=<folder>`` load it. Toy policies: ``model.safetensors``.
 
-Randomness: model init from ``actor.seed``; the sample order, the flow noise and the flow times from
-generators seeded by (seed, purpose); so a run is repeatable. Several processes (``torchrun``) split every
-global batch evenly and average gradients (``distributed.dist.gradient_all_reduce``); rank 0 records and saves.
+A run folder that already holds an SFT run (``sft_metrics.jsonl`` or checkpoints) is refused unless
+``--resume`` continues it. Randomness: model init from ``actor.seed``; the sample order from (seed, epoch),
+the flow noise and times of step k from (seed, rank, k); so a run is repeatable and a resumed run (any
+number of processes) repeats the uninterrupted one. Several processes (``torchrun``) split every global
+batch evenly and average gradients (``distributed.dist.gradient_all_reduce``); rank 0 records and saves.
 """
 
 from __future__ import annotations
@@ -51,7 +61,7 @@ from vlarl_cli.distributed import dist
 from vlarl_cli.errors import ConfigError, VlarlError
 from vlarl_cli.training.demos import ChunkDataset
 
-__all__ = ["SftResult", "SftState", "default_record_count", "record_demos", "run_sft", "save_sft_checkpoint",
+__all__ = ["SftResult", "SftState", "default_record_count", "export_policy", "record_demos", "run_sft",
            "train_sft"]
 
 METRICS_FILE = "sft_metrics.jsonl"
@@ -70,6 +80,8 @@ class SftState:
     last_loss: float
     model_type: str
     version: str = ""
+    demos_format: str = ""
+    norm_stats: str = ""  # where the normalisation statistics came from
 
 
 @dataclass
@@ -80,7 +92,7 @@ class SftResult:
     steps: int
     first_loss: float
     last_loss: float
-    losses: list[float]  # the loss of every optimizer step
+    losses: list[float]  # the loss of every optimizer step run by this call (after a resume: from there on)
 
 
 def default_record_count(config: VlarlConfig) -> int:
@@ -89,19 +101,23 @@ def default_record_count(config: VlarlConfig) -> int:
     return 100 if config.env.train.env_type == "toy_reach" else 2
 
 
-def record_demos(config: VlarlConfig, folder: Path, n: int, *, progress: Any = None) -> list[Path]:
-    """Record ``n`` successful expert episodes for ``config.env.train`` into ``folder``."""
+def record_demos(config: VlarlConfig, folder: Path, n: int, *, progress: Any = None) -> Path:
+    """Record ``n`` successful expert episodes for ``config.env.train`` into ``folder`` (toy: episode files;
+    LIBERO: a new LeRobot v3.0 dataset, ``sft.record_workers`` simulator processes)."""
     split = config.env.train
     if split.env_type == "toy_reach":
         from vlarl_cli.training.demos import record_toy_demos
 
-        return record_toy_demos(folder, n, max_steps=split.max_episode_steps, seed=split.seed)
-    from vlarl_cli.training.demos import record_expert_demos
+        record_toy_demos(folder, n, max_steps=split.max_episode_steps, seed=split.seed)
+        return folder
+    from vlarl_cli.training.demos import record_expert_dataset
 
-    return record_expert_demos(folder, n, suite=split.task_suite_name, task_ids=split.task_ids,
-                               resolution=split.resolution, max_episode_steps=split.max_episode_steps,
-                               settle_steps=split.settle_steps, protocol=split.protocol,
-                               first_trial=split.seed, progress=progress)
+    report = record_expert_dataset(folder, n, suite=split.task_suite_name, task_ids=split.task_ids,
+                                   resolution=split.resolution, max_episode_steps=split.max_episode_steps,
+                                   settle_steps=split.settle_steps, protocol=split.protocol,
+                                   first_trial=split.seed, workers=config.sft.record_workers,
+                                   keep_failures=config.sft.keep_failures, progress=progress)
+    return report.path
 
 
 def check_dataset(dataset: ChunkDataset, policy: torch.nn.Module, config: VlarlConfig, demos: Path) -> None:
@@ -141,19 +157,23 @@ def _loss_fn(policy: torch.nn.Module, generator: torch.Generator) -> Any:
 
 
 class _Sampler:
-    """Seeded epochs without replacement: each ``next(n)`` returns the next ``n`` flat sample ids."""
+    """Epochs without replacement, epoch ``e`` a permutation seeded by ``(seed, e)``: the state is just the
+    number of samples drawn, so a resumed run continues the same order (``skip`` = samples already drawn)."""
 
-    def __init__(self, size: int, seed: int) -> None:
-        self.size = size
-        self.rng = np.random.default_rng(seed)
-        self.order = self.rng.permutation(size)
-        self.pos = 0
+    def __init__(self, size: int, seed: int, skip: int = 0) -> None:
+        self.size, self.seed = size, seed
+        self.epoch, self.pos = divmod(skip, size)
+        self.order = self._order(self.epoch)
+
+    def _order(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(self.size)
 
     def next(self, n: int) -> np.ndarray:
         out: list[np.ndarray] = []
         while n > 0:
             if self.pos == self.size:
-                self.order, self.pos = self.rng.permutation(self.size), 0
+                self.epoch, self.pos = self.epoch + 1, 0
+                self.order = self._order(self.epoch)
             take = min(n, self.size - self.pos)
             out.append(self.order[self.pos:self.pos + take])
             self.pos += take
@@ -161,78 +181,227 @@ class _Sampler:
         return np.concatenate(out)
 
 
-def save_sft_checkpoint(policy: torch.nn.Module, config: VlarlConfig, folder: Path, state: SftState) -> Path:
-    """Write the fine-tuned policy atomically into ``folder`` (layout in the module docstring)."""
+# ------------------------------------------------------------------------------------------------ set-up
+
+
+def trainable_model(model: Any, trainable: str | None) -> Any:
+    """``actor.model`` with ``sft.trainable`` applied (None: unchanged). pi0 family only for head / lora."""
+    if trainable is None:
+        return model
+    if trainable != "full" and model.model_type not in ("openpi", "pi0", "pi05"):
+        raise ConfigError(f"sft.trainable={trainable} is implemented for the pi0 family, not "
+                          f"{model.model_type}.", "Use sft.trainable=full (or null) for this family.")
+    flags = {"full": (False, False), "head": (True, False), "lora": (False, True)}[trainable]
+    update: dict[str, Any] = {"train_expert_only": flags[0], "is_lora": flags[1]}
+    if model.openpi is not None and model.openpi.train_expert_only is not None:
+        update["openpi"] = model.openpi.model_copy(update={"train_expert_only": flags[0]})
+    return model.model_copy(update=update)
+
+
+def use_data_stats(config: VlarlConfig) -> bool:
+    """``sft.norm_stats``: whether the statistics come from the demonstrations."""
+    mode = config.sft.norm_stats
+    from_checkpoint = config.actor.model.model_path is not None
+    if mode == "checkpoint" and not from_checkpoint:
+        raise ConfigError("sft.norm_stats=checkpoint but actor.model.model_path is not set: a model built from "
+                          "a preset has no statistics.", "Use sft.norm_stats=data (or auto).")
+    return mode == "data" or (mode == "auto" and not from_checkpoint)
+
+
+def check_run_dir(run_dir: Path, resuming: bool) -> None:
+    """A new run must not overwrite an earlier run's metrics or checkpoints (nor a foreign config.yaml)."""
+    if resuming:
+        return
+    taken = [p for p in (run_dir / METRICS_FILE, run_dir / "checkpoints") if p.exists()]
+    if taken:
+        raise ConfigError(f"The run folder {run_dir} already holds an SFT run ({', '.join(p.name for p in taken)}).",
+                          "Continue it with --resume auto (when it saved a checkpoint), or start a new run in "
+                          "another folder (runner.logger.log_path=...; --demos <old run>/demos reuses its "
+                          "recorded demonstrations); vlarl never replaces an earlier run.")
+    cfg = run_dir / "config.yaml"
+    if cfg.is_file():
+        import yaml
+
+        try:
+            data = yaml.safe_load(cfg.read_text())
+        except (OSError, yaml.YAMLError):
+            data = None
+        if not (isinstance(data, dict) and {"actor", "runner"} <= set(data)):
+            raise ConfigError(f"{cfg} exists and is not a vlarl run config; vlarl would replace it.",
+                              "Choose another runner.logger.log_path.")
+
+
+def check_output(output: Path | None) -> None:
+    if output is not None and (output.exists() or output.is_symlink()):
+        raise ConfigError(f"-o {output} already exists; vlarl sft writes its checkpoint into a new folder and "
+                          "never replaces an existing one.",
+                          "Pass a path that does not exist yet, or move the old folder away yourself.")
+
+
+def _saved_config(config: VlarlConfig, folder: Path, family_files: bool) -> VlarlConfig:
+    """The config saved with a checkpoint: ``model_path`` points at the folder itself (toy: rebuilt from the
+    config, model_path None), so ``vlarl eval --checkpoint`` / rl-train load exactly these weights."""
+    model = config.actor.model.model_copy(update={"model_path": str(folder) if family_files else None})
+    return config.model_copy(update={"actor": config.actor.model_copy(update={"model": model})})
+
+
+def _checkpoint_module(config: VlarlConfig) -> Any:
     import importlib
 
-    from vlarl_cli.checkpoints.atomic import atomic_directory, atomic_save_safetensors
-    from vlarl_cli.config.loading import to_yaml
     from vlarl_cli.policies.registry import family_module
 
-    family = family_module(config.actor.model.model_type)
     try:
-        ckpt_module: Any = importlib.import_module(f"{family.__name__}.checkpoint")
+        return importlib.import_module(f"{family_module(config.actor.model.model_type).__name__}.checkpoint")
     except ImportError:
-        ckpt_module = None  # the toy policies: a bare state dict
-    # the saved config must rebuild THIS model: with model_path pointing at the folder itself, a later
-    # `vlarl eval --checkpoint` / rl-train loads the family folder; toy models are rebuilt from the config
-    saved = config.model_copy(update={"actor": config.actor.model_copy(update={
-        "model": config.actor.model.model_copy(update={"model_path": None if ckpt_module is None else str(folder)})})})
-    with atomic_directory(folder) as tmp:
-        if ckpt_module is not None:
-            staging = tmp / "_policy"
-            ckpt_module.save_policy(policy, staging, format="vlarl")
-            for item in staging.iterdir():
-                item.rename(tmp / item.name)
-            staging.rmdir()
-        else:
-            tensors = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
-            atomic_save_safetensors(tensors, tmp / "model.safetensors")
-        (tmp / "config.yaml").write_text(to_yaml(saved))
-        (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
+        return None  # the toy policies: a bare state dict
+
+
+def _write_policy(policy: torch.nn.Module, config: VlarlConfig, target: Path, final: Path, state: SftState) -> None:
+    """The family's ``save_policy(format="vlarl")`` files (toy: ``model.safetensors``), ``config.yaml`` and
+    ``sft_state.json`` into the new folder ``target``, which will be renamed to ``final``."""
+    from vlarl_cli.checkpoints.atomic import atomic_save_safetensors
+    from vlarl_cli.config.loading import to_yaml
+
+    module = _checkpoint_module(config)
+    target.mkdir(parents=True, exist_ok=True)
+    if module is not None:
+        staging = target / "_policy"
+        module.save_policy(policy, staging, format="vlarl")
+        for item in staging.iterdir():
+            item.rename(target / item.name)
+        staging.rmdir()
+    else:
+        tensors = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
+        atomic_save_safetensors(tensors, target / "model.safetensors")
+    (target / "config.yaml").write_text(to_yaml(_saved_config(config, final, module is not None)))
+    (target / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
+
+
+def export_policy(policy: torch.nn.Module, config: VlarlConfig, folder: Path, state: SftState) -> Path:
+    """Write the policy atomically into the NEW folder ``folder`` (``-o``; an existing path is refused)."""
+    from vlarl_cli.checkpoints.atomic import atomic_directory
+
+    check_output(folder)
+    with atomic_directory(folder, overwrite=False) as tmp:
+        _write_policy(policy, config, tmp, folder, state)
     return folder
+
+
+def _save_checkpoint(run_dir: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+                     generators: dict[str, torch.Generator], config: VlarlConfig, state: SftState) -> Path:
+    """A resumable rl-train-style checkpoint ``<run>/checkpoints/global_step_<steps>`` (+ ``latest``)."""
+    from vlarl_cli.config.loading import to_yaml
+    from vlarl_cli.distributed import fsdp
+    from vlarl_cli.training import checkpoint as ckpt
+
+    final = ckpt.checkpoint_dir(run_dir, state.steps)
+    return ckpt.save_checkpoint(
+        run_dir, model_state=policy.state_dict(), optimizer_state=fsdp.full_optimizer_state(policy, optimizer),
+        scheduler=scheduler, generators=generators,
+        trainer_state=ckpt.TrainerState(iteration=state.steps, optimizer_steps=state.steps, version=state.version),
+        config_yaml=to_yaml(_saved_config(config, final, _checkpoint_module(config) is not None)),
+        export=lambda folder: _write_policy(policy, config, folder, final, state))
+
+
+def _restore(path: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+             generators: dict[str, torch.Generator]) -> int:
+    """Load a checkpoint written by :func:`_save_checkpoint`; returns its step."""
+    from vlarl_cli.distributed import fsdp
+    from vlarl_cli.errors import CheckpointError
+    from vlarl_cli.training import checkpoint as ckpt
+
+    loaded = ckpt.load_checkpoint(path)
+    try:
+        policy.load_state_dict(loaded.model_state)
+    except RuntimeError as err:
+        raise CheckpointError(f"Checkpoint {path} does not match the model: {str(err).splitlines()[0]}",
+                              "Resume with the config the run was started with.") from None
+    fsdp.load_full_optimizer_state(policy, optimizer, loaded.optimizer_state)
+    if loaded.scheduler_state is not None:
+        scheduler.load_state_dict(loaded.scheduler_state)
+    ckpt.restore_rng(loaded, generators)
+    return loaded.trainer_state.iteration
+
+
+def _trim_metrics(path: Path, last_step: int) -> None:
+    """After a resume at ``last_step``: drop logged rows of steps the checkpoint does not contain."""
+    from vlarl_cli.checkpoints.atomic import atomic_write_text
+
+    if path.is_file():
+        rows = [line for line in path.read_text().splitlines() if line.strip()]
+        kept = [line for line in rows if json.loads(line)["step"] <= last_step]
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def _demonstrations(config: VlarlConfig, demos: Path | None, record: int | None, run_dir: Path, *,
+                    resuming: bool, is_main: bool, say: Any) -> Path:
+    """Where the demonstrations are, recording them first (rank 0) when asked or when none are given."""
+    demo_dir = Path(demos).expanduser() if demos is not None else run_dir / "demos"
+    wants_record = demos is None or record is not None
+    if is_main and wants_record and not (resuming and demo_dir.exists()):
+        n = record if record is not None else default_record_count(config)
+        t0 = time.perf_counter()
+        record_demos(config, demo_dir, n, progress=say)
+        say(f"recorded {n} expert demonstrations into {demo_dir} in {time.perf_counter() - t0:.1f} s")
+    return demo_dir
+
+
+# ------------------------------------------------------------------------------------------------ training
 
 
 def train_sft(loaded: LoadedConfig, *, demos: Path | None = None, record: int | None = None,
               steps: int | None = None, output: Path | None = None, log_every: int | None = None,
-              quiet: bool = False) -> SftResult:
+              quiet: bool = False, resume: str | None = None) -> SftResult:
     """Behaviour cloning as described in the module docstring; returns where everything went."""
     from vlarl_cli import __version__
     from vlarl_cli.checkpoints.atomic import atomic_write_text
     from vlarl_cli.config.loading import to_yaml
+    from vlarl_cli.datasets import load_demonstrations
+    from vlarl_cli.datasets.stats import apply_data_stats
     from vlarl_cli.policies.registry import build_policy
+    from vlarl_cli.training import checkpoint as ckpt
     from vlarl_cli.training.common import build_scheduler, derived_seed, resolve_model_path, seed_everything
-    from vlarl_cli.training.demos import load_episodes
 
     config = loaded.config
+    sft = config.sft
     if steps is None:
-        steps = config.runner.max_steps if config.runner.max_steps > 0 else None
+        steps = sft.steps or (config.runner.max_steps if config.runner.max_steps > 0 else None)
     if steps is None or steps < 1:
-        raise ConfigError("No number of SFT steps: --steps is not given and runner.max_steps is not set.",
-                          "Pass --steps K (or set runner.max_steps in the config).")
+        raise ConfigError("No number of SFT steps: --steps is not given and neither sft.steps nor "
+                          "runner.max_steps is set.", "Pass --steps K (or set sft.steps in the config).")
+    output = Path(output).expanduser().resolve() if output is not None else None
+    run_dir = Path(config.runner.logger.log_path).expanduser()
+    resume_path = ckpt.resolve_checkpoint(run_dir, resume) if resume else None
+    check_output(output)
+    check_run_dir(run_dir, resume_path is not None)
     ctx = dist.init_distributed()
     say = (lambda *a: None) if quiet else dist.print0
-    run_dir = Path(config.runner.logger.log_path).expanduser()
     seed = config.actor.seed
 
     # ---- demonstrations (rank 0 records, everyone waits and reads)
-    demo_dir = Path(demos).expanduser() if demos is not None else run_dir / "demos"
     if ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.yaml", to_yaml(config))
-        if demos is None or record is not None:
-            n = record if record is not None else default_record_count(config)
-            t0 = time.perf_counter()
-            paths = record_demos(config, demo_dir, n, progress=None if quiet else say)
-            say(f"recorded {len(paths)} expert demonstrations into {demo_dir} in {time.perf_counter() - t0:.1f} s")
+    demo_dir = _demonstrations(config, demos, record, run_dir, resuming=resume_path is not None,
+                               is_main=ctx.is_main, say=say)
     dist.barrier()
-    episodes = load_episodes(demo_dir)
+    episodes, demo_format = load_demonstrations(demo_dir, state_key=sft.state_key, action_key=sft.action_key,
+                                                main_camera_key=sft.main_camera_key,
+                                                wrist_camera_key=sft.wrist_camera_key)
+    episodes = [e for e in episodes if e.success]
 
-    # ---- model and optimizer (the same init on every rank)
+    # ---- model, statistics and optimizer (the same init on every rank)
     seed_everything(seed)
-    model_cfg = config.actor.model.model_copy(update={"model_path": resolve_model_path(config.actor.model.model_path)})
+    model_cfg = trainable_model(config.actor.model, sft.trainable)
+    config = config.model_copy(update={"actor": config.actor.model_copy(update={"model": model_cfg})})
+    model_cfg = model_cfg.model_copy(update={"model_path": resolve_model_path(model_cfg.model_path)})
     policy = build_policy(model_cfg, ctx.device)
     dist.broadcast_module_(policy)
+    stats_note = "the checkpoint's"
+    if use_data_stats(config):
+        unnorm = getattr(getattr(policy, "cfg", None), "unnorm_key", None) or "vlarl_demos"
+        stats_note = apply_data_stats(policy, episodes, dataset_name=unnorm) or "none (toy policy)"
+        say(f"normalisation statistics from the demonstrations: {stats_note}")
     # chunks as long as the policy executes (C of the loaded model, normally actor.model.num_action_chunks)
     dataset = ChunkDataset(episodes, int(getattr(policy, "num_action_chunks", config.actor.model.num_action_chunks)))
     check_dataset(dataset, policy, config, demo_dir)
@@ -241,7 +410,7 @@ def train_sft(loaded: LoadedConfig, *, demos: Path | None = None, record: int | 
     params = [p for p in policy.parameters() if p.requires_grad]
     if not params:
         raise ConfigError("The policy has no trainable parameters.",
-                          "Check actor.model.train_expert_only / is_lora / the family's freezing flags.")
+                          "Check sft.trainable / actor.model.train_expert_only / is_lora.")
     optim_cfg = config.actor.optim
     optimizer = torch.optim.AdamW(params, lr=optim_cfg.lr, betas=optim_cfg.betas, eps=optim_cfg.adam_eps,
                                   weight_decay=optim_cfg.weight_decay)
@@ -253,21 +422,37 @@ def train_sft(loaded: LoadedConfig, *, demos: Path | None = None, record: int | 
         raise ConfigError(f"actor.global_batch_size ({glob}) must be divisible by micro_batch_size x processes "
                           f"({micro} x {world}).", "Adjust the batch sizes.")
     local = glob // world
-    sampler = _Sampler(len(dataset), derived_seed(seed, 11))
-    flow_gen = torch.Generator().manual_seed(derived_seed(seed, ctx.rank, 12))
+    # the flow noise / times of step k come from (seed, rank, k): nothing to carry across a resume, on any rank
+    flow_gen = torch.Generator()
+    generators: dict[str, torch.Generator] = {}
+    done = 0
+    if resume_path is not None:
+        done = _restore(resume_path, policy, optimizer, scheduler, generators)
+        say(f"resumed from {resume_path} at step {done}")
+    sampler = _Sampler(len(dataset), derived_seed(seed, 11), skip=done * glob)
     loss_fn = _loss_fn(policy, flow_gen)
     log_every = log_every or max(1, steps // 100)
     say(f"SFT: {config.actor.model.model_type} on {len(episodes)} episodes / {len(dataset)} samples from "
-        f"{demo_dir}; {steps} steps of {glob} samples ({world} process(es)), run dir {run_dir}")
+        f"{demo_dir} ({demo_format}); {steps} steps of {glob} samples ({world} process(es)), run dir {run_dir}")
+
+    def sft_state(step: int) -> SftState:
+        return SftState(steps=step, samples=len(dataset), episodes=len(episodes), demos=str(demo_dir.resolve()),
+                        first_loss=losses[0] if losses else float("nan"),
+                        last_loss=losses[-1] if losses else float("nan"), model_type=config.actor.model.model_type,
+                        version=__version__, demos_format=demo_format, norm_stats=stats_note)
 
     losses: list[float] = []
     window: list[tuple[float, float]] = []
     metrics_path = run_dir / METRICS_FILE
-    metrics_file = metrics_path.open("w") if ctx.is_main else None
+    if ctx.is_main and resume_path is not None:
+        _trim_metrics(metrics_path, done)
+    metrics_file = metrics_path.open("a" if resume_path is not None else "w") if ctx.is_main else None
     start = time.perf_counter()
+    last_saved = done if resume_path is not None else -1
     try:
-        for step in range(1, steps + 1):
+        for step in range(done + 1, steps + 1):
             ids = sampler.next(glob)[ctx.rank * local:(ctx.rank + 1) * local]
+            flow_gen.manual_seed(derived_seed(seed, ctx.rank, 12, step))
             optimizer.zero_grad(set_to_none=True)
             total = torch.zeros((), dtype=torch.float64)
             for k in range(0, local, micro):
@@ -296,29 +481,36 @@ def train_sft(loaded: LoadedConfig, *, demos: Path | None = None, record: int | 
                     metrics_file.flush()
                 say(f"step {step}/{steps}  loss {row['sft/loss']:.4f}  grad_norm {row['sft/grad_norm']:.3f}  "
                     f"lr {lr:.2e}")
+            interval = sft.save_interval > 0 and step % sft.save_interval == 0 and step < steps
+            if interval or (step == steps and output is None):
+                if ctx.is_main:
+                    path = _save_checkpoint(run_dir, policy, optimizer, scheduler, generators, config,
+                                            sft_state(step))
+                    say(f"checkpoint: {path}")
+                last_saved = step
+                dist.barrier()
     finally:
         if metrics_file is not None:
             metrics_file.close()
 
-    # ---- checkpoint (rank 0)
-    folder = Path(output).expanduser() if output is not None else run_dir / "checkpoints" / f"global_step_{steps}"
-    state = SftState(steps=steps, samples=len(dataset), episodes=len(episodes), demos=str(demo_dir.resolve()),
-                     first_loss=losses[0], last_loss=losses[-1], model_type=config.actor.model.model_type,
-                     version=__version__)
-    if ctx.is_main:
-        save_sft_checkpoint(policy, config, folder.resolve(), state)
-        if output is None:
-            from vlarl_cli.training.checkpoint import LATEST
-
-            atomic_write_text(folder.parent / LATEST, folder.name + "\n")
-        say(f"checkpoint: {folder}")
+    # ---- the final policy: -o OUT (a new folder), else the run's last checkpoint
+    if output is not None:
+        if ctx.is_main:
+            export_policy(policy, config, output, sft_state(steps))
+            say(f"checkpoint: {output}")
+        folder = output
+    else:
+        if last_saved != steps and ctx.is_main:  # resumed at the end: the last checkpoint is the result
+            say(f"nothing left to train: step {steps} was already reached")
+        folder = ckpt.checkpoint_dir(run_dir, steps)
     dist.barrier()
-    return SftResult(run_dir=run_dir, checkpoint=folder, demos=demo_dir, steps=steps, first_loss=losses[0],
-                     last_loss=losses[-1], losses=losses)
+    return SftResult(run_dir=run_dir, checkpoint=folder, demos=demo_dir, steps=steps,
+                     first_loss=losses[0] if losses else float("nan"),
+                     last_loss=losses[-1] if losses else float("nan"), losses=losses)
 
 
 def run_sft(*, config: str, demos: Path | None, overrides: list[str], steps: int | None, output: Path | None,
-            record: int | None = None) -> SftResult:
+            record: int | None = None, resume: str | None = None) -> SftResult:
     """``vlarl sft``: load and validate the config, then :func:`train_sft`."""
     from vlarl_cli.config.loading import load_config
 
@@ -327,4 +519,4 @@ def run_sft(*, config: str, demos: Path | None, overrides: list[str], steps: int
     loaded = load_config(config, overrides)  # validate first: a broken config is reported as such
     if record is not None and record < 1:
         raise ConfigError(f"--record must be >= 1, got {record}.", "Pass --record N with N >= 1, or leave it out.")
-    return train_sft(loaded, demos=demos, record=record, steps=steps, output=output)
+    return train_sft(loaded, demos=demos, record=record, steps=steps, output=output, resume=resume)

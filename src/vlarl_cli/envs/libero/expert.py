@@ -165,3 +165,15 @@ class PickPlaceExpert:
                 self._next("retreat")
             return self._move(eef, _OPEN)
         return self._move(np.array([eef[0], eef[1], carry_z]), _OPEN)
+
+
+def sample_init_state(env: Any, seed: int) -> np.ndarray:
+    """A fresh initial simulator state of ``env``'s current task (a :class:`LiberoEnv`), drawn by the task's
+    own placement sampler under ``seed``: LIBERO's reset places the objects by sampling their BDDL regions
+    (the 50 shipped init states were drawn the same way), so these states come from the same distribution
+    but are not the evaluation's. The flattened MuJoCo state is what ``LiberoEnv.reset(init_state=...)`` takes.
+    """
+    raw = env.raw_env
+    raw.seed(int(seed))
+    raw.reset()
+    return np.asarray(raw.get_sim_state(), dtype=np.float64).copy()

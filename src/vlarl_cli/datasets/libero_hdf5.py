@@ -1,0 +1,88 @@
+"""LIBERO's own HDF5 demonstrations (``<task>_demo.hdf5``) as demonstration episodes.
+
+Layout (LIBERO ``scripts/create_dataset.py``): group ``data`` with attribute ``problem_info`` (JSON holding
+``language_instruction``) and one group ``demo_<i>`` per demonstration: ``actions [T, 7]`` (LIBERO's
+convention, gripper -1 open / +1 close) and ``obs/``: ``agentview_rgb`` / ``eye_in_hand_rgb``
+``[T, H, W, 3]`` uint8 as rendered (upside down), ``ee_states [T, 6]`` (eef position + axis-angle of the eef
+quaternion), ``gripper_states [T, 2]``, ``joint_states [T, 7]``.
+
+Mapped to the policy's conventions (REFERENCE.md section 1, openpi's LIBERO conversion): state = ``ee_states``
++ ``gripper_states`` (8-d), images rotated by 180 degrees (``img[:, ::-1, ::-1]``) as every LIBERO evaluator
+and our env do.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlarl_cli import keys
+from vlarl_cli.errors import VlarlError
+
+__all__ = ["hdf5_files", "read_libero_hdf5"]
+
+_CAMERAS = {keys.MAIN_IMAGES: "agentview_rgb", keys.WRIST_IMAGES: "eye_in_hand_rgb"}
+
+
+def hdf5_files(path: Path) -> list[Path]:
+    """``path`` itself when it is an HDF5 file, else the ``*.hdf5`` files of the folder (sorted)."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        return [path]
+    return sorted(path.glob("*.hdf5")) if path.is_dir() else []
+
+
+def _demo_number(name: str) -> int:
+    tail = name.rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else 1 << 30
+
+
+def read_libero_hdf5(path: str | Path) -> list[Any]:
+    """Every ``demo_<i>`` of the HDF5 file(s) at ``path`` (a file or a folder of files), in file / demo order."""
+    try:
+        import h5py
+    except ImportError:
+        raise VlarlError("Reading LIBERO HDF5 demonstrations needs h5py, which is not installed.",
+                         "pip install h5py") from None
+    from vlarl_cli.training.demos import Episode
+
+    files = hdf5_files(Path(path))
+    if not files:
+        raise VlarlError(f"{path} holds no LIBERO .hdf5 demonstration file.", "Point --demos at a *_demo.hdf5 "
+                         "file or a folder of them.")
+    out = []
+    for file in files:
+        try:
+            with h5py.File(file, "r") as f:
+                if "data" not in f:
+                    raise VlarlError(f"{file} has no 'data' group; it is not a LIBERO demonstration file.",
+                                     "Use the *_demo.hdf5 files of the LIBERO datasets.")
+                problem = json.loads(f["data"].attrs.get("problem_info", "{}"))
+                task = str(problem.get("language_instruction", "")).strip()
+                if not task:
+                    raise VlarlError(f"{file}: data.attrs['problem_info'] has no language_instruction.",
+                                     "Use the *_demo.hdf5 files of the LIBERO datasets.")
+                for name in sorted(f["data"].keys(), key=_demo_number):
+                    out.append(_episode(f["data"][name], task, f"{file}:{name}", Episode))
+        except OSError as err:
+            raise VlarlError(f"Cannot read {file}: {err}", "Re-download the file.") from None
+    return out
+
+
+def _episode(group: Any, task: str, where: str, episode_cls: Any) -> Any:
+    obs = group.get("obs")
+    needed = ["ee_states", "gripper_states"]
+    if obs is None or "actions" not in group or any(k not in obs for k in needed):
+        raise VlarlError(f"{where} lacks actions or obs/{needed}.", "Use LIBERO's create_dataset.py output "
+                         "(with proprioception).")
+    images = {ours: np.ascontiguousarray(np.asarray(obs[theirs], dtype=np.uint8)[:, ::-1, ::-1])
+              for ours, theirs in _CAMERAS.items() if theirs in obs}
+    ep = episode_cls(states=np.concatenate([np.asarray(obs["ee_states"]), np.asarray(obs["gripper_states"])],
+                                           axis=1).astype(np.float32),
+                     actions=np.asarray(group["actions"], dtype=np.float32), task_description=task, success=True,
+                     images=images, meta={"source": "libero_hdf5", "demo": where})
+    ep.validate(where)
+    return ep

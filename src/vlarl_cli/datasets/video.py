@@ -1,0 +1,97 @@
+"""MP4 frames in and out with PyAV (the decoder lerobot uses when torchcodec is absent).
+
+LeRobot stores each camera as MP4 (AV1 by default, ``yuv420p``) whose frame ``k`` of an episode is shown at
+``timestamp = k / fps`` (v2.1: one file per episode; v3.0: episodes concatenated, the episode starting at
+``videos/<key>/from_timestamp``). A query time is matched to the decoded frame with the nearest
+presentation time and refused beyond ``tolerance_s`` (lerobot ``decode_video_frames_pyav``: 1e-4 s by
+default), so a dataset whose timestamps do not fit its video is an error, not a silently shifted frame.
+"""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlarl_cli.errors import VlarlError
+
+__all__ = ["DEFAULT_TOLERANCE_S", "decode_frames", "encode_frames", "frames_at"]
+
+DEFAULT_TOLERANCE_S = 1e-4  # lerobot LeRobotDataset tolerance_s default
+
+
+def _av() -> Any:
+    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its whole configuration at its default level
+    try:
+        import av
+    except ImportError:
+        raise VlarlError("Reading or writing MP4 videos needs PyAV, which is not installed.",
+                         "pip install av (a self-contained wheel with its own FFmpeg).") from None
+    return av
+
+
+def decode_frames(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Every frame of ``path``: ``(frames uint8 [N, H, W, 3] RGB, times float64 [N] seconds)``."""
+    av = _av()
+    path = Path(path)
+    if not path.is_file():
+        raise VlarlError(f"Video file {path} does not exist.", "Check the dataset's videos/ folder and "
+                         "meta/info.json video_path template.")
+    frames, times = [], []
+    try:
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            for frame in container.decode(stream):
+                frames.append(frame.to_ndarray(format="rgb24"))
+                times.append(float(frame.pts * stream.time_base) if frame.pts is not None else np.nan)
+    except av.error.FFmpegError as err:  # type: ignore[attr-defined]
+        raise VlarlError(f"Cannot decode video {path}: {err}", "Re-encode or re-download the file.") from None
+    if not frames:
+        raise VlarlError(f"Video {path} has no frames.", "Re-encode or re-download the file.")
+    return np.stack(frames), np.asarray(times, dtype=np.float64)
+
+
+def frames_at(frames: np.ndarray, times: np.ndarray, query: np.ndarray, *, where: str,
+              tolerance_s: float = DEFAULT_TOLERANCE_S) -> np.ndarray:
+    """The frames shown at ``query`` seconds ``[T]`` -> ``[T, H, W, 3]``; error beyond ``tolerance_s``."""
+    query = np.asarray(query, dtype=np.float64).reshape(-1)
+    nearest = np.abs(times[None, :] - query[:, None]).argmin(axis=1)
+    gap = np.abs(times[nearest] - query)
+    if (gap > tolerance_s).any():
+        bad = int(gap.argmax())
+        raise VlarlError(f"{where}: no video frame at t={query[bad]:.4f} s (nearest {times[nearest[bad]]:.4f} s, "
+                         f"tolerance {tolerance_s} s); the parquet timestamps do not match the video.",
+                         "Check that the dataset's fps and timestamps agree with its videos.")
+    return frames[nearest]
+
+
+def encode_frames(path: str | Path, frames: np.ndarray, fps: int, *, codec: str = "libsvtav1",
+                  pix_fmt: str = "yuv420p", crf: int = 30) -> Path:
+    """Write ``frames`` uint8 ``[N, H, W, 3]`` to ``path`` as MP4, frame ``k`` at ``k / fps`` s.
+
+    Defaults follow lerobot's encoder (``libsvtav1``, ``yuv420p``, crf 30, one keyframe every 2 frames is
+    its setting for random access; here every 2nd frame too). H and W must be even for ``yuv420p``.
+    """
+    av = _av()
+    frames = np.asarray(frames)
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ValueError(f"frames must be uint8 [N, H, W, 3], got {frames.dtype} {list(frames.shape)}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=fps, options={"crf": str(crf), "g": "2"})
+        stream.width, stream.height = int(frames.shape[2]), int(frames.shape[1])
+        stream.pix_fmt = pix_fmt
+        stream.time_base = Fraction(1, fps)
+        for k, img in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
+            frame.pts = k
+            frame.time_base = Fraction(1, fps)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
