@@ -33,8 +33,14 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show the dependency warnings vlarl hides."),
 ) -> None:
     """Online RL post-training for Vision-Language-Action robot policies in LIBERO."""
+    from vlarl_cli.logging.quiet import quiet_dependencies, set_verbose
+
+    if verbose:
+        set_verbose(True)  # inherited by launched ranks and env workers
+    quiet_dependencies()
 
 
 def _register() -> None:
