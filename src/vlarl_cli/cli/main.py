@@ -17,7 +17,7 @@ app = typer.Typer(
     name="vlarl",
     help="Online RL post-training for Vision-Language-Action robot policies in LIBERO.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -33,13 +33,19 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
+    verbose: bool = typer.Option(False, "--verbose", help="Show the dependency warnings vlarl hides."),
 ) -> None:
     """Online RL post-training for Vision-Language-Action robot policies in LIBERO."""
+    from vlarl_cli.logging.quiet import quiet_dependencies, set_verbose
+
+    if verbose:
+        set_verbose(True)  # inherited by launched ranks and env workers
+    quiet_dependencies()
 
 
 def _register() -> None:
     # Subcommand modules import only typer/pathlib at module level; see module docstring.
-    from vlarl_cli.cli import convert, download, eval, rl_train, sft, video
+    from vlarl_cli.cli import convert, doctor, download, eval, rl_train, setup_libero, sft, video
 
     context = {"allow_extra_args": True, "ignore_unknown_options": True}
     app.command("download", help=download.__doc__)(download.command)
@@ -48,6 +54,8 @@ def _register() -> None:
     app.command("rl-train", help=rl_train.__doc__, context_settings=context)(rl_train.command)
     app.command("eval", help=eval.__doc__)(eval.command)
     app.command("video", help=video.__doc__)(video.command)
+    app.command("setup-libero", help=setup_libero.__doc__)(setup_libero.command)
+    app.command("doctor", help=doctor.__doc__)(doctor.command)
 
 
 _register()

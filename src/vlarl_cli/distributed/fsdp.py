@@ -38,11 +38,27 @@ def wrap_classes(model: nn.Module, configured: list[str]) -> list[str]:
     return [n for n in names if n in present]
 
 
+#: FSDP2 on the CPU (gloo) was checked equal to one process on torch 2.13 (tests/distributed/
+#: test_data_parallel.py); 2.6 fails inside fully_shard on the CPU (no Stream.record_event) and 2.7.1 gives
+#: a different update (approx_kl 0.070 vs 0.361). The package allows torch>=2.6, which is for FSDP2 on CUDA.
+CPU_FSDP_MIN_TORCH = (2, 13)
+
+
+def _check_cpu_fsdp(device: torch.device) -> None:
+    version = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    if device.type == "cpu" and version < CPU_FSDP_MIN_TORCH:
+        raise ConfigError(f"FSDP2 on the CPU is supported from torch {'.'.join(map(str, CPU_FSDP_MIN_TORCH))} "
+                          f"(the version it is checked on); this is torch {torch.__version__} (2.6 fails inside "
+                          "fully_shard, 2.7.1's updates differ from one process's).",
+                          "Install torch==2.13.0 (scripts/install.sh does), or run the actor on CUDA devices.")
+
+
 def shard_model(model: nn.Module, *, device: torch.device, class_names: list[str], reshard_after_forward: bool = True,
                 param_dtype: str | None = None, reduce_dtype: str | None = None, cpu_offload: bool = False,
                 mesh: Any = None) -> nn.Module:
     """Apply ``fully_shard`` to each unit and the root, in place; returns the model. ``mesh``: a 1-D
     DeviceMesh over the actor ranks (default: every rank)."""
+    _check_cpu_fsdp(device)
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import (

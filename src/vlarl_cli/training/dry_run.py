@@ -102,6 +102,10 @@ def estimate_memory(config: VlarlConfig, params: ParamCount, world_size: int) ->
 
 def build_meta_policy(config: VlarlConfig) -> torch.nn.Module:
     """The configured family at its full size on the meta device (tiny when the preset says so)."""
+    # torch 2.6 imports torch._dynamo lazily and that import builds tensors, which fails under a meta
+    # default device (transformers then reports "Could not import module 'Qwen3Model'"): import it first
+    import torch._dynamo
+
     from vlarl_cli.policies.registry import build_policy
 
     model = config.actor.model

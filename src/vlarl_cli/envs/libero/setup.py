@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vlarl_cli.errors import EnvError
+from vlarl_cli.logging.quiet import quiet_dependencies
 
 #: Debian packages needed by each headless rendering backend.
 EGL_PACKAGES = ("libegl1", "libegl-mesa0", "libgl1-mesa-dri", "libgbm1")
@@ -282,6 +283,7 @@ def prepare_libero(cache_dir: Path | None = None, *, check_assets: bool = True) 
     Raises:
         EnvError: libero or its assets are missing, or no rendering backend works.
     """
+    quiet_dependencies()  # before robosuite is imported, in every env worker (unless vlarl --verbose)
     cache_dir = (cache_dir if cache_dir is not None else default_cache_dir()).expanduser().resolve()
     package_dir = libero_package_dir()
     config_dir = cache_dir / "libero"

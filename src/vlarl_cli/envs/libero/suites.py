@@ -82,11 +82,13 @@ def num_tasks(suite: str) -> int:
 @functools.cache
 def _original_suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
     from vlarl_cli.envs.libero.setup import prepare_libero
+    from vlarl_cli.logging.quiet import dependency_prints
 
     paths = prepare_libero(check_assets=False)
     from libero.libero import benchmark  # heavy (imports torch); after prepare_libero so no prompt
 
-    bench = benchmark.get_benchmark_dict()[suite](task_order_index=0)
+    with dependency_prints():  # LIBERO prints "[info] using task orders ..." for every benchmark it builds
+        bench = benchmark.get_benchmark_dict()[suite](task_order_index=0)
     tasks = []
     for i in range(bench.get_num_tasks()):
         task = bench.get_task(i)

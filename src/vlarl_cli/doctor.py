@@ -1,0 +1,118 @@
+"""What a bug report needs, gathered in one place (``vlarl doctor``; LeRobot's ``lerobot-info`` habit).
+
+Versions come from the installed distributions' metadata (nothing heavy is imported for them); torch is
+imported for its build and the GPUs; each headless GL backend is probed by rendering one tiny frame in a
+subprocess (``envs/libero/setup.py``: a failed GL initialisation cannot be undone inside a process); the
+LIBERO asset tree is checked against the committed manifest (sizes; ``--hashes`` adds sha256).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+
+#: Distributions whose versions decide whether a bug reproduces (install names, in report order).
+PACKAGES = ("vlarl", "torch", "transformers", "diffusers", "numpy", "mujoco", "robosuite", "libero", "bddl",
+            "huggingface-hub", "safetensors", "hydra-core", "pydantic", "typer", "rich", "tensorboard", "wandb",
+            "swanlab")
+GL_VARIABLES = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "EGL_DEVICE_ID", "DISPLAY")
+
+
+@dataclass
+class Report:
+    """Sections of ``(label, value)`` lines, and the checks that failed (``problems``)."""
+
+    sections: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, section: str, label: str, value: str) -> None:
+        self.sections.setdefault(section, []).append((label, value))
+
+    def text(self) -> str:
+        """Markdown, ready to paste into an issue."""
+        lines = []
+        for section, rows in self.sections.items():
+            lines.append(f"### {section}")
+            lines += [f"- {label}: {value}" for label, value in rows]
+            lines.append("")
+        lines.append("### Problems")
+        lines += [f"- {p}" for p in self.problems] or ["- none"]
+        return "\n".join(lines)
+
+
+def installed_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _system(report: Report) -> None:
+    report.add("System", "python", f"{platform.python_version()} ({sys.executable})")
+    report.add("System", "platform", platform.platform())
+    report.add("System", "cpus", str(os.cpu_count()))
+
+
+def _packages(report: Report) -> None:
+    for name in PACKAGES:
+        report.add("Packages", name, installed_version(name))
+
+
+def _torch(report: Report) -> None:
+    import torch
+    import torch.distributed as torch_dist
+
+    report.add("torch", "build", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'})")
+    backends = [b for b in ("gloo", "nccl") if getattr(torch_dist, f"is_{b}_available")()]
+    report.add("torch", "distributed backends", ", ".join(backends) or "none")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    report.add("torch", "GPUs", str(count))
+    for index in range(count):
+        props = torch.cuda.get_device_properties(index)
+        report.add("torch", f"cuda:{index}", f"{props.name}, {props.total_memory / 2**30:.1f} GiB, "
+                                              f"capability {props.major}.{props.minor}")
+
+
+def _rendering(report: Report) -> None:
+    from vlarl_cli.envs.libero.setup import _probe_backend
+
+    for name in GL_VARIABLES:
+        report.add("Rendering", name, os.environ.get(name, "(unset)"))
+    working = []
+    for backend in ("egl", "osmesa"):
+        error = _probe_backend(backend)
+        report.add("Rendering", f"{backend} renders", "yes" if error is None else f"no ({error})")
+        if error is None:
+            working.append(backend)
+    if not working:
+        report.problems.append("no headless GL backend renders: apt-get install libegl1 libegl-mesa0 "
+                               "libgl1-mesa-dri libgbm1 (EGL) or libosmesa6 (OSMesa)")
+
+
+def _libero(report: Report, hashes: bool) -> None:
+    from vlarl_cli.envs.libero import setup
+    from vlarl_cli.errors import VlarlError
+
+    try:
+        package_dir = setup.libero_package_dir()
+        report.add("LIBERO", "package", str(package_dir))
+        count = setup.verify_assets(package_dir / "assets", hashes=hashes)
+        report.add("LIBERO", "assets", f"{count} files match the manifest ({'sha256' if hashes else 'sizes'})")
+    except VlarlError as err:
+        report.add("LIBERO", "assets", "FAILED")
+        report.problems.append(f"LIBERO: {err.problem} Fix: {err.fix or 'vlarl setup-libero'}")
+
+
+def collect(*, gl: bool = True, hashes: bool = False) -> Report:
+    """Gather the report. ``gl=False`` skips the two render probes (a second or two each)."""
+    report = Report()
+    _system(report)
+    _packages(report)
+    _torch(report)
+    if gl:
+        _rendering(report)
+    _libero(report, hashes)
+    return report

@@ -1,0 +1,64 @@
+"""Dependency noise stays off the console unless the user asks for it (`vlarl --verbose`).
+
+One switch, the environment variable ``VLARL_VERBOSE``: ``vlarl --verbose`` sets it, and the launched ranks
+and the spawned env workers inherit it. :func:`quiet_dependencies` runs where a process first meets a noisy
+dependency: the CLI root, and ``envs/libero/setup.prepare_libero`` (every env worker calls it before it
+imports robosuite). What is dropped is listed here, nothing else: robosuite 1.4.0's three-line
+"No private macro file found!" notice (``robosuite/__init__.py``, logged through its ``robosuite_logs``
+logger on every import), LIBERO 0.1.1's ``[info] using task orders ...`` print (its benchmark constructor;
+:func:`dependency_prints` around the call), and Deprecation/Future warnings raised inside third-party
+packages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+
+VERBOSE_ENV = "VLARL_VERBOSE"
+ROBOSUITE_LOGGER = "robosuite_logs"
+#: third-party modules whose DeprecationWarning / FutureWarning are not the user's concern
+NOISY_MODULES = r"(robosuite|libero|bddl|gymnasium|gym|mujoco|transformers|diffusers|huggingface_hub|torch|timm|" \
+                r"numba|matplotlib|hydra|omegaconf|wandb|swanlab|google\.protobuf|pkg_resources)(\.|$)"
+
+
+def verbose() -> bool:
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+def set_verbose(on: bool) -> None:
+    """Set the switch for this process and every process it starts."""
+    os.environ[VERBOSE_ENV] = "1" if on else "0"
+
+
+class RobosuiteMacroNotice(logging.Filter):
+    """Drops robosuite's advice to create a private macro file (vlarl needs none: the defaults are right)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("macro file" in message or "setup_macros.py" in message)
+
+
+def quiet_dependencies() -> None:
+    """Install the filters in this process (idempotent); a no-op under ``--verbose``."""
+    if verbose():
+        return
+    logger = logging.getLogger(ROBOSUITE_LOGGER)
+    if not any(isinstance(f, RobosuiteMacroNotice) for f in logger.filters):
+        logger.addFilter(RobosuiteMacroNotice())
+    for category in (DeprecationWarning, FutureWarning):
+        warnings.filterwarnings("ignore", category=category, module=NOISY_MODULES)
+
+
+@contextlib.contextmanager
+def dependency_prints() -> Iterator[None]:
+    """Swallow what a dependency ``print``s to stdout inside the block (shown under ``--verbose``)."""
+    if verbose():
+        yield
+        return
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield

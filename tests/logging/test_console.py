@@ -1,0 +1,71 @@
+"""The training console: one short line per iteration, and dependency noise hidden unless --verbose."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vlarl_cli.logging import quiet
+from vlarl_cli.logging.progress import Progress, summary_line
+
+RLINF_NAMES = {"env/success_once": 0.5, "eval/success_once": 0.625, "env/return": 1.25,
+               "train/actor/total_loss": 0.012341, "train/actor/policy_loss": -0.5, "train/critic/value_loss": 2.5,
+               "time/env_steps_per_s": 41.04, "time/generate_rollouts": 12.34, "time/cal_adv_and_returns": 0.06,
+               "time/actor_training": 4.5, "time/eval": 3.0, "train/actor/grad_norm": 7.0}
+
+
+def test_summary_line_holds_the_few_numbers_that_matter() -> None:
+    assert summary_line(3, 10, RLINF_NAMES) == (
+        "iter  3/10 | success 0.50 | eval success 0.62 | return 1.25 | loss 0.01234 | value loss 2.5 | "
+        "env steps/s 41.0 | collect 12.3s adv 0.1s update 4.5s eval 3.0s")
+
+
+def test_summary_line_reads_the_older_names_and_leaves_out_what_is_absent() -> None:
+    old = {"env/success_once": 1.0, "actor/loss": 0.5, "actor/policy_loss": 9.0, "time/collect": 2.0,
+           "time/actor": 1.0, "time/env_steps_per_s": 3.0, "actor/grad_norm": 5.0}
+    assert summary_line(1, 3, old) == "iter 1/3 | success 1.00 | loss 0.5 | env steps/s 3.0 | collect 2.0s update 1.0s"
+    assert summary_line(2, 3, {"actor/loss": float("nan")}) == "iter 2/3 | loss nan"
+    assert summary_line(2, 3, {}) == "iter 2/3"
+
+
+def test_progress_prints_one_line_per_iteration(capsys: pytest.CaptureFixture[str]) -> None:
+    bar = Progress(total=2, enabled=True)
+    bar.update(1, RLINF_NAMES)
+    bar.update(2, {"env/success_once": 1.0})
+    bar.close()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter")]
+    assert lines == [summary_line(1, 2, RLINF_NAMES), "iter 2/2 | success 1.00"]
+
+
+def test_disabled_progress_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    bar = Progress(total=2, enabled=False)
+    bar.update(1, RLINF_NAMES)
+    bar.close()
+    assert capsys.readouterr().out == ""
+
+
+def _import_robosuite(verbose: bool) -> str:
+    code = "from vlarl_cli.logging.quiet import quiet_dependencies; quiet_dependencies(); import robosuite"
+    env = {**os.environ, quiet.VERBOSE_ENV: "1" if verbose else "0"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    return out.stdout + out.stderr
+
+
+def test_robosuite_macro_notice_is_hidden_unless_verbose() -> None:
+    assert "No private macro file" not in _import_robosuite(verbose=False)
+    assert "No private macro file found!" in _import_robosuite(verbose=True)
+
+
+def test_dependency_prints_are_swallowed_unless_verbose(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(quiet.VERBOSE_ENV, "0")
+    with quiet.dependency_prints():
+        print("[info] using task orders [0, 1]")
+    monkeypatch.setenv(quiet.VERBOSE_ENV, "1")
+    with quiet.dependency_prints():
+        print("shown")
+    assert capsys.readouterr().out == "shown\n"
