@@ -122,6 +122,11 @@ def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank:
 
         return ToyVectorEnv(num_envs, chunk=config.actor.model.num_action_chunks,
                             max_steps=split.max_episode_steps, seed=split.seed)
+    if split.env_type == "maniskill":
+        from vlarl_cli.envs.maniskill.make import make_maniskill_env
+
+        return make_maniskill_env(split, num_envs=num_envs, rank=rank, group_size=group_size, cameras=cameras,
+                                  record_video=record_video, stages=stages)
     from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec, workers_for
 
     spec = VectorEnvSpec(
@@ -809,7 +814,7 @@ def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, ctx: dist
         return training_eval_metrics(policy, config, rank=ranks.index(ctx.rank), world_size=len(ranks),
                                      out_dir=run_dir / "eval" / f"iter_{iteration:05d}", group=group)
     env = make_env(config, split, num_envs=max(1, split.total_num_envs or 1), rank=ctx.rank, group_size=1,
-                   cameras=(), record_video=False, stages=1)
+                   cameras=_cameras(policy), record_video=False, stages=1)  # toy_reach ignores cameras
     try:
         policy.eval()
         steps = split.max_steps_per_rollout_epoch // config.actor.model.num_action_chunks
