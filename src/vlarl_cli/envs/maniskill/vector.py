@@ -102,6 +102,17 @@ def _axis_angle(quat_wxyz: np.ndarray) -> np.ndarray:
     return q[:, 1:] * scale[:, None]
 
 
+def _make_sims(task: str, n: int, kwargs: dict[str, Any]) -> list[Any]:
+    import gymnasium as gym
+
+    from vlarl_cli.envs.maniskill.setup import check_maniskill
+
+    check_maniskill()
+    import mani_skill.envs  # noqa: F401  (registers the ManiSkill ids with gymnasium)
+
+    return [gym.make(task, **kwargs) for _ in range(n)]
+
+
 class _Episode:
     """Per-env episode bookkeeping (mirrors LiberoEnv's fields)."""
 
@@ -115,7 +126,8 @@ class _Episode:
         self.frames: list[np.ndarray] = []
 
     def start(self) -> None:
-        self.__init__()  # type: ignore[misc]
+        self.elapsed, self.success_once, self.last_success = 0, False, False
+        self.prev_reward, self.ret, self.frames = 0.0, 0.0, []
         self.active = True
 
     def summary(self) -> dict[str, Any]:
@@ -126,15 +138,9 @@ class _Episode:
 class ManiSkillVectorEnv:
     """N ManiSkill3 envs of one built-in task in this process, LIBERO's vector-env interface."""
 
-    def __init__(self, spec: ManiSkillSpec) -> None:
-        import gymnasium as gym
-
-        from vlarl_cli.envs.maniskill.setup import check_maniskill
-
+    def __init__(self, spec: ManiSkillSpec, *, sims: list[Any] | None = None) -> None:
+        """``sims``: N ready gymnasium-style envs to use instead of building ManiSkill ones (test doubles)."""
         self.instruction = spec.validate()
-        check_maniskill()
-        import mani_skill.envs  # noqa: F401  (registers the ManiSkill ids with gymnasium)
-
         self.spec = spec
         self.pool = np.arange(spec.pool_size)
         self._obs_mode = "rgb" if spec.cameras else "state"
@@ -147,7 +153,9 @@ class ManiSkillVectorEnv:
                                   "max_episode_steps": spec.max_episode_steps + 1}
         if spec.cameras:
             kwargs["sensor_configs"] = {"width": spec.resolution, "height": spec.resolution}
-        self._sims = [gym.make(spec.task, **kwargs) for _ in range(spec.num_envs)]
+        self._sims = sims if sims is not None else _make_sims(spec.task, spec.num_envs, kwargs)
+        if len(self._sims) != spec.num_envs:
+            raise EnvError(f"{len(self._sims)} simulators for num_envs={spec.num_envs}.")
         self._episodes = [_Episode() for _ in range(spec.num_envs)]
         self._ids = np.full(spec.num_envs, -1, np.int64)
         self._obs: list[dict[str, np.ndarray]] = [{} for _ in range(spec.num_envs)]
