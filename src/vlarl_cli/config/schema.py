@@ -264,6 +264,14 @@ class EnvSplitConfig(Section):
         if self.env_type == "libero" and self.task_suite_name not in suites:
             raise ValueError(f'unknown task_suite_name "{self.task_suite_name}"; known: {", ".join(suites)}.'
                              f"{did_you_mean(self.task_suite_name, suites)}")
+        if self.env_type == "maniskill":
+            from vlarl_cli.envs.maniskill.tasks import check_task
+            from vlarl_cli.errors import EnvError
+
+            try:
+                check_task(self.init_params.id)
+            except EnvError as err:
+                raise ValueError(str(err)) from None
         if self.init_params.camera_heights != self.init_params.camera_widths:
             raise ValueError("camera_heights must equal camera_widths (square images), got "
                              f"{self.init_params.camera_heights} x {self.init_params.camera_widths}")

@@ -33,3 +33,20 @@ def test_ppo_trains_and_evaluates_on_pickcube(tmp_path: Path) -> None:
     assert row["eval/num_episodes"] == 2 and row["eval/return"] == 0.0  # eval has no step penalty
     assert row["actor/value_loss"] > 0 and row["actor/grad_norm"] > 0
     assert (tmp_path / "checkpoints" / "global_step_1" / "model.safetensors").is_file()
+
+
+def test_grpo_groups_share_a_scene_and_equal_returns_give_no_gradient(tmp_path: Path) -> None:
+    overrides = [*TINY, "runner.val_check_interval=-1", "algorithm.adv_type=grpo", "algorithm.loss_type=actor",
+                 "algorithm.group_size=2", "env.train.group_size=2", "actor.model.add_value_head=false",
+                 f"runner.logger.log_path={tmp_path}"]
+    assert train(load_config("maniskill_pickcube_ppo_openpi", overrides)).iterations == 1
+    row = _rows(tmp_path)[0]
+    # both members of the one group fail with the same step-penalty return: GRPO advantages are exactly 0
+    assert row["env/return"] == pytest.approx(-0.1) and row["actor/policy_loss"] == 0.0
+
+
+def test_digital_twin_recipe_is_refused_when_the_config_loads() -> None:
+    from vlarl_cli.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="vlarl download"):
+        load_config("maniskill_pickcube_ppo_openpi", ["env.train.init_params.id=PutOnPlateInScene25Main-v3"])
