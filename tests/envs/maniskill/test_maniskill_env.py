@@ -128,3 +128,12 @@ def test_pickcube_rgb_observations() -> None:
         state = obs[keys.STATES]
         assert state.shape == (1, 8)
         assert 0.0 <= float(state[0, 6]) <= 0.05 and 0.0 <= float(state[0, 7]) <= 0.05  # panda finger joints (m)
+
+
+@pytest.mark.usefixtures("maniskill_ready")
+def test_stackcube_hand_camera_is_the_wrist_image() -> None:
+    spec = ManiSkillSpec(task="StackCube-v1", num_envs=1, cameras=("main", "wrist"), resolution=32)
+    with ManiSkillVectorEnv(spec) as env:
+        obs = env.reset([0])
+        assert obs[keys.MAIN_IMAGES].shape == obs[keys.WRIST_IMAGES].shape == (1, 32, 32, 3)
+        assert not torch.equal(obs[keys.MAIN_IMAGES], obs[keys.WRIST_IMAGES])

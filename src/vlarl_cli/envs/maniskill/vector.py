@@ -18,9 +18,10 @@ from one state, and auto-reset restarts an env from its id.
 
 Observations: with no camera requested, ``obs_mode="state"`` and ``states`` is ManiSkill's flat state
 vector ``[N, D]`` (D = 42 for PickCube-v1). With cameras, ``obs_mode="rgb"``: ``main_images`` is the
-task's first sensor camera ``[N, R, R, 3]`` uint8 and ``states`` the LIBERO-style 8-d proprio (tcp
-position, tcp axis-angle, two finger joints). Built-in tasks have no wrist camera: ``wrist_images`` is
-absent (said once on stdout), which the image policies accept (masked).
+task's ``base_camera`` ``[N, R, R, 3]`` uint8, ``wrist_images`` its ``hand_camera`` where the task has
+one (StackCube-v1; PickCube-v1, PushCube-v1 ... have none: the key is absent, said once on stdout, and the
+image policies mask it), and ``states`` the LIBERO-style 8-d proprio (tcp position, tcp axis-angle, two
+finger joints). Images are not rotated (LIBERO's 180-degree flip is a LIBERO camera convention).
 """
 
 from __future__ import annotations
@@ -144,9 +145,7 @@ class ManiSkillVectorEnv:
         self.spec = spec
         self.pool = np.arange(spec.pool_size)
         self._obs_mode = "rgb" if spec.cameras else "state"
-        if "wrist" in spec.cameras:
-            print(f"vlarl: ManiSkill {spec.task} has no wrist camera; policies get main_images only "
-                  "(wrist_images absent, masked by the image policies).")
+        self._said_no_wrist = False
         kwargs: dict[str, Any] = {"num_envs": 1, "obs_mode": self._obs_mode, "control_mode": spec.control_mode,
                                   "sim_backend": "cpu", "render_mode": "rgb_array",
                                   # the episode limit is ours (below); ManiSkill's TimeLimit must not cut first
@@ -183,13 +182,19 @@ class ManiSkillVectorEnv:
             self._obs[e] = {keys.STATES: raw[0].detach().cpu().numpy().astype(np.float32)}
             return
         sensors = raw["sensor_data"]
-        camera = next(iter(sensors))
-        image = sensors[camera]["rgb"][0].detach().cpu().numpy().astype(np.uint8)
+        main = "base_camera" if "base_camera" in sensors else next(iter(sensors))
+        images = {keys.MAIN_IMAGES: sensors[main]["rgb"][0].detach().cpu().numpy().astype(np.uint8)}
+        if "wrist" in self.spec.cameras and "hand_camera" in sensors:
+            images[keys.WRIST_IMAGES] = sensors["hand_camera"]["rgb"][0].detach().cpu().numpy().astype(np.uint8)
+        elif "wrist" in self.spec.cameras and not self._said_no_wrist:
+            self._said_no_wrist = True
+            print(f"vlarl: ManiSkill {self.spec.task} has no hand camera; policies get main_images only "
+                  "(wrist_images absent, masked by the image policies).")
         agent = self._sims[e].unwrapped.agent
         pose = agent.tcp.pose.raw_pose[0].detach().cpu().numpy().astype(np.float64)
         qpos = agent.robot.get_qpos()[0].detach().cpu().numpy()
         state = np.concatenate([pose[:3], _axis_angle(pose[None, 3:])[0], qpos[-2:]]).astype(np.float32)
-        self._obs[e] = {keys.MAIN_IMAGES: image, keys.STATES: state}
+        self._obs[e] = {**images, keys.STATES: state}
 
     def _observation(self) -> dict[str, Any]:
         import torch
