@@ -137,3 +137,19 @@ def test_stackcube_hand_camera_is_the_wrist_image() -> None:
         obs = env.reset([0])
         assert obs[keys.MAIN_IMAGES].shape == obs[keys.WRIST_IMAGES].shape == (1, 32, 32, 3)
         assert not torch.equal(obs[keys.MAIN_IMAGES], obs[keys.WRIST_IMAGES])
+
+
+def test_the_check_names_the_missing_vulkan_packages(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from vlarl_cli.envs.maniskill import setup
+
+    monkeypatch.setattr(setup.ctypes.util, "find_library", lambda name: None)
+    monkeypatch.setattr(setup, "_ICD_DIRS", (str(tmp_path),))
+    missing = " ".join(setup.missing_parts())
+    assert "libvulkan1" in missing and "mesa-vulkan-drivers" in missing and "bookworm-backports" in missing
+    setup.probe.cache_clear()
+    try:
+        with pytest.raises(EnvError, match="libvulkan1") as err:
+            setup.check_maniskill()
+        assert "setup_maniskill.sh" in str(err.value)
+    finally:
+        setup.probe.cache_clear()
