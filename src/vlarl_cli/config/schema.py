@@ -208,6 +208,10 @@ class InitParams(Section):
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"camera_names", "control_freq"})
     camera_heights: int = Field(256, description="Rendered camera height in pixels.")
     camera_widths: int = Field(256, description="Rendered camera width in pixels.")
+    # ManiSkill (env_type maniskill): RLinf's env/train/PickCube.yaml keys under init_params.
+    id: str = Field("PickCube-v1", description="ManiSkill task id (env_type maniskill): a built-in task.")
+    control_mode: str = Field("pd_ee_delta_pose", description="ManiSkill controller (only pd_ee_delta_pose).")
+    sim_backend: Literal["cpu"] = Field("cpu", description="ManiSkill simulation backend (only cpu so far).")
 
 
 class EnvSplitConfig(Section):
@@ -215,7 +219,8 @@ class EnvSplitConfig(Section):
 
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"group_name", "wrap_obs_mode", "enable_offload"})
 
-    env_type: Literal["libero", "toy_reach"] = Field("libero", description="Simulator: libero (or the CPU toy task).")
+    env_type: Literal["libero", "toy_reach", "maniskill"] = Field(
+        "libero", description="Simulator: libero, maniskill (built-in tasks) or the CPU toy task.")
     task_suite_name: str = Field("libero_spatial", description="LIBERO suite: libero_spatial, libero_object, "
                                  "libero_goal, libero_10, libero_90 or libero_130.")
     task_ids: list[int] | None = Field(None, description="Restrict to these task ids of the suite (vlarl).")
@@ -259,6 +264,14 @@ class EnvSplitConfig(Section):
         if self.env_type == "libero" and self.task_suite_name not in suites:
             raise ValueError(f'unknown task_suite_name "{self.task_suite_name}"; known: {", ".join(suites)}.'
                              f"{did_you_mean(self.task_suite_name, suites)}")
+        if self.env_type == "maniskill":
+            from vlarl_cli.envs.maniskill.tasks import check_task
+            from vlarl_cli.errors import EnvError
+
+            try:
+                check_task(self.init_params.id)
+            except EnvError as err:
+                raise ValueError(str(err)) from None
         if self.init_params.camera_heights != self.init_params.camera_widths:
             raise ValueError("camera_heights must equal camera_widths (square images), got "
                              f"{self.init_params.camera_heights} x {self.init_params.camera_widths}")

@@ -52,6 +52,11 @@ def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank:
 
         return ToyVectorEnv(num_envs, chunk=config.actor.model.num_action_chunks,
                             max_steps=split.max_episode_steps, seed=split.seed)
+    if split.env_type == "maniskill":
+        from vlarl_cli.envs.maniskill.make import make_maniskill_env
+
+        return make_maniskill_env(split, num_envs=num_envs, rank=rank, group_size=group_size, cameras=cameras,
+                                  record_video=record_video, stages=stages)
     from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec, workers_for
 
     spec = VectorEnvSpec(

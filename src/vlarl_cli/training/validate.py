@@ -28,7 +28,8 @@ def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, iteration
         return training_eval_metrics(policy, config, rank=ranks.index(rank), world_size=len(ranks),
                                      out_dir=run_dir / "eval" / f"iter_{iteration:05d}", group=group)
     env = make_env(config, split, num_envs=max(1, split.total_num_envs or 1), rank=rank, group_size=1,
-                   cameras=(), record_video=False, stages=1)
+                   cameras=tuple(getattr(policy, "cameras", ("main", "wrist"))), record_video=False,
+                   stages=1)  # toy_reach ignores cameras; ManiSkill renders the policy's
     try:
         policy.eval()
         steps = split.max_steps_per_rollout_epoch // config.actor.model.num_action_chunks

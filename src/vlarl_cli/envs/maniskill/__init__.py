@@ -1,0 +1,7 @@
+"""ManiSkill3 (``env_type: maniskill``), the second simulator of the seeds. Nothing heavy is imported here.
+
+- ``envs.maniskill.tasks``: the built-in tasks we run offline, and RLinf's digital-twin task ids, which
+  are refused with the reason (their assets are not downloadable by vlarl yet).
+- ``envs.maniskill.setup``: ``check_maniskill`` (import + Vulkan check naming the missing packages).
+- ``envs.maniskill.vector``: ``ManiSkillVectorEnv``, the LIBERO vector-env contract over ManiSkill.
+"""
