@@ -28,10 +28,10 @@ def test_ppo_trains_and_evaluates_on_pickcube(tmp_path: Path) -> None:
     assert result.iterations == 1
     row = _rows(tmp_path)[0]
     # 2 envs x 10 steps with a 0.01 step penalty and a random policy that never succeeds: return -0.1
-    assert row["env/num_episodes"] == 2 and row["env/episode_len"] == 10 and row["env/success_once"] == 0.0
+    assert row["env/num_trajectories"] == 2 and row["env/episode_len"] == 10 and row["env/success_once"] == 0.0
     assert row["env/return"] == pytest.approx(-0.1)
-    assert row["eval/num_episodes"] == 2 and row["eval/return"] == 0.0  # eval has no step penalty
-    assert row["actor/value_loss"] > 0 and row["actor/grad_norm"] > 0
+    assert row["eval/num_trajectories"] == 2 and row["eval/return"] == 0.0  # eval has no step penalty
+    assert row["train/critic/value_loss"] > 0 and row["train/actor/grad_norm"] > 0
     assert (tmp_path / "checkpoints" / "global_step_1" / "model.safetensors").is_file()
 
 
@@ -42,7 +42,7 @@ def test_grpo_groups_share_a_scene_and_equal_returns_give_no_gradient(tmp_path: 
     assert train(load_config("maniskill_pickcube_ppo_openpi", overrides)).iterations == 1
     row = _rows(tmp_path)[0]
     # both members of the one group fail with the same step-penalty return: GRPO advantages are exactly 0
-    assert row["env/return"] == pytest.approx(-0.1) and row["actor/policy_loss"] == 0.0
+    assert row["env/return"] == pytest.approx(-0.1) and row["train/actor/policy_loss"] == 0.0
 
 
 def test_digital_twin_recipe_is_refused_when_the_config_loads() -> None:
