@@ -13,7 +13,7 @@ from vlarl_cli.training.evaluation.plan import EvalSettings, plan_episodes, spli
 from vlarl_cli.training.evaluation.results import EvalSummary, print_summary, summarize, write_summary
 from vlarl_cli.training.evaluation.runner import run_episodes
 from vlarl_cli.training.evaluation.source import PolicyInfo, load_policy
-from vlarl_cli.video.episodes import CARD, EPISODES, EpisodeLog, EpisodeRecord, ResultsError
+from vlarl_cli.video.episodes import CARD, EPISODES, EpisodeLog, EpisodeRecord, ResultsError, load_card
 
 
 def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | None = None,
@@ -75,7 +75,6 @@ def _gather_records(records: list[EpisodeRecord], world_size: int, group: Any = 
 
 
 def _prepare_folder(out_dir: Path, card: dict[str, Any], resume: bool) -> None:
-    import json
     import shutil
 
     from vlarl_cli.checkpoints.atomic import atomic_write_json
@@ -83,7 +82,7 @@ def _prepare_folder(out_dir: Path, card: dict[str, Any], resume: bool) -> None:
     card_path, log = out_dir / CARD, EpisodeLog(out_dir / EPISODES)
     if card_path.is_file() and log.path.is_file():
         if resume:
-            old = json.loads(card_path.read_text())
+            old = load_card(card_path)
             conflicts = card_conflicts(old, card)
             if conflicts:
                 raise ResultsError(
