@@ -56,7 +56,7 @@ BROKEN = {
     "unknown model type": ("actor:\n  model: {preset: tiny, model_type: pi7}\n", 'unknown model_type "pi7"'),
     "grpo without groups": ("algorithm: {adv_type: grpo, loss_type: actor}\nactor:\n  model: {preset: tiny}\n",
                             "group_size > 1"),
-    "bad yaml": ("actor: {model: [\n", "Cannot compose"),
+    "bad yaml": ("actor: {model: [\n", "YAML syntax error"),
 }
 
 
