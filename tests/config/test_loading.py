@@ -247,7 +247,7 @@ def test_grpo_needs_a_group(tmp_path: Path) -> None:
 
 def test_unknown_model_type_lists_the_known(tmp_path: Path) -> None:
     msg = _error(tmp_path, "actor:\n  model: {model_type: pi_zero, preset: tiny}\n")
-    assert 'unknown model_type "pi_zero"' in msg and "gr00t_n1d6" in msg
+    assert 'model_type "pi_zero" is not a policy vlarl supports' in msg and "gr00t_n1d6" in msg
 
 
 def test_missing_file_and_unknown_preset() -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from vlarl_cli.config import unsupported
 from vlarl_cli.config.schema import Section, VlarlConfig
 from vlarl_cli.errors import ConfigError, did_you_mean
 
@@ -278,6 +279,7 @@ def check_keys(model: type[BaseModel], data: Any, prefix: str = "") -> tuple[Any
     cleaned: dict[str, Any] = {}
     ignored: list[str] = []
     unknown: list[str] = []
+    switched_on: list[str] = []
     for key, value in data.items():
         path = f"{prefix}{key}"
         if key in fields:
@@ -286,10 +288,17 @@ def check_keys(model: type[BaseModel], data: Any, prefix: str = "") -> tuple[Any
                 value, sub_ignored = check_keys(sub, value, f"{path}.")
                 ignored.extend(sub_ignored)
             cleaned[key] = value
-        elif key in ignored_names:
-            ignored.append(path)
+            continue
+        features = unsupported.uses(path, value)
+        if features:
+            switched_on.extend(features)
+        elif key in ignored_names or unsupported.feature_of(path) is not None:
+            ignored.append(path)  # an RLinf key vlarl does not use, or an unsupported feature left off
         else:
             unknown.append(f'"{path}"{did_you_mean(key, list(fields))}')
+    if switched_on:
+        raise ConfigError(f"The config turns on RLinf feature(s) vlarl does not implement: {'; '.join(switched_on)}. "
+                          f"{unsupported.SUPPORTED}.", unsupported.FIX)
     if unknown:
         where = prefix.rstrip(".") or "the top level"
         raise ConfigError(
