@@ -209,6 +209,12 @@ def _hub_errors(repo_id: str, revision: str, endpoint: str) -> Iterator[None]:
                            fix="Free some space (or pass --local-dir / --cache-dir on a larger disk) and run "
                            "the same command again.") from err
         raise
+    except json.JSONDecodeError as err:  # a captive portal, proxy or web page answering 200 with HTML
+        raise HubError(f"The server at {web} answered the hub API for {repo_id} with something that is not JSON "
+                       f"({err.msg} at line {err.lineno}); it is not a Hugging Face hub (an HTML page from a "
+                       "proxy, a login portal or a wrong HF_ENDPOINT?).",
+                       fix="Point HF_ENDPOINT at a hub or mirror API (or unset it for https://huggingface.co) "
+                       "and check any proxy settings, then run the same command again.") from err
     except httpx2.TransportError as err:  # connect/timeout/protocol errors: not HfHubHTTPError (REF s6)
         raise _unreachable(web, f"{type(err).__name__}: {err}") from err
     except httpx2.HTTPError as err:
