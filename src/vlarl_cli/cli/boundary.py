@@ -191,6 +191,8 @@ def describe_os_error(ex: OSError) -> tuple[str, str | None, int] | None:
         return "", None, 1
     where = " and ".join(str(f) for f in (ex.filename, ex.filename2) if f is not None)
     known = _OS_FIXES.get(ex.errno or -1)
+    if ex.errno in (errno.EEXIST, errno.ENOTDIR) and ex.filename is not None and _is_file_in_the_way(ex.filename):
+        known = ("a file is in the way where a folder is wanted", "Choose a folder path, or move the file away.")
     if known is not None:
         what, fix = known
         subject = f"Cannot use {where}" if where else "A file operation failed"
@@ -204,6 +206,13 @@ def describe_os_error(ex: OSError) -> tuple[str, str | None, int] | None:
         return (f"The operating system refused an operation {subject}: {ex.strerror or ex} ({name}).",
                 "Check the path, its permissions and the free space.", USAGE_EXIT)
     return None
+
+
+def _is_file_in_the_way(name: Any) -> bool:
+    from pathlib import Path
+
+    path = Path(os.fsdecode(name))
+    return any(p.exists() and not p.is_dir() for p in (path, *path.parents))
 
 
 def _corrupt_file(ex: BaseException) -> str | None:

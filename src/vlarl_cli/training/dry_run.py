@@ -143,12 +143,27 @@ def preflight(config: VlarlConfig) -> None:
 
     from vlarl_cli.checkpoints.atomic import check_writable_folder
     from vlarl_cli.checkpoints.detect import tensor_table, weight_files
+    from vlarl_cli.errors import CheckpointError
     from vlarl_cli.training.rl import resolve_model_path
 
-    path = resolve_model_path(config.actor.model.model_path)  # CheckpointError for a missing folder / hub id
+    try:
+        path = resolve_model_path(config.actor.model.model_path)  # CheckpointError for a missing folder / hub id
+    except CheckpointError as err:
+        if "hub cache" not in err.problem:
+            raise
+        # planning usually happens before the weights are fetched (often on another machine): say it, go on
+        _warn(f"{err.problem} A launch on this machine would refuse it; {err.fix}")
+        path = None
     if path is not None and Path(path).is_dir():
         tensor_table(weight_files(Path(path)))  # CheckpointError naming a truncated or lying file
     check_writable_folder(config.runner.logger.log_path, "The run folder (runner.logger.log_path)")
+
+
+def _warn(text: str) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(Text.assemble(("warning: ", "bold yellow"), text))
 
 
 def dry_run(config: VlarlConfig, world_size: int) -> None:
@@ -181,10 +196,7 @@ def dry_run(config: VlarlConfig, world_size: int) -> None:
                                                           est.host_offload, est.env_host)))
     console.print(table)
     for warning in memory_warnings(config, estimates, world_size):
-        from rich.text import Text
-
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            Text.assemble(("warning: ", "bold yellow"), f"this plan fits on no machine: {warning}."))
+        _warn(f"this plan fits on no machine: {warning}.")
 
 
 def _ranges(ranks: list[int]) -> str:
