@@ -62,9 +62,11 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
 def _report_ignored(ignored: list[str], main: bool) -> None:
     if ignored and main:
         from rich.console import Console
+        from rich.text import Text
 
-        Console(stderr=True, highlight=False).print(
-            f"[dim]note: {len(ignored)} RLinf key(s) accepted but not used by vlarl: {', '.join(ignored)}[/]")
+        # plain Text, never markup: key names come from the user's file
+        Console(stderr=True, highlight=False, soft_wrap=True).print(Text(
+            f"note: {len(ignored)} RLinf key(s) accepted but not used by vlarl: {', '.join(ignored)}", style="dim"))
 
 
 def _relaunch(source: Path, overrides: list[str], resume: str | None, nproc_per_node: int, nnodes: int,
