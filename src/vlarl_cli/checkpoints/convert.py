@@ -269,6 +269,55 @@ def check_paths(src: Path, dst: Path, *, overwrite: bool) -> None:
                               fix="Choose a destination you can write to.")
 
 
+def _readable_source(src: Path, allow_pickle: bool, scratch: Path) -> tuple[Path, Any]:
+    """(folder to load from, its detection): ``src`` itself, or for pickle-only weights (RLinf publishes
+    ``.pt`` checkpoints) a staged safetensors copy, detected again so its tensor names identify the family."""
+    info = detect_checkpoint(src, refine=True)
+    if info.unreadable:
+        raise CheckpointError(f"Damaged weights in the source, not a readable safetensors file: "
+                              f"{info.unreadable[0][1]}.",
+                              fix="Download or copy the checkpoint again (`vlarl download` resumes and verifies "
+                              "every file's hash).")
+    if info.weights or not info.pickle_files:
+        return src, info
+    if not allow_pickle:
+        raise CheckpointError(
+            f"{src} holds only pickle-based weights ({', '.join(info.pickle_files[:3])}); "
+            "loading pickles can execute arbitrary code.",
+            fix="Pass --allow-pickle if you trust the files (they are then read with "
+            "torch.load(weights_only=True)), or provide .safetensors weights.")
+    staged = scratch / "staged"
+    _stage_pickles(src, staged, info.pickle_files)
+    return staged, detect_checkpoint(staged, refine=True)
+
+
+def _plan(src: Path, read_from: Path, info: Any, to_format: str) -> tuple[Any, str]:
+    """(family checkpoint module, source layout), refusing what cannot be converted before loading a model."""
+    if info.family is None:
+        raise CheckpointError(
+            f"Cannot tell which model family {src} holds ({'; '.join(info.notes) or 'unknown layout'}).",
+            fix=f"Point at a checkpoint folder of a supported family ({_supported_text()}).")
+    module = family_checkpoint_module(info.family)
+    if module is None:
+        raise CheckpointError(
+            f"Converting {info.family} checkpoints ({info.format or 'unknown format'}) is not supported yet.",
+            fix=f"Supported now: {_supported_text()}.")
+    formats = tuple(module.FORMATS)
+    if to_format not in formats:
+        raise CheckpointError(
+            f'"{to_format}" is not a {info.family} checkpoint format.{did_you_mean(to_format, formats)}',
+            fix=f"Use --to with one of: {', '.join(formats)}.")
+    impossible = _IMPOSSIBLE.get((info.variant or "", to_format))
+    if impossible is not None:
+        raise CheckpointError(f"{src} holds a {info.variant} model, which cannot be written as {to_format}: "
+                              f"{impossible[0]}.", fix=impossible[1])
+    src_format = info.format or module.detect_format(read_from)
+    if src_format is None:
+        raise CheckpointError(f"{src} looks like {info.family} but its layout is not recognised.",
+                              fix=f"Known {info.family} layouts: {', '.join(formats)}.")
+    return module, src_format
+
+
 def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format: str,
             dtype: str | None = None, merge_lora: bool = True, allow_pickle: bool = False, *,
             overwrite: bool = False, check: bool = True, verbose: bool = False) -> ConvertReport:
@@ -295,50 +344,13 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format:
     cast_name = dtype_name(dtype)
     _check_format_name(to_format)
 
-    info = detect_checkpoint(src_path, refine=True)
-    if info.unreadable:
-        raise CheckpointError(f"Damaged weights in the source, not a readable safetensors file: "
-                              f"{info.unreadable[0][1]}.",
-                              fix="Download or copy the checkpoint again (`vlarl download` resumes and verifies "
-                              "every file's hash).")
-    if info.family is None:
-        raise CheckpointError(
-            f"Cannot tell which model family {src_path} holds ({'; '.join(info.notes) or 'unknown layout'}).",
-            fix=f"Point at a checkpoint folder of a supported family ({_supported_text()}).")
-    module = family_checkpoint_module(info.family)
-    if module is None:
-        raise CheckpointError(
-            f"Converting {info.family} checkpoints ({info.format or 'unknown format'}) is not supported yet.",
-            fix=f"Supported now: {_supported_text()}.")
-    formats = tuple(module.FORMATS)
-    if to_format not in formats:
-        raise CheckpointError(
-            f'"{to_format}" is not a {info.family} checkpoint format.{did_you_mean(to_format, formats)}',
-            fix=f"Use --to with one of: {', '.join(formats)}.")
-    impossible = _IMPOSSIBLE.get((info.variant or "", to_format))
-    if impossible is not None:
-        raise CheckpointError(f"{src_path} holds a {info.variant} model, which cannot be written as {to_format}: "
-                              f"{impossible[0]}.", fix=impossible[1])
-    src_format = info.format or module.detect_format(src_path)
-    if src_format is None:
-        raise CheckpointError(f"{src_path} looks like {info.family} but its layout is not recognised.",
-                              fix=f"Known {info.family} layouts: {', '.join(formats)}.")
-
-    import torch
-
-    cast = getattr(torch, cast_name) if cast_name else None
     with tempfile.TemporaryDirectory(prefix=TMP_PREFIX + "convert-") as scratch:
-        read_from = src_path
-        if not info.weights and info.pickle_files:
-            if not allow_pickle:
-                raise CheckpointError(
-                    f"{src_path} holds only pickle-based weights ({', '.join(info.pickle_files[:3])}); "
-                    "loading pickles can execute arbitrary code.",
-                    fix="Pass --allow-pickle if you trust the files (they are then read with "
-                    "torch.load(weights_only=True)), or provide .safetensors weights.")
-            read_from = Path(scratch) / "staged"
-            _stage_pickles(src_path, read_from, info.pickle_files)
+        read_from, info = _readable_source(src_path, allow_pickle, Path(scratch))
+        module, src_format = _plan(src_path, read_from, info, to_format)
 
+        import torch
+
+        cast = getattr(torch, cast_name) if cast_name else None
         policy = module.load_policy(read_from, format=src_format, device="cpu", dtype=torch.float32,
                                     strict=True)
         reference = _run_probe(module, policy) if check else None
