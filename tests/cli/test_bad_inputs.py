@@ -115,6 +115,9 @@ CASES: dict[str, Case] = {
     "memory no machine has": Case(("rl-train", "-c", "libero_10_ppo_openpi", "--dry-run",
                                    "env.train.total_num_envs=100000", "actor.global_batch_size=100000",
                                    "actor.micro_batch_size=100"), ("fits on no machine", "host memory"), code=0),
+    "eval out is a file": Case(("eval", "--config", "quickstart", "--suite", "libero_spatial", "--out", "{tmp}/f"),
+                               ("results folder", "is a file"), files={"f": "mine"}, kept=("f",)),
+    "eval out in /proc": Case(("eval", "--config", "quickstart", "--out", "/proc/vlarl-eval"), ("cannot be written",)),
     # ---- broken files --------------------------------------------------------------------------------
     "convert truncated weights": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"),
                                       ("not a readable safetensors file", "truncated"), setup="truncated_ckpt",

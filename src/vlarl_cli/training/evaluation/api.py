@@ -109,6 +109,10 @@ def evaluate(checkpoint: Path | None = None, config: str | None = None, override
     from vlarl_cli.distributed import dist
 
     settings.validate()
+    if out_dir is not None:  # before the policy is built (seconds to minutes): a file in the way, read-only
+        from vlarl_cli.checkpoints.atomic import check_writable_folder
+
+        check_writable_folder(out_dir, "The results folder (--out)")
     ctx = dist.init_distributed()
     try:
         policy, info, _ = load_policy(checkpoint, config, overrides or [], ctx.device)
