@@ -112,6 +112,7 @@ CASES: dict[str, Case] = {
     "run folder under a file": Case((*DRY, "runner.logger.log_path={tmp}/afile/run"), ("which is a file",),
                                     files={"afile": "x"}),
     "run folder in /proc": Case((*DRY, "runner.logger.log_path=/proc/vlarl-run"), ("cannot be written",)),
+    "launch into a read-only place": Case((*QUICK, "runner.logger.log_path=/proc/vlarl-run"), ("cannot be written",)),
     "memory no machine has": Case(("rl-train", "-c", "libero_10_ppo_openpi", "--dry-run",
                                    "env.train.total_num_envs=100000", "actor.global_batch_size=100000",
                                    "actor.micro_batch_size=100"), ("fits on no machine", "host memory"), code=0),

@@ -49,8 +49,12 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
     if world_size > 1 and not launched:
         _relaunch(loaded.source, overrides, resume, nproc_per_node, nnodes, node_rank, master_addr, master_port)
         return
+    from vlarl_cli.checkpoints.atomic import check_writable_folder
     from vlarl_cli.distributed import dist
     from vlarl_cli.training.rl import train
+
+    # before any simulator or model is started: a run folder under a file or on a read-only mount
+    check_writable_folder(loaded.config.runner.logger.log_path, "The run folder (runner.logger.log_path)")
 
     train(loaded, resume=resume)
     # every rank finished: leave together and tear the process groups down before the interpreter exits
