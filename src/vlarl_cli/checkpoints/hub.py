@@ -319,7 +319,7 @@ def download(
     requested = repo_id
     repo_id, renamed_msg = resolve_repo_id(repo_id)
     if renamed_msg and not quiet:
-        err_console.print(f"[yellow]note:[/] {renamed_msg}")
+        err_console.print(f"note: {renamed_msg}", markup=False)
     rev = revision or "main"
     endpoint = _endpoint()
 
@@ -461,7 +461,7 @@ def _place_one(entry: RemoteFile, target: Target, manifest: Manifest, transfer: 
                 target.publish(entry)
                 return rec
         if not quiet:
-            err_console.print(f"[yellow]note:[/] replacing {entry.path}: it differs from the hub copy")
+            err_console.print(f"note: replacing {entry.path}: it differs from the hub copy", markup=False)
     elif final.is_symlink() or final.exists():
         raise HubError(f"{final} exists and is not a regular file.",
                        fix="Remove it or choose another --local-dir.")
@@ -564,4 +564,4 @@ def _print_summary(console: Console, result: DownloadResult) -> None:
         lines.append(f"  compatible:  {', '.join(compatible)} (run with actor.model.model_path={result.path})")
     if not uses and not compatible:
         lines.append("  configs:     no preset in configs/ uses this model family")
-    console.print("\n".join(lines))
+    console.print("\n".join(lines), markup=False)  # paths and names are the user's: never rich markup
