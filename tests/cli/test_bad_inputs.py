@@ -92,6 +92,13 @@ CASES: dict[str, Case] = {
     "dsrl": Case((*QUICK, "actor.model.openpi.use_dsrl=true"), ("DSRL", "does not implement")),
     "replay buffer": Case((*QUICK, "algorithm.replay_buffer={cache_size: 10}"), ("replay_buffer", "SAC")),
     "reward model": Case((*QUICK, "+reward.use_reward_model=true"), ("reward models",)),
+    "rlinf sac recipe": Case(("rl-train", "-c", "{tmp}/config/sac.yaml"), ('"env/frankasim_pickcube_vision"',
+                             "does not have", "libero_spatial"), absent=("Could not load",),
+                             files={"config/sac.yaml": "defaults:\n  - env/frankasim_pickcube_vision@env.train\n"
+                                    "  - model/cnn_policy@actor.model\n  - training_backend/fsdp@actor.fsdp_config\n"}),
+    "rlinf mlp model fragment": Case(("rl-train", "-c", "{tmp}/config/m.yaml"), ('"model/mlp_policy"', "pi0"),
+                                     files={"config/m.yaml": "defaults:\n  - env/libero_10@env.train\n"
+                                            "  - model/mlp_policy@actor.model\n"}),
     "other simulator": Case((*QUICK, "env.train.env_type=maniskill"), ("simulator vlarl does not run", "libero")),
     "other model": Case((*QUICK, "actor.model.model_type=mlp_policy"), ("not a policy vlarl supports", "openpi")),
     "sac advantage": Case((*QUICK, "algorithm.adv_type=embodied_sac"), ("not an advantage estimator", "gae")),

@@ -70,7 +70,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
                 world_size: int = 1) -> LoadedConfig:
     """Load, compose, override, resolve and validate a run config. See the module docstring."""
     source = find_config(name_or_path)
-    read_primary(source)
+    check_fragments(source, read_primary(source))
     raw = compose_raw(source, list(overrides))
     cleaned, ignored = check_keys(VlarlConfig, raw)
     try:
@@ -113,6 +113,32 @@ def read_primary(source: Path) -> dict[str, Any]:
                           "A config file maps section names (cluster, runner, algorithm, env, rollout, actor) "
                           "to their settings.")
     return loaded
+
+
+def check_fragments(source: Path, data: dict[str, Any]) -> None:
+    """An ``env/...`` or ``model/...`` entry of the ``defaults:`` list that no folder holds is an RLinf simulator
+    or policy vlarl does not ship; say so (and what it ships) instead of Hydra's "Could not load"."""
+    for entry in data.get("defaults") or []:
+        if isinstance(entry, dict) and entry:
+            key, option = next(iter(entry.items()))
+            name = f"{str(key).split('@')[0]}/{option}"
+        elif isinstance(entry, str):
+            name = entry.split("@")[0]
+        else:
+            continue
+        group, _, option = name.lstrip("/").partition("/")
+        if group not in ("env", "model") or not option or option == "null":
+            continue
+        folders = (source.parent, source.parent.parent / "config", CONFIG_DIR)
+        if any((folder / group / f"{option}.yaml").is_file() for folder in folders):
+            continue
+        shipped = ", ".join(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
+        what = "simulator / task" if group == "env" else "policy"
+        raise ConfigError(f'{source.name} builds on the {what} fragment "{group}/{option}", which vlarl does not '
+                          f"have: it is not an RLinf feature vlarl implements. {unsupported.SUPPORTED}; its "
+                          f"{group}/ fragments are: {shipped}.",
+                          f"Use one of those in the `defaults:` list (e.g. {group}/{'libero_spatial' if group == 'env' else 'pi0'}"
+                          f"@{'env.train' if group == 'env' else 'actor.model'}), or start from a vlarl preset.")
 
 
 def compose_raw(source: Path, overrides: list[str]) -> dict[str, Any]:
