@@ -44,3 +44,16 @@ def test_ctrl_c_during_training_exits_130_and_resume_auto_completes(tmp_path: Pa
     assert again.returncode == 0, again.stderr
     assert (run / "checkpoints" / "global_step_12" / "model.safetensors").is_file()
     assert not [p for p in run.rglob("*") if p.name.startswith(TMP_PREFIX)]
+
+
+def test_convert_refuses_bad_arguments_before_importing_torch(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    code = ("import sys; from vlarl_cli.cli.main import run; "
+            "codes = [run(['convert', 'nope', 'out', '--to', 'openpi']), "
+            "run(['convert', 'src', '.', '--to', 'openpi', '--overwrite']), "
+            "run(['convert', 'src', 'out', '--to', 'openpix']), "
+            "run(['convert', 'src', 'out', '--to', 'openpi', '--dtype', 'bf17'])]; "
+            "print(codes, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[2, 2, 2, 2] False", out.stdout + out.stderr
+    assert (tmp_path / "src").is_dir()
