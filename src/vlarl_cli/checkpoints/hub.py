@@ -232,6 +232,24 @@ def resolve_repo_id(repo_id: str) -> tuple[str, str | None]:
     return new, f"{repo_id} is now published as {new}; downloading {new}."
 
 
+# A hub repository id: "name" or "organisation/name", letters, digits, '-', '_', '.' (huggingface_hub's rule).
+_REPO_ID_RE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+
+def _check_arguments(repo_id: str, local_dir: str | os.PathLike[str] | None) -> None:
+    """What is wrong with the arguments themselves, said before the hub (or its offline cache) is asked."""
+    if not _REPO_ID_RE.match(repo_id) or ".." in repo_id:
+        raise HubError(f"{repo_id!r} is not a repository id (organisation/name: letters, digits, '-', '_', '.').",
+                       fix="Use the form organisation/name, e.g. RLinf/RLinf-Pi05-LIBERO-SFT."
+                       + did_you_mean(repo_id, KNOWN_REPOS))
+    if local_dir is not None:
+        target = Path(local_dir).expanduser()
+        blocker = next((p for p in (target, *target.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise HubError(f"Cannot create the download folder {target} (--local-dir): {blocker} is a file.",
+                           fix="Choose a folder path for --local-dir (or move the file away).")
+
+
 def _endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
@@ -316,6 +334,7 @@ def download(
     out = console or Console(highlight=False, soft_wrap=True)
     err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
+    _check_arguments(repo_id, local_dir)
     requested = repo_id
     repo_id, renamed_msg = resolve_repo_id(repo_id)
     if renamed_msg and not quiet:
