@@ -73,12 +73,6 @@ def print_error(problem: str, fix: str | None = None, *, heading: str = "error")
     Console(stderr=True, highlight=False, soft_wrap=True).print(text)
 
 
-def report_vlarl_error(err: VlarlError) -> int:
-    """Print a :class:`VlarlError` and return its exit code."""
-    print_error(err.problem, err.fix)
-    return err.exit_code
-
-
 def guarded(work: Callable[[], Any], *, command: str | None, debug: bool) -> int:
     """Run ``work()`` and turn whatever it raises into an exit code (see the module table)."""
     try:
@@ -86,11 +80,13 @@ def guarded(work: Callable[[], Any], *, command: str | None, debug: bool) -> int
     except SystemExit as ex:
         return _system_exit_code(ex)
     except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
         hint = RESUME_HINTS.get(command or "", "Run the same command again to continue.")
         print_error(f"Interrupted (Ctrl-C). {hint}", heading="stopped")
         return INTERRUPT_EXIT
     except BaseException as ex:  # the boundary: everything else is classified here
-        return _report(ex, command=command, debug=debug)
+        return _report(ex, debug=debug)
     return 0
 
 
@@ -104,8 +100,8 @@ def _system_exit_code(ex: SystemExit) -> int:
     return 1
 
 
-def _report(ex: BaseException, *, command: str | None, debug: bool) -> int:
-    described = describe(ex, command=command)
+def _report(ex: BaseException, *, debug: bool) -> int:
+    described = describe(ex)
     if described is None:  # a bug: keep the traceback, say where to report it
         traceback.print_exception(ex)
         print_error(f"vlarl stopped on an unexpected {type(ex).__name__}; this is a bug in vlarl, not in your "
@@ -119,7 +115,7 @@ def _report(ex: BaseException, *, command: str | None, debug: bool) -> int:
     return code
 
 
-def describe(ex: BaseException, *, command: str | None = None) -> tuple[str, str | None, int] | None:
+def describe(ex: BaseException) -> tuple[str, str | None, int] | None:
     """(problem, fix, exit code) of a user-caused exception, or None for a bug."""
     from typer import Abort, Exit
 
