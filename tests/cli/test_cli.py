@@ -53,10 +53,10 @@ BROKEN = {
     "wrong type": ("actor:\n  model: {preset: tiny}\n  micro_batch_size: lots\n", "actor.micro_batch_size"),
     "impossible batch": ("actor:\n  model: {preset: tiny}\n  micro_batch_size: 3\n  global_batch_size: 8\n",
                          "divisible by micro_batch_size"),
-    "unknown model type": ("actor:\n  model: {preset: tiny, model_type: pi7}\n", 'unknown model_type "pi7"'),
+    "unknown model type": ("actor:\n  model: {preset: tiny, model_type: pi7}\n", 'model_type "pi7" is not a policy vlarl supports'),
     "grpo without groups": ("algorithm: {adv_type: grpo, loss_type: actor}\nactor:\n  model: {preset: tiny}\n",
                             "group_size > 1"),
-    "bad yaml": ("actor: {model: [\n", "Cannot compose"),
+    "bad yaml": ("actor: {model: [\n", "YAML syntax error"),
 }
 
 

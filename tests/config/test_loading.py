@@ -248,7 +248,7 @@ def test_grpo_needs_a_group(tmp_path: Path) -> None:
 
 def test_unknown_model_type_lists_the_known(tmp_path: Path) -> None:
     msg = _error(tmp_path, "actor:\n  model: {model_type: pi_zero, preset: tiny}\n")
-    assert 'unknown model_type "pi_zero"' in msg and "gr00t_n1d6" in msg
+    assert 'model_type "pi_zero" is not a policy vlarl supports' in msg and "gr00t_n1d6" in msg
 
 
 def test_missing_file_and_unknown_preset() -> None:
@@ -259,7 +259,8 @@ def test_missing_file_and_unknown_preset() -> None:
 
 
 def test_bad_yaml_and_bad_interpolation(tmp_path: Path) -> None:
-    assert "Cannot compose" in _error(tmp_path, "actor: [unclosed\n")
+    msg = _error(tmp_path, "actor: [unclosed\n")
+    assert "YAML syntax error at line 2" in msg and "defaults" not in msg
     assert "Cannot resolve" in _error(tmp_path, "runner:\n  logger:\n    log_path: ${no.such.key}\n")
 
 
@@ -324,3 +325,54 @@ def test_gae_with_action_level_rewards_is_refused_at_load_time() -> None:
     with pytest.raises(ConfigError, match="reward_type action_level is not supported with gae") as err:
         load_config("quickstart", ["algorithm.reward_type=action_level"])
     assert "chunk_level" in str(err.value)
+
+
+# --------------------------------------------------------------------------------------------------
+# config files at the edges (issue 18)
+
+QUICKSTART_BODY = "actor:\n  model: {preset: tiny}\nrunner:\n  max_epochs: 7\n"
+
+
+@pytest.mark.parametrize("name", ["my.yml", "my_config", "v1.2.yaml.bak"])
+def test_yml_and_extension_less_files_load(tmp_path: Path, name: str) -> None:
+    sub = tmp_path / "env"
+    sub.mkdir()
+    (sub / "mine.yaml").write_text("max_episode_steps: 33\n")
+    path = tmp_path / name
+    # a `defaults:` entry next to the file is still found when the file is not <name>.yaml
+    path.write_text("defaults:\n  - env/mine@env.train\n  - _self_\n" + QUICKSTART_BODY)
+    loaded = load_config(path)
+    assert loaded.config.runner.max_epochs == 7 and loaded.config.env.train.max_episode_steps == 33
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    (b"", "is empty"), (b"null\n", "is empty"), (b"~\n", "is empty"),
+    (b"- a\n- b\n", "not a mapping"), (b"42\n", "not a mapping"),
+    (b"\x00\x01\x02binary", "binary file"), (b"\xff\xfe\xfa garbage", "not UTF-8"),
+    (b"actor:\n  model: {preset: tiny\n", "YAML syntax error at line 3"),
+    (b"actor:\n\tmodel: x\n", "YAML syntax error at line 2"),
+])
+def test_files_that_are_not_configs_say_so(tmp_path: Path, body: bytes, words: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(body)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert words in info.value.problem and "defaults" not in (info.value.fix or "")
+
+
+def test_circular_defaults_are_named(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("defaults:\n  - b\n")
+    (tmp_path / "b.yaml").write_text("defaults:\n  - a\n")
+    with pytest.raises(ConfigError, match=r"circle: a.yaml -> b.yaml -> a.yaml"):
+        load_config(tmp_path / "a.yaml")
+
+
+def test_tilde_deletes_a_key_back_to_its_default(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(QUICKSTART_BODY)
+    assert load_config(path).config.runner.max_epochs == 7
+    default = VlarlConfig.model_fields["runner"].default_factory().max_epochs  # type: ignore[misc]
+    assert default != 7 and load_config(path, ["~runner.max_epochs"]).config.runner.max_epochs == default
+    with pytest.raises(ConfigError, match="Could not delete") as info:
+        load_config(path, ["~runner.no_such_key"])
+    assert "--print-config" in (info.value.fix or "")

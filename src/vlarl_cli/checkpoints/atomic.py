@@ -42,6 +42,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
+    "check_writable_folder",
     "fsync_directory",
 ]
 
@@ -80,6 +81,30 @@ def fsync_directory(path: str | os.PathLike[str]) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def check_writable_folder(path: str | os.PathLike[str], what: str) -> None:
+    """Raise a VlarlError unless ``path`` is (or can be created as) a folder this process can write.
+
+    Checks an existing file in the way (``path`` or an ancestor), then creates and removes an empty
+    probe folder in the nearest existing ancestor: permission bits alone miss a read-only mount, and root
+    passes every ``os.access`` test.
+    """
+    from vlarl_cli.errors import VlarlError
+
+    target = Path(path).expanduser().absolute()
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is a file" if existing == target else f"would be inside {existing}, which is a file"
+        raise VlarlError(f"{what} {target} {where}, not a folder.", "Choose a folder path (or move the file away).")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}probe-", dir=existing))
+    except OSError as err:
+        raise VlarlError(f"{what} {target} cannot be written: creating anything in {existing} fails "
+                         f"({err.strerror or err}).",
+                         "Choose a folder on a writable file system that you own.") from None
 
 
 def _tmp_path_for(path: Path) -> Path:

@@ -43,6 +43,19 @@ _DTYPES = {
     "bf16": "bfloat16", "bfloat16": "bfloat16",
     "fp16": "float16", "float16": "float16", "half": "float16",
 }
+# The layouts each shipped family writes (equal to its module's FORMATS; a test keeps them equal), so a
+# mistyped --to is refused before any model code (and torch) is imported.
+FAMILY_FORMATS: dict[str, tuple[str, ...]] = {
+    "pi0": ("vlarl", "openpi", "lerobot", "hf_pi0"),
+    "gr00t": ("vlarl", "gr00t_n15", "gr00t_n16"),
+    "openvla_oft": ("vlarl", "openvla_hf"),
+}
+# Conversions that cannot exist, by detected variant: (variant, target format) -> why and what instead.
+_IMPOSSIBLE: dict[tuple[str, str], tuple[str, str]] = {
+    ("pi05", "hf_pi0"): ("transformers' native pi0 has no pi0.5 (adaRMS) support", "Use --to openpi or lerobot."),
+    ("gr00t_n15", "gr00t_n16"): ("GR00T N1.5 and N1.6 are different architectures", "Use --to gr00t_n15 or vlarl."),
+    ("gr00t_n16", "gr00t_n15"): ("GR00T N1.6 and N1.5 are different architectures", "Use --to gr00t_n16 or vlarl."),
+}
 # Max |diff| accepted without a dtype cast: 0 for a pure re-layout; a LoRA merge changes the order of
 # float32 sums (x @ W + (x @ A^T) @ B^T vs x @ (W + B @ A)), which moves results by ~1e-6 relative.
 _TOL_EXACT = 0.0
@@ -91,16 +104,24 @@ class ConvertReport:
         ])
 
 
-def parse_dtype(name: str | None) -> Any:
-    """``"bf16"`` / ``"bfloat16"`` / ... -> ``torch.bfloat16``; None -> None. CheckpointError otherwise."""
+def dtype_name(name: str | None) -> str | None:
+    """``"bf16"`` / ``"bfloat16"`` / ... -> ``"bfloat16"``; None -> None; CheckpointError otherwise (no torch)."""
     if name is None:
         return None
-    import torch
-
     key = _DTYPES.get(str(name).lower().removeprefix("torch."))
     if key is None:
         raise CheckpointError(f'Unknown dtype "{name}".{did_you_mean(str(name), tuple(_DTYPES))}',
                               fix="Use one of fp32, bf16, fp16 (or float32, bfloat16, float16).")
+    return key
+
+
+def parse_dtype(name: str | None) -> Any:
+    """``"bf16"`` / ``"bfloat16"`` / ... -> ``torch.bfloat16``; None -> None. CheckpointError otherwise."""
+    key = dtype_name(name)
+    if key is None:
+        return None
+    import torch
+
     return getattr(torch, key)
 
 
@@ -203,6 +224,100 @@ def _stage_pickles(src: Path, stage: Path, pickle_files: list[str]) -> None:
         atomic_save_safetensors(tensors, stage / name.parent / (stem + SAFETENSORS_SUFFIX))
 
 
+def _check_format_name(to_format: str) -> None:
+    """Refuse a --to no family writes, when every registered family's layouts are known without imports."""
+    if any(family not in FAMILY_FORMATS for family in FAMILY_MODEL_TYPES):
+        return  # a family added at run time: its module decides (after detection)
+    known = tuple(dict.fromkeys(f for family in FAMILY_MODEL_TYPES for f in FAMILY_FORMATS[family]))
+    if to_format not in known:
+        raise CheckpointError(f'Unknown checkpoint format "{to_format}".{did_you_mean(to_format, known)}',
+                              fix=f"Use --to with one of: {', '.join(known)}.")
+
+
+def check_paths(src: Path, dst: Path, *, overwrite: bool) -> None:
+    """Refuse a source that is not a folder and any destination whose replacement could lose data.
+
+    ``--overwrite`` replaces the destination folder as a whole, so a destination that *contains* the
+    source (its parent, ``.``) or is the source would delete the source: both are refused, as is a
+    destination inside the source. A destination under a file, or in a folder that cannot be written, is
+    refused here rather than after the model was loaded.
+    """
+    if not src.is_dir():
+        what = "is a file, not a folder" if src.exists() else "does not exist"
+        raise CheckpointError(f"Source checkpoint folder {src} {what}.",
+                              fix="Point at the checkpoint folder, or fetch it with `vlarl download REPO --local-dir "
+                              "DIR`.")
+    s, d = src.resolve(), dst.resolve()
+    if d == s or d.is_relative_to(s):
+        raise CheckpointError(f"Destination {dst} is (inside) the source folder {src}.",
+                              fix="Write the converted checkpoint to a separate folder.")
+    if s.is_relative_to(d):
+        raise CheckpointError(f"Destination {dst} contains the source folder {src}; replacing it would delete the "
+                              "source.", fix="Write the converted checkpoint to a new folder next to the source.")
+    if dst.exists() and not overwrite:
+        raise CheckpointError(f"Destination {dst} already exists.", fix="Choose a new folder or pass --overwrite.")
+    if dst.exists() and not dst.is_dir():
+        raise CheckpointError(f"Destination {dst} is a file, not a folder; --overwrite replaces folders only.",
+                              fix="Choose a folder name, or move the file away yourself.")
+    parent = d.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise CheckpointError(f"Cannot create {dst}: {parent} is a file, not a folder.", fix="Choose another path.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CheckpointError(f"Cannot create {dst}: the folder {parent} is not writable.",
+                              fix="Choose a destination you can write to.")
+
+
+def _readable_source(src: Path, allow_pickle: bool, scratch: Path) -> tuple[Path, Any]:
+    """(folder to load from, its detection): ``src`` itself, or for pickle-only weights (RLinf publishes
+    ``.pt`` checkpoints) a staged safetensors copy, detected again so its tensor names identify the family."""
+    info = detect_checkpoint(src, refine=True)
+    if info.unreadable:
+        raise CheckpointError(f"Damaged weights in the source, not a readable safetensors file: "
+                              f"{info.unreadable[0][1]}.",
+                              fix="Download or copy the checkpoint again (`vlarl download` resumes and verifies "
+                              "every file's hash).")
+    if info.weights or not info.pickle_files:
+        return src, info
+    if not allow_pickle:
+        raise CheckpointError(
+            f"{src} holds only pickle-based weights ({', '.join(info.pickle_files[:3])}); "
+            "loading pickles can execute arbitrary code.",
+            fix="Pass --allow-pickle if you trust the files (they are then read with "
+            "torch.load(weights_only=True)), or provide .safetensors weights.")
+    staged = scratch / "staged"
+    _stage_pickles(src, staged, info.pickle_files)
+    return staged, detect_checkpoint(staged, refine=True)
+
+
+def _plan(src: Path, read_from: Path, info: Any, to_format: str) -> tuple[Any, str]:
+    """(family checkpoint module, source layout), refusing what cannot be converted before loading a model."""
+    if info.family is None:
+        raise CheckpointError(
+            f"Cannot tell which model family {src} holds ({'; '.join(info.notes) or 'unknown layout'}).",
+            fix=f"Point at a checkpoint folder of a supported family ({_supported_text()}).")
+    module = family_checkpoint_module(info.family)
+    if module is None:
+        raise CheckpointError(
+            f"Converting {info.family} checkpoints ({info.format or 'unknown format'}) is not supported yet.",
+            fix=f"Supported now: {_supported_text()}.")
+    formats = tuple(module.FORMATS)
+    if to_format not in formats:
+        raise CheckpointError(
+            f'"{to_format}" is not a {info.family} checkpoint format.{did_you_mean(to_format, formats)}',
+            fix=f"Use --to with one of: {', '.join(formats)}.")
+    impossible = _IMPOSSIBLE.get((info.variant or "", to_format))
+    if impossible is not None:
+        raise CheckpointError(f"{src} holds a {info.variant} model, which cannot be written as {to_format}: "
+                              f"{impossible[0]}.", fix=impossible[1])
+    src_format = info.format or module.detect_format(read_from)
+    if src_format is None:
+        raise CheckpointError(f"{src} looks like {info.family} but its layout is not recognised.",
+                              fix=f"Known {info.family} layouts: {', '.join(formats)}.")
+    return module, src_format
+
+
 def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format: str,
             dtype: str | None = None, merge_lora: bool = True, allow_pickle: bool = False, *,
             overwrite: bool = False, check: bool = True, verbose: bool = False) -> ConvertReport:
@@ -223,52 +338,19 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format:
         CheckpointError: unknown/unsupported family or format, pickle without ``allow_pickle``, existing
             ``dst``, or a failed self-check.
     """
-    import torch
-
     src_path, dst_path = Path(src).expanduser(), Path(dst).expanduser()
-    if not src_path.is_dir():
-        raise CheckpointError(f"Source checkpoint folder {src_path} does not exist.",
-                              fix="Check the path, or fetch it with `vlarl download REPO --local-dir DIR`.")
-    if dst_path.exists() and not overwrite:
-        raise CheckpointError(f"Destination {dst_path} already exists.",
-                              fix="Choose a new folder or pass --overwrite.")
-    if dst_path.resolve() == src_path.resolve() or dst_path.resolve().is_relative_to(src_path.resolve()):
-        raise CheckpointError(f"Destination {dst_path} is (inside) the source folder.",
-                              fix="Write the converted checkpoint to a separate folder.")
-    cast = parse_dtype(dtype)
-
-    info = detect_checkpoint(src_path, refine=True)
-    if info.family is None:
-        raise CheckpointError(
-            f"Cannot tell which model family {src_path} holds ({'; '.join(info.notes) or 'unknown layout'}).",
-            fix=f"Point at a checkpoint folder of a supported family ({_supported_text()}).")
-    module = family_checkpoint_module(info.family)
-    if module is None:
-        raise CheckpointError(
-            f"Converting {info.family} checkpoints ({info.format or 'unknown format'}) is not supported yet.",
-            fix=f"Supported now: {_supported_text()}.")
-    formats = tuple(module.FORMATS)
-    if to_format not in formats:
-        raise CheckpointError(
-            f'"{to_format}" is not a {info.family} checkpoint format.{did_you_mean(to_format, formats)}',
-            fix=f"Use --to with one of: {', '.join(formats)}.")
-    src_format = info.format or module.detect_format(src_path)
-    if src_format is None:
-        raise CheckpointError(f"{src_path} looks like {info.family} but its layout is not recognised.",
-                              fix=f"Known {info.family} layouts: {', '.join(formats)}.")
+    # every argument is checked before torch and the model code are imported (seconds) or a model is loaded
+    check_paths(src_path, dst_path, overwrite=overwrite)
+    cast_name = dtype_name(dtype)
+    _check_format_name(to_format)
 
     with tempfile.TemporaryDirectory(prefix=TMP_PREFIX + "convert-") as scratch:
-        read_from = src_path
-        if not info.weights and info.pickle_files:
-            if not allow_pickle:
-                raise CheckpointError(
-                    f"{src_path} holds only pickle-based weights ({', '.join(info.pickle_files[:3])}); "
-                    "loading pickles can execute arbitrary code.",
-                    fix="Pass --allow-pickle if you trust the files (they are then read with "
-                    "torch.load(weights_only=True)), or provide .safetensors weights.")
-            read_from = Path(scratch) / "staged"
-            _stage_pickles(src_path, read_from, info.pickle_files)
+        read_from, info = _readable_source(src_path, allow_pickle, Path(scratch))
+        module, src_format = _plan(src_path, read_from, info, to_format)
 
+        import torch
+
+        cast = getattr(torch, cast_name) if cast_name else None
         policy = module.load_policy(read_from, format=src_format, device="cpu", dtype=torch.float32,
                                     strict=True)
         reference = _run_probe(module, policy) if check else None

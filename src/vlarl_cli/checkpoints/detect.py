@@ -56,6 +56,9 @@ FAMILY_MODEL_TYPES: dict[str, tuple[str, ...]] = {
 # A safetensors header is a JSON object; real ones are < 10 MB even for 1000s of tensors. The cap keeps
 # a corrupted length field from making us allocate gigabytes.
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
+# bytes per element of the safetensors dtype names (safetensors format spec); others are not size-checked
+_DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
+                "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 _NORM_STATS_NAMES = ("norm_stats.json", "dataset_statistics.json", "statistics.json")
 
 
@@ -73,6 +76,7 @@ class CheckpointInfo:
         weights: folder-relative safetensors weight files.
         pickle_files: folder-relative pickle-based files (never loaded without ``allow_pickle``).
         has_remote_code: ``*.py`` files or ``auto_map`` in config.json (vlarl never executes them).
+        unreadable: ``(folder-relative file, reason)`` of weight files that are not complete safetensors.
         notes: human-readable remarks for the summary.
     """
 
@@ -85,6 +89,7 @@ class CheckpointInfo:
     weights: list[str] = field(default_factory=list)
     pickle_files: list[str] = field(default_factory=list)
     has_remote_code: bool = False
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,22 +105,49 @@ class CheckpointInfo:
 def read_safetensors_header(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Return the JSON header of a safetensors file (tensor name -> {dtype, shape, data_offsets}).
 
-    The ``__metadata__`` entry, if any, is kept. Raises ValueError for a file that is not safetensors.
+    The ``__metadata__`` entry, if any, is kept. Raises ValueError naming the file for anything that is
+    not a complete safetensors file: too short, a header length past the end of the file, a header that
+    is not a JSON object, or tensor data offsets past the end (a truncated download or a lying header).
     """
+    size = os.path.getsize(path)
     with open(path, "rb") as fh:
         raw = fh.read(8)
         if len(raw) != 8:
-            raise ValueError(f"{path} is too short to be a safetensors file")
+            raise ValueError(f"{path} is too short to be a safetensors file ({size} bytes)")
         (n,) = struct.unpack("<Q", raw)  # little-endian u64 header length (safetensors format spec)
         if n > _MAX_HEADER_BYTES:
-            raise ValueError(f"{path}: safetensors header length {n} is implausible")
+            raise ValueError(f"{path}: safetensors header length {n} is implausible; the file is not safetensors")
+        if 8 + n > size:
+            raise ValueError(f"{path}: its safetensors header length ({n} bytes) reaches past the end of the "
+                             f"file ({size} bytes); the file is truncated or not safetensors")
         data = fh.read(n)
-    if len(data) != n:
-        raise ValueError(f"{path}: truncated safetensors header")
-    header = json.loads(data)
+    try:
+        header = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: the safetensors header is not valid JSON ({err})") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path}: safetensors header is not a JSON object")
+    _check_offsets(path, header, size - 8 - n)
     return header
+
+
+def _check_offsets(path: str | os.PathLike[str], header: dict[str, Any], data_bytes: int) -> None:
+    """Every tensor entry is an object whose data lies inside the file (a truncated file fails here)."""
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, end = (int(x) for x in meta["data_offsets"])
+            elements = math.prod(int(d) for d in meta["shape"])
+            itemsize = _DTYPE_BYTES.get(str(meta["dtype"]))
+        except (TypeError, KeyError, ValueError):
+            raise ValueError(f"{path}: the safetensors header entry of {name!r} is malformed") from None
+        if not 0 <= start <= end <= data_bytes:
+            raise ValueError(f"{path}: tensor {name!r} lies at bytes {start}..{end} of the data but the file holds "
+                             f"only {data_bytes} bytes of data; the file is truncated")
+        if itemsize is not None and end - start != elements * itemsize:
+            raise ValueError(f"{path}: tensor {name!r} has {elements} {meta['dtype']} elements but {end - start} "
+                             "bytes of data; the header is wrong")
 
 
 def weight_files(path: str | os.PathLike[str]) -> list[Path]:
@@ -142,14 +174,17 @@ def weight_files(path: str | os.PathLike[str]) -> list[Path]:
                   if p.is_file() and not (p.name.startswith("policy_") and "processor" in p.name))
 
 
-def _tensor_names_and_count(files: Iterable[Path]) -> tuple[set[str], int | None]:
+def _tensor_names_and_count(files: Iterable[Path], unreadable: list[tuple[Path, str]] | None = None
+                            ) -> tuple[set[str], int | None]:
     names: set[str] = set()
     total = 0
     seen_any = False
     for f in files:
         try:
             header = read_safetensors_header(f)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as err:
+            if unreadable is not None:
+                unreadable.append((f, str(err)))
             continue
         seen_any = True
         for name, meta in header.items():
@@ -330,7 +365,9 @@ def detect_checkpoint(path: str | os.PathLike[str], *, refine: bool = False) -> 
         return info
     files = weight_files(root)
     info.weights = [f.relative_to(root).as_posix() for f in files]
-    names, info.num_parameters = _tensor_names_and_count(files)
+    broken: list[tuple[Path, str]] = []
+    names, info.num_parameters = _tensor_names_and_count(files, broken)
+    info.unreadable = [(f.relative_to(root).as_posix(), why) for f, why in broken]
     info.norm_stats = _find_files(root, _NORM_STATS_NAMES)
     if (root / "experiment_cfg" / "metadata.json").is_file():
         info.norm_stats.append("experiment_cfg/metadata.json")  # GR00T per-embodiment statistics
@@ -363,6 +400,8 @@ def detect_checkpoint(path: str | os.PathLike[str], *, refine: bool = False) -> 
         fmt = _module_format(info.family, root, info)
         if fmt is not None:
             info.format = fmt
+    for _rel, why in info.unreadable:
+        info.notes.append(f"unreadable weights: {why}")
     if info.family is None:
         info.notes.append("no known family layout (pi0/pi0.5, GR00T N1.5/N1.6, OpenVLA-OFT, vlarl) found")
     if not info.weights:

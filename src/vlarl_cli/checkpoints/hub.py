@@ -209,6 +209,12 @@ def _hub_errors(repo_id: str, revision: str, endpoint: str) -> Iterator[None]:
                            fix="Free some space (or pass --local-dir / --cache-dir on a larger disk) and run "
                            "the same command again.") from err
         raise
+    except json.JSONDecodeError as err:  # a captive portal, proxy or web page answering 200 with HTML
+        raise HubError(f"The server at {web} answered the hub API for {repo_id} with something that is not JSON "
+                       f"({err.msg} at line {err.lineno}); it is not a Hugging Face hub (an HTML page from a "
+                       "proxy, a login portal or a wrong HF_ENDPOINT?).",
+                       fix="Point HF_ENDPOINT at a hub or mirror API (or unset it for https://huggingface.co) "
+                       "and check any proxy settings, then run the same command again.") from err
     except httpx2.TransportError as err:  # connect/timeout/protocol errors: not HfHubHTTPError (REF s6)
         raise _unreachable(web, f"{type(err).__name__}: {err}") from err
     except httpx2.HTTPError as err:
@@ -224,6 +230,24 @@ def resolve_repo_id(repo_id: str) -> tuple[str, str | None]:
     if new is None:
         return repo_id, None
     return new, f"{repo_id} is now published as {new}; downloading {new}."
+
+
+# A hub repository id: "name" or "organisation/name", letters, digits, '-', '_', '.' (huggingface_hub's rule).
+_REPO_ID_RE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+
+def _check_arguments(repo_id: str, local_dir: str | os.PathLike[str] | None) -> None:
+    """What is wrong with the arguments themselves, said before the hub (or its offline cache) is asked."""
+    if not _REPO_ID_RE.match(repo_id) or ".." in repo_id:
+        raise HubError(f"{repo_id!r} is not a repository id (organisation/name: letters, digits, '-', '_', '.').",
+                       fix="Use the form organisation/name, e.g. RLinf/RLinf-Pi05-LIBERO-SFT."
+                       + did_you_mean(repo_id, KNOWN_REPOS))
+    if local_dir is not None:
+        target = Path(local_dir).expanduser()
+        blocker = next((p for p in (target, *target.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise HubError(f"Cannot create the download folder {target} (--local-dir): {blocker} is a file.",
+                           fix="Choose a folder path for --local-dir (or move the file away).")
 
 
 def _endpoint() -> str:
@@ -310,10 +334,11 @@ def download(
     out = console or Console(highlight=False, soft_wrap=True)
     err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
+    _check_arguments(repo_id, local_dir)
     requested = repo_id
     repo_id, renamed_msg = resolve_repo_id(repo_id)
     if renamed_msg and not quiet:
-        err_console.print(f"[yellow]note:[/] {renamed_msg}")
+        err_console.print(f"note: {renamed_msg}", markup=False)
     rev = revision or "main"
     endpoint = _endpoint()
 
@@ -455,7 +480,7 @@ def _place_one(entry: RemoteFile, target: Target, manifest: Manifest, transfer: 
                 target.publish(entry)
                 return rec
         if not quiet:
-            err_console.print(f"[yellow]note:[/] replacing {entry.path}: it differs from the hub copy")
+            err_console.print(f"note: replacing {entry.path}: it differs from the hub copy", markup=False)
     elif final.is_symlink() or final.exists():
         raise HubError(f"{final} exists and is not a regular file.",
                        fix="Remove it or choose another --local-dir.")
@@ -558,4 +583,4 @@ def _print_summary(console: Console, result: DownloadResult) -> None:
         lines.append(f"  compatible:  {', '.join(compatible)} (run with actor.model.model_path={result.path})")
     if not uses and not compatible:
         lines.append("  configs:     no preset in configs/ uses this model family")
-    console.print("\n".join(lines))
+    console.print("\n".join(lines), markup=False)  # paths and names are the user's: never rich markup

@@ -143,8 +143,14 @@ def load_state_dict(path: str | os.PathLike[str], *, allow_pickle: bool = False,
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    from vlarl_cli.checkpoints.detect import read_safetensors_header
+
     try:
+        read_safetensors_header(p)  # names a truncated file or a lying header before any tensor is read
         return load_file(p, device=device)
+    except ValueError as err:
+        raise CheckpointError(f"Damaged weights, not a readable safetensors file: {err}.",
+                              fix="Download or copy it again (`vlarl download` verifies hashes).") from None
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{p} is not a readable safetensors file: {err}",
                               fix="Download it again (`vlarl download` verifies hashes).") from err

@@ -47,7 +47,7 @@ def command(
     resolution: int = typer.Option(256, "--resolution", help="Camera render size: 128, 224 or 256."),
     live_video: int = typer.Option(0, "--live-video", min=0, help="Also record the first K episodes' frames "
                                    "live (renders every step; `vlarl video` can re-simulate any episode instead)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the policy's sampling noise."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the policy's sampling noise."),
     compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Compare two results folders A B "
                                                      "(B - A per task, Newcombe 95% interval) and exit."),
 ) -> None:

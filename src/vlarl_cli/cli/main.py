@@ -34,6 +34,8 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
     verbose: bool = typer.Option(False, "--verbose", help="Show the dependency warnings vlarl hides."),
+    debug: bool = typer.Option(False, "--debug", help="Show the Python traceback behind an error message "
+                               "(accepted anywhere on the command line; or set VLARL_DEBUG=1)."),
 ) -> None:
     """Online RL post-training for Vision-Language-Action robot policies in LIBERO."""
     from vlarl_cli.logging.quiet import quiet_dependencies, set_verbose
@@ -61,40 +63,37 @@ def _register() -> None:
 _register()
 
 
-def main() -> None:
-    """Console-script entry point: user errors become one paragraph and exit code 2."""
-    from vlarl_cli.errors import VlarlError
-
-    try:
-        app(standalone_mode=False)
-    except VlarlError as err:
-        _print_error(err)
-        sys.exit(err.exit_code)
-    except typer.Exit as ex:
-        sys.exit(ex.exit_code)
-    except typer.Abort:
-        typer.echo("Aborted.", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        typer.echo("Interrupted.", err=True)
-        sys.exit(130)
-    except Exception as ex:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(ex, click.exceptions.ClickException):
-            ex.show()
-            sys.exit(2)
-        raise
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point; exits with the code of :func:`run`."""
+    sys.exit(run(sys.argv[1:] if argv is None else argv))
 
 
-def _print_error(err: Exception) -> None:
-    from rich.console import Console
+def run(argv: list[str]) -> int:
+    """Run ``vlarl ARGV`` behind the error boundary (cli/boundary.py) and return the exit code.
 
-    problem = getattr(err, "problem", str(err))
-    fix = getattr(err, "fix", None)
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
-    console.print(f"[bold red]error:[/] {problem}" + (f"\n[bold]fix:[/] {fix}" if fix else ""),
-                  markup=True)
+    ``--debug`` is a global option but is accepted anywhere on the line (users add it at the end).
+    """
+    from vlarl_cli.cli.boundary import debug_requested, guarded
+
+    debug = debug_requested(argv)
+    args = _without_debug(argv)
+    command = next((a for a in args if not a.startswith("-")), None)
+    return guarded(lambda: _invoke(args), command=command, debug=debug)
+
+
+def _without_debug(argv: list[str]) -> list[str]:
+    if "--" in argv:
+        cut = argv.index("--")
+        return [a for a in argv[:cut] if a != "--debug"] + argv[cut:]
+    return [a for a in argv if a != "--debug"]
+
+
+def _invoke(args: list[str]) -> None:
+    # Typer's own main() turns Ctrl-C into a silent exit code and prints usage errors itself; the
+    # boundary needs the exceptions as they are, so the click command runs here without that wrapper.
+    command = typer.main.get_command(app)
+    with command.make_context("vlarl", list(args)) as ctx:
+        command.invoke(ctx)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ def command(
     nnodes: int = typer.Option(1, "--nnodes", min=1, help="Number of nodes (torchrun rendezvous)."),
     node_rank: int = typer.Option(0, "--node-rank", min=0, help="Rank of this node."),
     master_addr: str = typer.Option("127.0.0.1", "--master-addr", help="Rendezvous host."),
-    master_port: int = typer.Option(29500, "--master-port", help="Rendezvous port."),
-    world_size: int | None = typer.Option(None, "--world-size", help="With --dry-run: plan for this many "
+    master_port: int = typer.Option(29500, "--master-port", min=1, max=65535, help="Rendezvous port."),
+    world_size: int | None = typer.Option(None, "--world-size", min=1, help="With --dry-run: plan for this many "
                                           "devices instead of nnodes x nproc-per-node."),
 ) -> None:
     """Train a policy with online RL (PPO or GRPO) in LIBERO."""

@@ -21,9 +21,9 @@ import typer
 def command(
     episodes: Path | None = typer.Argument(None, help="episodes.jsonl (or the results folder) of `vlarl eval`.",
                                            show_default=False),
-    episode: int | None = typer.Option(None, "--episode", "-e", help="Line index (0-based) of one episode."),
+    episode: int | None = typer.Option(None, "--episode", "-e", min=0, help="Line index (0-based) of one episode."),
     failures: bool = typer.Option(False, "--failures", help="Every failed episode (of --task if given)."),
-    task: int | None = typer.Option(None, "--task", "-t", help="Task id (recorded: filter; live: the task)."),
+    task: int | None = typer.Option(None, "--task", "-t", min=0, help="Task id (recorded: filter; live: the task)."),
     suite: str | None = typer.Option(None, "--suite", "-s", help="Suite (recorded: filter; live: the suite)."),
     trial: int = typer.Option(0, "--trial", min=0, max=49, help="Live rollout: init state index."),
     against: Path | None = typer.Option(None, "--against", help="Another results folder: render its episode "

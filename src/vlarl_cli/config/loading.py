@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from vlarl_cli.config import unsupported
 from vlarl_cli.config.schema import Section, VlarlConfig
 from vlarl_cli.errors import ConfigError, did_you_mean
 
@@ -69,6 +70,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
                 world_size: int = 1) -> LoadedConfig:
     """Load, compose, override, resolve and validate a run config. See the module docstring."""
     source = find_config(name_or_path)
+    check_fragments(source, read_primary(source))
     raw = compose_raw(source, list(overrides))
     cleaned, ignored = check_keys(VlarlConfig, raw)
     try:
@@ -79,8 +81,70 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     return LoadedConfig(config=config, source=source, ignored=ignored, overrides=list(overrides))
 
 
+def read_primary(source: Path) -> dict[str, Any]:
+    """The config file as plain YAML, checked before Hydra sees it: Hydra's messages for a binary file, a
+    YAML syntax error or an empty file point at the ``defaults:`` list, which is not the problem."""
+    import yaml
+
+    try:
+        data = source.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"Cannot read config {source}: {err.strerror or err}.",
+                          "Check the path and its permissions.") from None
+    if b"\x00" in data:
+        raise ConfigError(f"Config {source} is a binary file, not YAML.", "Pass a YAML config file or a preset name.")
+    try:
+        loaded = yaml.safe_load(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"Config {source} is not UTF-8 text (byte {err.start}); it is not a YAML file.",
+                          "Pass a YAML config file or a preset name.") from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        what = getattr(err, "problem", None) or _first_line(err)
+        raise ConfigError(f"Config {source} has a YAML syntax error{at}: {what}.",
+                          "Fix the YAML there (indentation, a missing ':' or closing bracket, a tab).") from None
+    if loaded is None:
+        raise ConfigError(f"Config {source} is empty (or only `null`); running on defaults is never what a file "
+                          "means.", "Write the settings into the file, or start from a preset: vlarl rl-train "
+                          "--config quickstart --print-config > my.yaml.")
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"Config {source} holds a YAML {type(loaded).__name__}, not a mapping of sections.",
+                          "A config file maps section names (cluster, runner, algorithm, env, rollout, actor) "
+                          "to their settings.")
+    return loaded
+
+
+def check_fragments(source: Path, data: dict[str, Any]) -> None:
+    """An ``env/...`` or ``model/...`` entry of the ``defaults:`` list that no folder holds is an RLinf simulator
+    or policy vlarl does not ship; say so (and what it ships) instead of Hydra's "Could not load"."""
+    for entry in data.get("defaults") or []:
+        if isinstance(entry, dict) and entry:
+            key, option = next(iter(entry.items()))
+            name = f"{str(key).split('@')[0]}/{option}"
+        elif isinstance(entry, str):
+            name = entry.split("@")[0]
+        else:
+            continue
+        group, _, option = name.lstrip("/").partition("/")
+        if group not in ("env", "model") or not option or option == "null":
+            continue
+        folders = (source.parent, source.parent.parent / "config", CONFIG_DIR)
+        if any((folder / group / f"{option}.yaml").is_file() for folder in folders):
+            continue
+        shipped = ", ".join(sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")))
+        what = "simulator / task" if group == "env" else "policy"
+        raise ConfigError(f'{source.name} builds on the {what} fragment "{group}/{option}", which vlarl does not '
+                          f"have: it is not an RLinf feature vlarl implements. {unsupported.SUPPORTED}; its "
+                          f"{group}/ fragments are: {shipped}.",
+                          f"Use one of those in the `defaults:` list (e.g. {group}/{'libero_spatial' if group == 'env' else 'pi0'}"
+                          f"@{'env.train' if group == 'env' else 'actor.model'}), or start from a vlarl preset.")
+
+
 def compose_raw(source: Path, overrides: list[str]) -> dict[str, Any]:
     """Hydra-compose ``source`` with the given overrides and return the resolved plain dict."""
+    import tempfile
+
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -90,19 +154,30 @@ def compose_raw(source: Path, overrides: list[str]) -> dict[str, Any]:
     # RLinf recipes search `${oc.env:EMBODIED_PATH}/config/`; point it at the recipe's parent so a recipe
     # inside an RLinf checkout finds its own fragments. vlarl's configs/ is always searched as well.
     os.environ.setdefault("EMBODIED_PATH", str(source.parent.parent))
-    searchpath = f"hydra.searchpath=[file://{CONFIG_DIR}]"
     GlobalHydra.instance().clear()
-    try:
-        with warnings.catch_warnings():
-            # RLinf recipes omit `_self_`; Hydra's default (the file after its defaults) is what they mean.
-            warnings.filterwarnings("ignore", message=".*Defaults list is missing `_self_`.*")
-            with initialize_config_dir(config_dir=str(source.parent), version_base=None):
-                cfg = compose(config_name=source.stem, overrides=[searchpath, *hydra_overrides])
-    except Exception as err:  # Hydra raises many exception types; all are config problems here
-        raise ConfigError(f"Cannot compose {source}: {_first_line(err)}",
-                          "Check the `defaults:` list and the override syntax (KEY=VALUE).") from None
-    finally:
-        GlobalHydra.instance().clear()
+    with tempfile.TemporaryDirectory(prefix=".vlarl-config-") as scratch:
+        # Hydra only finds `<name>.yaml`; a `.yml` or extension-less file is composed from a copy named
+        # .yaml, with the file's own folder still searched for its `defaults:` entries.
+        primary_dir, name = source.parent, source.stem
+        if source.suffix != ".yaml":
+            primary_dir, name = Path(scratch), source.name.replace(".", "_")
+            (primary_dir / f"{name}.yaml").write_bytes(source.read_bytes())
+        folders = [f"file://{CONFIG_DIR}"] + ([f"file://{source.parent}"] if primary_dir != source.parent else [])
+        searchpath = f"hydra.searchpath=[{','.join(folders)}]"
+        try:
+            with warnings.catch_warnings():
+                # RLinf recipes omit `_self_`; Hydra's default (the file after its defaults) is what they mean.
+                warnings.filterwarnings("ignore", message=".*Defaults list is missing `_self_`.*")
+                with initialize_config_dir(config_dir=str(primary_dir), version_base=None):
+                    cfg = compose(config_name=name, overrides=[searchpath, *hydra_overrides])
+        except RecursionError:
+            raise ConfigError(f"The `defaults:` lists of {source} include each other in a circle: "
+                              f"{defaults_cycle(source) or 'a file comes back into its own defaults chain'}.",
+                              "Remove the entry that brings a file back into its own defaults chain.") from None
+        except Exception as err:  # Hydra raises many exception types; all are config problems here
+            raise ConfigError(f"Cannot compose {source}: {_first_line(err)}", _compose_fix(err)) from None
+        finally:
+            GlobalHydra.instance().clear()
     OmegaConf.set_struct(cfg, False)
     cfg.pop("hydra", None)
     cfg.pop("defaults", None)
@@ -122,6 +197,58 @@ def compose_raw(source: Path, overrides: list[str]) -> dict[str, Any]:
     return {str(k): v for k, v in data.items()}
 
 
+def _compose_fix(err: BaseException) -> str:
+    text = str(err)
+    if "while parsing" in text or "while scanning" in text or "mapping values are not allowed" in text:
+        return "Fix the YAML syntax at the line named (in the file it names)."
+    if "Could not delete" in text:
+        return "`~KEY` deletes a key the config has; check its dotted path (`--print-config` shows them)."
+    if "codec can't decode" in text:
+        return "A file of the `defaults:` list is binary, not YAML; fix the entry or the file."
+    if "Could not " in text or "Cannot find" in text or "not found" in text.lower():
+        return ("Check the `defaults:` list: each entry names a file (without .yaml) in the config's folder or in "
+                "vlarl's configs/ (e.g. env/libero_spatial@env.train).")
+    return "Check the `defaults:` list and the override syntax (KEY=VALUE, +KEY=VALUE, ~KEY)."
+
+
+def defaults_cycle(source: Path) -> str | None:
+    """``a.yaml -> b.yaml -> a.yaml`` for plain `defaults:` entries that lead back to a file, else None."""
+    import yaml
+
+    def children(path: Path) -> list[Path]:
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, ValueError, yaml.YAMLError):
+            return []
+        entries = data.get("defaults") if isinstance(data, dict) else None
+        out = []
+        for entry in entries or []:
+            target = next(iter(entry.items()), (None, None)) if isinstance(entry, dict) else (None, entry)
+            group, option = target
+            if not isinstance(option, str) or option == "_self_":
+                continue
+            rel = f"{group.split('@')[0].lstrip('/')}/{option}" if isinstance(group, str) else option.split("@")[0]
+            rel = rel.removeprefix("override ").lstrip("/")
+            for folder in (path.parent, source.parent, CONFIG_DIR):
+                candidate = folder / f"{rel}.yaml"
+                if candidate.is_file():
+                    out.append(candidate.resolve())
+                    break
+        return out
+
+    def walk(path: Path, chain: list[Path]) -> list[Path] | None:
+        if path in chain:
+            return [*chain[chain.index(path):], path]
+        for child in children(path):
+            found = walk(child, [*chain, path])
+            if found:
+                return found
+        return None
+
+    cycle = walk(source.resolve(), [])
+    return " -> ".join(p.name for p in cycle) if cycle else None
+
+
 def _split_overrides(overrides: list[str]) -> tuple[list[str], list[tuple[str, Any]]]:
     """Group overrides (``+x``, ``~x``, ``group/option``, ``@``) go to Hydra; KEY=VALUE pairs to us."""
     import yaml
@@ -129,6 +256,9 @@ def _split_overrides(overrides: list[str]) -> tuple[list[str], list[tuple[str, A
     hydra_side: list[str] = []
     values: list[tuple[str, Any]] = []
     for item in overrides:
+        if item.startswith("~"):  # `~key` (or `~key=value`) deletes a key: Hydra's syntax, no value needed
+            hydra_side.append(item)
+            continue
         if "=" not in item:
             raise ConfigError(f'Override "{item}" is not of the form KEY=VALUE.',
                               "Write overrides like actor.optim.lr=1e-5 or env.train.total_num_envs=4.")
@@ -175,6 +305,7 @@ def check_keys(model: type[BaseModel], data: Any, prefix: str = "") -> tuple[Any
     cleaned: dict[str, Any] = {}
     ignored: list[str] = []
     unknown: list[str] = []
+    switched_on: list[str] = []
     for key, value in data.items():
         path = f"{prefix}{key}"
         if key in fields:
@@ -183,10 +314,17 @@ def check_keys(model: type[BaseModel], data: Any, prefix: str = "") -> tuple[Any
                 value, sub_ignored = check_keys(sub, value, f"{path}.")
                 ignored.extend(sub_ignored)
             cleaned[key] = value
-        elif key in ignored_names:
-            ignored.append(path)
+            continue
+        features = unsupported.uses(path, value)
+        if features:
+            switched_on.extend(features)
+        elif key in ignored_names or unsupported.feature_of(path) is not None:
+            ignored.append(path)  # an RLinf key vlarl does not use, or an unsupported feature left off
         else:
             unknown.append(f'"{path}"{did_you_mean(key, list(fields))}')
+    if switched_on:
+        raise ConfigError(f"The config turns on RLinf feature(s) vlarl does not implement: {'; '.join(switched_on)}. "
+                          f"{unsupported.SUPPORTED}.", unsupported.FIX)
     if unknown:
         where = prefix.rstrip(".") or "the top level"
         raise ConfigError(

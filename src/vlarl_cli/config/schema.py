@@ -168,13 +168,23 @@ class AlgorithmConfig(Section):
         None, ge=1, description="Rollout epochs per iteration (RLinf keeps this in env.train.rollout_epoch; "
         "set here only to override it).")
 
+    @field_validator("loss_type", mode="before")
+    @classmethod
+    def _known_loss(cls, value: Any) -> Any:
+        if value not in ("actor_critic", "actor"):
+            raise ValueError(f'loss_type "{value}" is not a loss vlarl supports (RLinf\'s embodied_sac and '
+                             "decoupled_actor_critic are not implemented); supported: actor_critic (PPO with a value "
+                             "loss) and actor (policy loss only, e.g. GRPO)")
+        return value
+
     @field_validator("adv_type")
     @classmethod
     def _known_adv(cls, value: str) -> str:
         if value not in ADV_TYPES:
             from vlarl_cli.errors import did_you_mean
 
-            raise ValueError(f'unknown adv_type "{value}"; known: {", ".join(ADV_TYPES)}.'
+            raise ValueError(f'adv_type "{value}" is not an advantage estimator vlarl supports (RLinf\'s '
+                             f'off-policy embodied_sac is not implemented); supported: {", ".join(ADV_TYPES)}.'
                              f"{did_you_mean(value, ADV_TYPES)}")
         return value
 
@@ -256,6 +266,38 @@ class EnvSplitConfig(Section):
     def resolution(self) -> int:
         return self.init_params.camera_heights
 
+    @field_validator("env_type", mode="before")
+    @classmethod
+    def _supported_env(cls, value: Any) -> Any:
+        if value not in ("libero", "toy_reach"):
+            raise ValueError(f'env_type "{value}" is a simulator vlarl does not run (RLinf recipes also cover '
+                             "ManiSkill, RoboTwin, CALVIN, BEHAVIOR, IsaacLab, real robots, ...); vlarl runs libero "
+                             "(libero_spatial, libero_object, libero_goal, libero_10, libero_90, libero_130) and the "
+                             "CPU toy_reach task")
+        return value
+
+    def _check_libero(self) -> None:
+        """What a LIBERO launch would refuse, found at load time (so `--dry-run` finds it too)."""
+        from vlarl_cli.envs.libero.env import RESOLUTIONS
+        from vlarl_cli.envs.libero.suites import TRIALS_PER_TASK, num_tasks
+
+        if self.resolution not in RESOLUTIONS:
+            raise ValueError(f"init_params.camera_heights/camera_widths {self.resolution} is not a LIBERO render "
+                             f"size vlarl supports; use one of {', '.join(map(str, RESOLUTIONS))}")
+        n_tasks = num_tasks(self.task_suite_name)
+        bad = [t for t in self.task_ids or () if not 0 <= t < n_tasks]
+        if bad:
+            raise ValueError(f"task_ids {bad} are out of range for {self.task_suite_name}, which has tasks "
+                             f"0..{n_tasks - 1}")
+        if self.specific_reset_id is not None:
+            pool = len(self.task_ids or range(n_tasks)) * TRIALS_PER_TASK
+            if self.specific_reset_id >= pool:
+                raise ValueError(f"specific_reset_id {self.specific_reset_id} is out of range: the selected tasks "
+                                 f"have {pool} reset states (ids 0..{pool - 1})")
+            raise ValueError("specific_reset_id (one fixed reset state for every env) is not implemented by vlarl; "
+                             "restrict the tasks with task_ids and use use_ordered_reset_state_ids: true instead, "
+                             "or set it to null")
+
     @model_validator(mode="after")
     def _rules(self) -> EnvSplitConfig:
         from vlarl_cli.errors import did_you_mean
@@ -275,6 +317,8 @@ class EnvSplitConfig(Section):
         if self.init_params.camera_heights != self.init_params.camera_widths:
             raise ValueError("camera_heights must equal camera_widths (square images), got "
                              f"{self.init_params.camera_heights} x {self.init_params.camera_widths}")
+        if self.env_type == "libero":
+            self._check_libero()
         if self.total_num_envs is not None and self.total_num_envs % self.group_size:
             raise ValueError(f"total_num_envs must be a multiple of group_size "
                              f"(got {self.total_num_envs} envs, group_size {self.group_size})")
@@ -424,7 +468,8 @@ class ModelConfig(Section):
         if value not in MODEL_TYPES:
             from vlarl_cli.errors import did_you_mean
 
-            raise ValueError(f'unknown model_type "{value}"; known: {", ".join(MODEL_TYPES)}.'
+            raise ValueError(f'model_type "{value}" is not a policy vlarl supports (RLinf also has MLP / CNN / '
+                             f'flow state policies and others vlarl does not); supported: {", ".join(MODEL_TYPES)}.'
                              f"{did_you_mean(value, MODEL_TYPES)}")
         return value
 
@@ -609,6 +654,22 @@ class VlarlConfig(Section):
             raise ValueError(
                 f"env.train.max_steps_per_rollout_epoch ({self.env.train.max_steps_per_rollout_epoch}) is shorter "
                 f"than one action chunk (actor.model.num_action_chunks = {chunks})")
+        if self.env.train.max_steps_per_rollout_epoch % chunks:
+            raise ValueError(
+                f"env.train.max_steps_per_rollout_epoch ({self.env.train.max_steps_per_rollout_epoch}) must be a "
+                f"multiple of actor.model.num_action_chunks ({chunks}): every env step belongs to a chunk")
+        model = self.actor.model
+        flow_model = model.model_type in ("openpi", "pi0", "pi05", "gr00t", "gr00t_n1d6", "toy_flow")
+        if self.algorithm.entropy_bonus > 0 and flow_model and model.effective_noise_method != "flow_noise":
+            raise ValueError(
+                f"algorithm.entropy_bonus {self.algorithm.entropy_bonus} > 0 needs a policy entropy, but "
+                f"{model.model_type} with noise_method {model.effective_noise_method} has a fixed noise schedule "
+                "and none; set entropy_bonus 0, or use noise_method flow_noise (learned noise)")
+        if self.algorithm.filter_rewards and self.algorithm.adv_type != "grpo":
+            raise ValueError(
+                f"algorithm.filter_rewards drops GRPO groups by their mean score; vlarl implements it for adv_type "
+                f"grpo only (RLinf also applies it to other advantage types), got adv_type "
+                f"{self.algorithm.adv_type}; set filter_rewards false or use adv_type grpo")
         if self.env.train.group_size not in (1, self.algorithm.group_size):
             raise ValueError(
                 f"GRPO groups are built by the envs: env.train.group_size must equal algorithm.group_size "

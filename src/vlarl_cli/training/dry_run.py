@@ -17,6 +17,10 @@ from vlarl_cli.config.schema import VlarlConfig
 
 GIB = 1024**3
 LIBERO_ENV_BYTES = int(1.7 * GIB)  # RSS of one LIBERO env process, measured on these machines
+# The largest machines one can rent (2026): 192 GB accelerators (B200 / MI300X) and ~4 TiB of host memory
+# per node (8-socket or high-memory cloud instances). A plan above these fits on no machine at all.
+LARGEST_DEVICE_BYTES = 192 * 10**9
+LARGEST_HOST_BYTES = 4 * 1024 * GIB
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,28 @@ def estimate_memory(config: VlarlConfig, params: ParamCount, world_size: int) ->
     return out
 
 
+def memory_warnings(config: VlarlConfig, estimates: dict[str, MemoryEstimate], world_size: int) -> list[str]:
+    """Sentences for a plan that no machine can hold: one device, or one node's host memory, too big."""
+    warnings: list[str] = []
+    worst = max(estimates.items(), key=lambda kv: kv[1].device_total)
+    if worst[1].device_total > LARGEST_DEVICE_BYTES:
+        warnings.append(f"device {worst[0]} needs ~{worst[1].device_total / GIB:,.0f} GiB before activations, more "
+                        f"than any accelerator has ({LARGEST_DEVICE_BYTES / GIB:.0f} GiB): shard over more actor "
+                        "devices (fsdp full_shard), offload (actor.enable_offload, fsdp_config.cpu_offload) or use "
+                        "a smaller model")
+    per_node = max(1, world_size // config.cluster.num_nodes)
+    host: dict[int, float] = {}
+    for rank, est in estimates.items():
+        host[int(rank) // per_node] = host.get(int(rank) // per_node, 0.0) + est.env_host + est.host_offload
+    node, need = max(host.items(), key=lambda kv: kv[1])
+    if need > LARGEST_HOST_BYTES:
+        warnings.append(f"node {node} needs ~{need / GIB:,.0f} GiB of host memory ({config.train_num_envs} LIBERO "
+                        f"envs at ~{LIBERO_ENV_BYTES / GIB:.1f} GiB each, plus offloaded state), more than any "
+                        f"machine has ({LARGEST_HOST_BYTES / GIB:,.0f} GiB): use fewer envs "
+                        "(env.train.total_num_envs) or more nodes")
+    return warnings
+
+
 def build_meta_policy(config: VlarlConfig) -> torch.nn.Module:
     """The configured family at its full size on the meta device (tiny when the preset says so)."""
     # torch 2.6 imports torch._dynamo lazily and that import builds tensors, which fails under a meta
@@ -114,10 +140,41 @@ def build_meta_policy(config: VlarlConfig) -> torch.nn.Module:
     return build_policy(meta_model, torch.device("meta"))
 
 
+def preflight(config: VlarlConfig) -> None:
+    """What a launch checks before it trains, without starting anything: the weights of ``model_path``
+    are present and their safetensors headers intact, and the run folder can be written."""
+    from pathlib import Path
+
+    from vlarl_cli.checkpoints.atomic import check_writable_folder
+    from vlarl_cli.checkpoints.detect import tensor_table, weight_files
+    from vlarl_cli.errors import CheckpointError
+    from vlarl_cli.training.rl import resolve_model_path
+
+    try:
+        path = resolve_model_path(config.actor.model.model_path)  # CheckpointError for a missing folder / hub id
+    except CheckpointError as err:
+        if "hub cache" not in err.problem:
+            raise
+        # planning usually happens before the weights are fetched (often on another machine): say it, go on
+        _warn(f"{err.problem} A launch on this machine would refuse it; {err.fix}")
+        path = None
+    if path is not None and Path(path).is_dir():
+        tensor_table(weight_files(Path(path)))  # CheckpointError naming a truncated or lying file
+    check_writable_folder(config.runner.logger.log_path, "The run folder (runner.logger.log_path)")
+
+
+def _warn(text: str) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(Text.assemble(("warning: ", "bold yellow"), text))
+
+
 def dry_run(config: VlarlConfig, world_size: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    preflight(config)
     console = Console()
     placement = config.cluster.placement(world_size)
     console.print(f"[bold]Placement[/] on {world_size} device(s), {config.cluster.num_nodes} node(s):")
@@ -136,11 +193,14 @@ def dry_run(config: VlarlConfig, world_size: int) -> None:
     for col in ("device", "actor weights", "grads", "AdamW", "rollout copy", "device total", "host offload",
                 "env host RAM"):
         table.add_column(col, justify="right")
-    for rank, est in estimate_memory(config, params, world_size).items():
+    estimates = estimate_memory(config, params, world_size)
+    for rank, est in estimates.items():
         table.add_row(rank, *(f"{x / GIB:.2f}" for x in (est.weights, est.gradients, est.optimizer,
                                                           est.rollout_weights, est.device_total,
                                                           est.host_offload, est.env_host)))
     console.print(table)
+    for warning in memory_warnings(config, estimates, world_size):
+        _warn(f"this plan fits on no machine: {warning}.")
 
 
 def _ranges(ranks: list[int]) -> str:

@@ -25,6 +25,13 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
     from vlarl_cli.config.loading import load_config, to_yaml
     from vlarl_cli.distributed.dist import env_world
 
+    if plan_world_size is not None and not dry_run:
+        raise ConfigError(f"--world-size {plan_world_size} only plans a layout with --dry-run; a launch takes its "
+                          "size from --nnodes x --nproc-per-node (or torchrun).",
+                          "Add --dry-run to plan for that many devices, or use --nproc-per-node / --nnodes.")
+    if node_rank >= nnodes:
+        raise ConfigError(f"--node-rank {node_rank} does not exist among --nnodes {nnodes} (ranks 0..{nnodes - 1}).",
+                          "Give every node a distinct --node-rank below --nnodes.")
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     world_size = env_world()[1] if launched else nnodes * nproc_per_node
     if dry_run and plan_world_size:
@@ -42,8 +49,12 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
     if world_size > 1 and not launched:
         _relaunch(loaded.source, overrides, resume, nproc_per_node, nnodes, node_rank, master_addr, master_port)
         return
+    from vlarl_cli.checkpoints.atomic import check_writable_folder
     from vlarl_cli.distributed import dist
     from vlarl_cli.training.rl import train
+
+    # before any simulator or model is started: a run folder under a file or on a read-only mount
+    check_writable_folder(loaded.config.runner.logger.log_path, "The run folder (runner.logger.log_path)")
 
     train(loaded, resume=resume)
     # every rank finished: leave together and tear the process groups down before the interpreter exits
@@ -55,9 +66,11 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
 def _report_ignored(ignored: list[str], main: bool) -> None:
     if ignored and main:
         from rich.console import Console
+        from rich.text import Text
 
-        Console(stderr=True, highlight=False).print(
-            f"[dim]note: {len(ignored)} RLinf key(s) accepted but not used by vlarl: {', '.join(ignored)}[/]")
+        # plain Text, never markup: key names come from the user's file
+        Console(stderr=True, highlight=False, soft_wrap=True).print(Text(
+            f"note: {len(ignored)} RLinf key(s) accepted but not used by vlarl: {', '.join(ignored)}", style="dim"))
 
 
 def _relaunch(source: Path, overrides: list[str], resume: str | None, nproc_per_node: int, nnodes: int,
@@ -78,21 +91,20 @@ def _relaunch(source: Path, overrides: list[str], resume: str | None, nproc_per_
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m vlarl_cli.training.entry`` (what torchrun starts on every rank)."""
-    from vlarl_cli.errors import VlarlError
+    """``python -m vlarl_cli.training.entry`` (what torchrun starts on every rank), behind the same error
+    boundary as ``vlarl`` (cli/boundary.py)."""
+    from vlarl_cli.cli.boundary import debug_requested, guarded
 
+    args = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="vlarl_cli.training.entry")
     parser.add_argument("--config", required=True)
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--debug", action="store_true")
     parser.add_argument("overrides", nargs="*")
-    ns = parser.parse_args(argv)
-    try:
-        launch(config=ns.config, overrides=ns.overrides, resume=ns.resume)
-    except VlarlError as err:
-        from vlarl_cli.cli.main import _print_error
-
-        _print_error(err)
-        sys.exit(err.exit_code)
+    ns = parser.parse_args(args)
+    code = guarded(lambda: launch(config=ns.config, overrides=ns.overrides, resume=ns.resume),
+                   command="rl-train", debug=ns.debug or debug_requested(args))
+    sys.exit(code)
 
 
 if __name__ == "__main__":

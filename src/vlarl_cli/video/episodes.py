@@ -211,7 +211,11 @@ class EpisodeLog:
         if not self.path.is_file():
             return []
         records = []
-        lines = self.path.read_text(encoding="utf-8").splitlines()
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as err:
+            raise ResultsError(f"{self.path} is binary, not a text episode log (byte {err.start} is not UTF-8).",
+                               "Pass the episodes.jsonl written by `vlarl eval`.") from None
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
@@ -222,6 +226,10 @@ class EpisodeLog:
                     break  # torn last line: the episode is simply not finished
                 raise ResultsError(f"{self.path} line {i + 1} is not JSON.",
                                    "Delete that line; the episode will be evaluated again on resume.") from None
+            if not isinstance(d, dict):
+                raise ResultsError(f"{self.path} line {i + 1} is a JSON {type(d).__name__}, not an episode record "
+                                   "(an object).", "The file is not a vlarl episode log; pass the episodes.jsonl "
+                                   "written by `vlarl eval`, or delete that line.")
             records.append(EpisodeRecord.from_dict(d, root=self.path.parent))
         return records
 
@@ -237,6 +245,20 @@ class EpisodeLog:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def load_card(path: Path) -> dict[str, Any]:
+    """The protocol card at ``path`` (a ``card.json``); a damaged one is a ResultsError naming the file."""
+    try:
+        card = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ResultsError(f"{path} is damaged (not a JSON protocol card: {str(err)[:120]}).",
+                           "Restore it from a backup, or evaluate into a fresh folder (--out) or with --no-resume; "
+                           "episodes.jsonl is not trusted without its card.") from None
+    if not isinstance(card, dict):
+        raise ResultsError(f"{path} is not a protocol card (a JSON {type(card).__name__}, not an object).",
+                           "Evaluate into a fresh folder (--out) or with --no-resume.")
+    return card
 
 
 def read_episodes(path: Path) -> list[EpisodeRecord]:

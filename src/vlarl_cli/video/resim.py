@@ -12,7 +12,6 @@ episode of S steps has S + 1 frames per camera, exactly what the env's live reco
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vlarl_cli import keys
-from vlarl_cli.video.episodes import CARD, EpisodeData, EpisodeRecord, ResultsError
+from vlarl_cli.video.episodes import CARD, EpisodeData, EpisodeRecord, ResultsError, load_card
 
 
 @dataclass
@@ -54,7 +53,7 @@ def read_card(root: Path | None) -> dict[str, Any]:
     if root is None or not (root / CARD).is_file():
         raise ResultsError(f"No {CARD} next to the episode log in {root}.",
                            "Pass an episodes.jsonl inside a folder written by `vlarl eval`.")
-    return json.loads((root / CARD).read_text())
+    return load_card(root / CARD)
 
 
 class Simulators:

@@ -13,7 +13,7 @@ from vlarl_cli.training.evaluation.plan import EvalSettings, plan_episodes, spli
 from vlarl_cli.training.evaluation.results import EvalSummary, print_summary, summarize, write_summary
 from vlarl_cli.training.evaluation.runner import run_episodes
 from vlarl_cli.training.evaluation.source import PolicyInfo, load_policy
-from vlarl_cli.video.episodes import CARD, EPISODES, EpisodeLog, EpisodeRecord, ResultsError
+from vlarl_cli.video.episodes import CARD, EPISODES, EpisodeLog, EpisodeRecord, ResultsError, load_card
 
 
 def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | None = None,
@@ -75,7 +75,6 @@ def _gather_records(records: list[EpisodeRecord], world_size: int, group: Any = 
 
 
 def _prepare_folder(out_dir: Path, card: dict[str, Any], resume: bool) -> None:
-    import json
     import shutil
 
     from vlarl_cli.checkpoints.atomic import atomic_write_json
@@ -83,7 +82,7 @@ def _prepare_folder(out_dir: Path, card: dict[str, Any], resume: bool) -> None:
     card_path, log = out_dir / CARD, EpisodeLog(out_dir / EPISODES)
     if card_path.is_file() and log.path.is_file():
         if resume:
-            old = json.loads(card_path.read_text())
+            old = load_card(card_path)
             conflicts = card_conflicts(old, card)
             if conflicts:
                 raise ResultsError(
@@ -110,6 +109,10 @@ def evaluate(checkpoint: Path | None = None, config: str | None = None, override
     from vlarl_cli.distributed import dist
 
     settings.validate()
+    if out_dir is not None:  # before the policy is built (seconds to minutes): a file in the way, read-only
+        from vlarl_cli.checkpoints.atomic import check_writable_folder
+
+        check_writable_folder(out_dir, "The results folder (--out)")
     ctx = dist.init_distributed()
     try:
         policy, info, _ = load_policy(checkpoint, config, overrides or [], ctx.device)

@@ -13,7 +13,7 @@ from vlarl_cli.training.evaluation.card import card_conflicts
 from vlarl_cli.training.evaluation.plan import expand_suite
 from vlarl_cli.training.evaluation.results import _console
 from vlarl_cli.training.evaluation.stats import newcombe_interval
-from vlarl_cli.video.episodes import CARD, ResultsError, unique_episodes
+from vlarl_cli.video.episodes import CARD, ResultsError, load_card, unique_episodes
 
 
 @dataclass
@@ -52,7 +52,6 @@ def compare(a_dir: Path, b_dir: Path, *, show: bool = True) -> Comparison:
     rates come from the same init states). Card differences other than the checkpoint are reported:
     rates from different protocols are not comparable.
     """
-    import json
 
     from vlarl_cli.video.episodes import read_episodes
 
@@ -61,7 +60,7 @@ def compare(a_dir: Path, b_dir: Path, *, show: bool = True) -> Comparison:
         if not (d / CARD).is_file():
             raise ResultsError(f"{d} is not a vlarl eval results folder (no {CARD}).",
                                "Pass two folders written by `vlarl eval --out DIR`.")
-        folders.append((json.loads((d / CARD).read_text()), unique_episodes(read_episodes(d))))
+        folders.append((load_card(d / CARD), unique_episodes(read_episodes(d))))
     (card_a, eps_a), (card_b, eps_b) = folders
     common = sorted(set(eps_a) & set(eps_b), key=lambda k: (expand_suite("libero_130").index(k[0]), k[1], k[2]))
     if not common:

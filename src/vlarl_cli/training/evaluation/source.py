@@ -123,10 +123,10 @@ def load_policy(checkpoint: Path | None, config: str | None, overrides: list[str
         sha, hash_of = _weights_sha256(ckpt)
         info = PolicyInfo("checkpoint", str(ckpt), sha, hash_of, model_cfg.model_type, str(cfg_source))
     elif ckpt is not None:
-        from safetensors.torch import load_file
+        from vlarl_cli.checkpoints.safety import load_state_dict
 
         fix = "Evaluate with the config the checkpoint was trained with (drop --config, or fix the overrides)."
-        state = load_file(str(ckpt / "model.safetensors"))
+        state = load_state_dict(ckpt / "model.safetensors")  # a damaged file is named in a CheckpointError
         try:
             result = policy.load_state_dict(state, strict=False)
         except RuntimeError as err:  # shape mismatches raise even when strict=False

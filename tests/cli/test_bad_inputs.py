@@ -1,0 +1,351 @@
+"""Every mistake a user can make ends in one paragraph with the fix, the documented exit code, and nothing lost.
+
+A table of bad inputs (issue 18): each row is a command line, the files it needs, the exit code and the words
+the message must contain. Rows run in-process through the real entry point (``vlarl_cli.cli.main.run``, the
+same error boundary as the console script), so the table stays fast; ``test_cli.py`` and the fault tests run
+real subprocesses. Add a row for every new option or input file.
+
+Placeholders in arguments: ``{tmp}`` is the test's folder (also the working directory).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from vlarl_cli.cli.main import run
+
+
+@dataclass(frozen=True)
+class Case:
+    args: tuple[str, ...]
+    words: tuple[str, ...]  # all must appear in stderr
+    code: int = 2
+    files: dict[str, bytes | str] = field(default_factory=dict)  # relative to {tmp}
+    setup: str | None = None  # a builder below, for files that need code
+    absent: tuple[str, ...] = ()  # must NOT appear in stderr (a wrong suggestion)
+    kept: tuple[str, ...] = ()  # files (relative to {tmp}) that must still exist afterwards
+
+
+QUICK = ("rl-train", "-c", "quickstart")
+DRY = (*QUICK, "--dry-run")
+EP = {"suite": "libero_10", "task": 0, "trial": 0, "episode_id": 0, "task_name": "t", "language": "l",
+      "success": True, "steps": 3, "env_seed": 7, "max_steps": 10, "settle_steps": 2}
+EP_LINE = json.dumps(EP)
+
+CASES: dict[str, Case] = {
+    # ---- command-line usage: click's errors, one paragraph, exit 2 -----------------------------------------
+    "missing --config": Case(("rl-train",), ("Missing option '--config'", "vlarl rl-train --help")),
+    "unknown option": Case(("eval", "--tasksx", "1"), ("No such option: --tasksx", "--tasks")),
+    "unknown subcommand": Case(("frobnicate",), ("No such command 'frobnicate'", "vlarl --help")),
+    "not an int": Case(("eval", "--trials", "abc"), ("'--trials'", "integer")),
+    "trials 0": Case(("eval", "--trials", "0"), ("'--trials'", "greater than or equal to 1")),
+    "trials 51": Case(("eval", "--trials", "51"), ("'--trials'", "less than or equal to 50")),
+    "fps 0": Case(("video", "x.jsonl", "--fps", "0"), ("'--fps'", "greater than or equal to 1")),
+    "retries -1": Case(("download", "a/b", "--retries", "-1"), ("'--retries'", "greater than or equal to 0")),
+    "steps 0": Case(("sft", "-c", "quickstart", "--steps", "0"), ("'--steps'",)),
+    "nproc 0": Case((*QUICK, "--nproc-per-node", "0"), ("'--nproc-per-node'",)),
+    "world size -4": Case((*DRY, "--world-size", "-4"), ("'--world-size'",)),
+    "master port": Case((*QUICK, "--master-port", "70000"), ("'--master-port'",)),
+    "episode -1": Case(("video", "x.jsonl", "--episode", "-1"), ("'--episode'",)),
+    "convert without args": Case(("convert",), ("Missing argument",)),
+    "download without repo": Case(("download",), ("Missing argument",)),
+    "compare needs two": Case(("eval", "--compare", "a"), ("--compare", "2 arguments")),
+    "world size without dry-run": Case((*QUICK, "--world-size", "4"), ("--world-size 4", "--dry-run")),
+    "node rank": Case((*QUICK, "--nnodes", "2", "--node-rank", "2"), ("--node-rank 2", "--nnodes 2")),
+    "tasks not ints": Case(("eval", "--config", "quickstart", "--tasks", "a,b"), ("comma-separated",)),
+    "deterministic and temperature": Case(("eval", "--deterministic", "--temperature", "1"),
+                                          ("exclude each other",)),
+    "bad repo id": Case(("download", "bad id!!"), ("not a repository id",), absent=("HF_HUB_OFFLINE",)),
+    "repo id with ..": Case(("download", "../etc"), ("not a repository id",)),
+    "local dir is a file": Case(("download", "org/name", "--local-dir", "{tmp}/f"), ("--local-dir", "is a file"),
+                                files={"f": "mine"}, kept=("f",)),
+    "eval resolution": Case(("eval", "--config", "quickstart", "--resolution", "300"), ("Resolution 300",)),
+    "eval protocol": Case(("eval", "--config", "quickstart", "--protocol", "foo"), ('protocol "foo"',)),
+    "eval unknown suite": Case(("eval", "--config", "quickstart", "--suite", "libero_spatail"),
+                               ('Did you mean "libero_spatial"',)),
+    "video needs a selection": Case(("video",), ("Nothing to render",)),
+    "sft missing demos": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/nope"), ("does not exist",)),
+    "sft empty demos": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/d"), ("no episode_*.npz",),
+                            files={"d/readme.txt": "x"}),
+    "sft corrupt demo": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/d"), ("episode_0.npz",),
+                             files={"d/episode_0.npz": b"junk"}, kept=("d/episode_0.npz",)),
+    # ---- config files --------------------------------------------------------------------------------
+    "missing config": Case(("rl-train", "-c", "{tmp}/nope.yaml"), ("neither a file nor a preset",)),
+    "preset typo": Case(("rl-train", "-c", "quikstart"), ('Did you mean "quickstart"',)),
+    "markup in a path": Case(("rl-train", "-c", "{tmp}/runs[v2]/[bold]c.yaml"), ("runs[v2]/[bold]c.yaml",)),
+    "closing tag in a path": Case(("rl-train", "-c", "{tmp}/[/x]/c.yaml"), ("[/x]/c.yaml",)),
+    "yml file": Case(("rl-train", "-c", "{tmp}/c.yml", "--print-config"), (), code=0,
+                     files={"c.yml": "actor:\n  model: {preset: tiny}\n"}),
+    "extension-less file": Case(("rl-train", "-c", "{tmp}/myconf", "--print-config"), (), code=0,
+                                files={"myconf": "actor:\n  model: {preset: tiny}\n"}),
+    "yaml syntax": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("YAML syntax error at line 2",),
+                        files={"c.yaml": "actor: {model: [\n"}, absent=("defaults",)),
+    "binary config": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("binary file",), files={"c.yaml": b"\x00\x01PK\x03"}),
+    "not utf-8 config": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("not UTF-8",), files={"c.yaml": b"\xff\xfe\xfa"}),
+    "empty config": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("is empty",), files={"c.yaml": ""}),
+    "null config": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("is empty",), files={"c.yaml": "null\n"}),
+    "list config": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("not a mapping",), files={"c.yaml": "- a\n"}),
+    "circular defaults": Case(("rl-train", "-c", "{tmp}/a.yaml"), ("circle: a.yaml -> b.yaml -> a.yaml",),
+                              files={"a.yaml": "defaults:\n  - b\n", "b.yaml": "defaults:\n  - a\n"}),
+    "tilde deletes": Case((*QUICK, "~runner.max_epochs", "--print-config"), (), code=0),
+    "tilde of a missing key": Case((*QUICK, "~runner.nope", "--print-config"), ("Could not delete",)),
+    "misspelled key": Case((*QUICK, "actor.optim.lrr=1"), ("actor.optim.lrr", 'Did you mean "lr"')),
+    "override without =": Case((*QUICK, "actor.optim.lr"), ("KEY=VALUE",)),
+    "bad interpolation": Case((*QUICK, "runner.logger.log_path=${no.such}"), ("Cannot resolve",)),
+    "wrong type": Case((*QUICK, "actor.micro_batch_size=lots"), ("actor.micro_batch_size",)),
+    # ---- RLinf recipes vlarl cannot run: named as unsupported, not as typos --------------------------------
+    "q head": Case((*QUICK, "actor.model.add_q_head=true"), ("does not implement", "add_q_head", "SAC"),
+                   absent=("Did you mean", "spelling")),
+    "q head off is fine": Case((*QUICK, "actor.model.add_q_head=false", "--print-config"), (), code=0),
+    "dsrl": Case((*QUICK, "actor.model.openpi.use_dsrl=true"), ("DSRL", "does not implement")),
+    "replay buffer": Case((*QUICK, "algorithm.replay_buffer={cache_size: 10}"), ("replay_buffer", "SAC")),
+    "reward model": Case((*QUICK, "+reward.use_reward_model=true"), ("reward models",)),
+    "rlinf sac recipe": Case(("rl-train", "-c", "{tmp}/config/sac.yaml"), ('"env/frankasim_pickcube_vision"',
+                             "does not have", "libero_spatial"), absent=("Could not load",),
+                             files={"config/sac.yaml": "defaults:\n  - env/frankasim_pickcube_vision@env.train\n"
+                                    "  - model/cnn_policy@actor.model\n  - training_backend/fsdp@actor.fsdp_config\n"}),
+    "rlinf mlp model fragment": Case(("rl-train", "-c", "{tmp}/config/m.yaml"), ('"model/mlp_policy"', "pi0"),
+                                     files={"config/m.yaml": "defaults:\n  - env/libero_10@env.train\n"
+                                            "  - model/mlp_policy@actor.model\n"}),
+    "other simulator": Case((*QUICK, "env.train.env_type=maniskill"), ("simulator vlarl does not run", "libero")),
+    "other model": Case((*QUICK, "actor.model.model_type=mlp_policy"), ("not a policy vlarl supports", "openpi")),
+    "sac advantage": Case((*QUICK, "algorithm.adv_type=embodied_sac"), ("not an advantage estimator", "gae")),
+    "sac loss": Case((*QUICK, "algorithm.loss_type=embodied_sac"), ("not a loss vlarl supports",)),
+    # ---- found by the config / dry-run, not after the first rollout -----------------------------------
+    "task id too big": Case((*DRY, "env.train.task_ids=[0,10]"), ("task_ids [10]", "0..9")),
+    "negative task id": Case((*DRY, "env.train.task_ids=[-1]"), ("task_ids [-1]",)),
+    "reset id too big": Case((*DRY, "env.train.specific_reset_id=500"), ("specific_reset_id 500", "0..49")),
+    "reset id unimplemented": Case((*DRY, "env.train.specific_reset_id=3"), ("not implemented",)),
+    "camera size": Case((*DRY, "env.train.init_params.camera_heights=300", "env.train.init_params.camera_widths=300"),
+                        ("render size", "128, 224, 256")),
+    "steps not a multiple of the chunk": Case((*DRY, "env.train.max_steps_per_rollout_epoch=7"),
+                                              ("multiple of actor.model.num_action_chunks",)),
+    "entropy with flow_sde": Case((*DRY, "algorithm.entropy_bonus=0.01"), ("entropy_bonus", "flow_noise")),
+    "filter_rewards with gae": Case((*DRY, "algorithm.filter_rewards=true"), ("filter_rewards", "grpo only")),
+    "missing model path": Case((*DRY, "actor.model.model_path=/no/such/ckpt"), ("/no/such/ckpt", "does not exist")),
+    "damaged model path": Case((*DRY, "actor.model.model_path={tmp}/ck"), ("truncated",), setup="truncated_ckpt"),
+    "run folder under a file": Case((*DRY, "runner.logger.log_path={tmp}/afile/run"), ("which is a file",),
+                                    files={"afile": "x"}),
+    "run folder in /proc": Case((*DRY, "runner.logger.log_path=/proc/vlarl-run"), ("cannot be written",)),
+    "launch into a read-only place": Case((*QUICK, "runner.logger.log_path=/proc/vlarl-run"), ("cannot be written",)),
+    "memory no machine has": Case(("rl-train", "-c", "libero_10_ppo_openpi", "--dry-run",
+                                   "env.train.total_num_envs=100000", "actor.global_batch_size=100000",
+                                   "actor.micro_batch_size=100"), ("fits on no machine", "host memory"), code=0),
+    "eval out is a file": Case(("eval", "--config", "quickstart", "--suite", "libero_spatial", "--out", "{tmp}/f"),
+                               ("results folder", "is a file"), files={"f": "mine"}, kept=("f",)),
+    "eval out in /proc": Case(("eval", "--config", "quickstart", "--out", "/proc/vlarl-eval"), ("cannot be written",)),
+    # ---- broken files --------------------------------------------------------------------------------
+    "convert truncated weights": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"),
+                                      ("not a readable safetensors file", "truncated"), setup="truncated_ckpt",
+                                      absent=("Cannot tell which model family",)),
+    "convert header past the end": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"),
+                                        ("reaches past the end",), setup="lying_header_ckpt"),
+    "convert bad json header": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"), ("not valid JSON",),
+                                    setup="bad_json_ckpt"),
+    "convert html as weights": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"), ("implausible",),
+                                    files={"ck/model.safetensors": b"<!doctype html><html>hello</html>"}),
+    "eval truncated weights": Case(("eval", "--checkpoint", "{tmp}/ck", "--out", "{tmp}/res"), ("truncated",),
+                                   setup="truncated_ckpt"),
+    "corrupt card": Case(("eval", "--compare", "{tmp}/a", "{tmp}/b"), ("card.json", "damaged"),
+                         files={"a/card.json": "{not json", "a/episodes.jsonl": EP_LINE + "\n",
+                                "b/card.json": "{}", "b/episodes.jsonl": EP_LINE + "\n"}),
+    "resume into a corrupt card": Case(("eval", "--config", "quickstart", "--suite", "libero_spatial", "--tasks", "0",
+                                        "--trials", "1", "--out", "{tmp}/res"), ("card.json", "damaged"),
+                                       files={"res/card.json": "{not json", "res/episodes.jsonl": EP_LINE + "\n"},
+                                       kept=("res/episodes.jsonl",)),
+    "card is a list": Case(("eval", "--compare", "{tmp}/a", "{tmp}/b"), ("not a protocol card",),
+                           files={"a/card.json": "[1]", "a/episodes.jsonl": "", "b/card.json": "{}",
+                                  "b/episodes.jsonl": ""}),
+    "no card": Case(("eval", "--compare", "{tmp}/a", "{tmp}/b"), ("not a vlarl eval results folder",),
+                    files={"a/x": "", "b/x": ""}),
+    "episode line is a list": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"), ("line 1", "JSON list"),
+                                   files={"r/episodes.jsonl": "[1, 2]\n" + EP_LINE + "\n", "r/card.json": "{}"}),
+    "episode line is a scalar": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"), ("JSON int",),
+                                     files={"r/episodes.jsonl": "42\n" + EP_LINE + "\n", "r/card.json": "{}"}),
+    "binary episode log": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"), ("binary",),
+                               files={"r/episodes.jsonl": b"\x89PNG\r\n\x1a\n\xff\xfe" + b"\x00" * 20}),
+    "episode line not json": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"), ("line 1 is not JSON",),
+                                  files={"r/episodes.jsonl": "{oops\n" + EP_LINE + "\n"}),
+    "no episode log": Case(("video", "{tmp}/nowhere", "--episode", "0"), ("No episode log",)),
+    # ---- convert: arguments first (no torch import), and never lose the source ---------------------------
+    "convert into the parent": Case(("convert", "{tmp}/p/src", "{tmp}/p", "--to", "openpi", "--overwrite"),
+                                    ("contains the source",), setup="good_folder_in_p",
+                                    kept=("p/src/model.safetensors", "p/keep.txt")),
+    "convert into cwd": Case(("convert", "p/src", ".", "--to", "openpi", "--overwrite"), ("contains the source",),
+                             setup="good_folder_in_p", kept=("p/src/model.safetensors",)),
+    "convert into itself": Case(("convert", "{tmp}/p/src", "{tmp}/p/src/out", "--to", "openpi"), ("inside",),
+                                setup="good_folder_in_p"),
+    "convert missing source": Case(("convert", "{tmp}/nope", "{tmp}/out", "--to", "openpi"), ("does not exist",)),
+    "convert source is a file": Case(("convert", "{tmp}/f", "{tmp}/out", "--to", "openpi"), ("is a file",),
+                                     files={"f": "x"}),
+    "convert existing destination": Case(("convert", "{tmp}/p/src", "{tmp}/d", "--to", "openpi"),
+                                         ("already exists", "--overwrite"), setup="good_folder_in_p",
+                                         files={"d/mine.txt": "mine"}, kept=("d/mine.txt",)),
+    "convert destination is a file": Case(("convert", "{tmp}/p/src", "{tmp}/f", "--to", "openpi", "--overwrite"),
+                                          ("is a file",), setup="good_folder_in_p", files={"f": "x"}, kept=("f",)),
+    "convert under a file": Case(("convert", "{tmp}/p/src", "{tmp}/f/out", "--to", "openpi"), ("is a file",),
+                                 setup="good_folder_in_p", files={"f": "x"}),
+    "convert format typo": Case(("convert", "{tmp}/p/src", "{tmp}/out", "--to", "openpix"),
+                                ('Did you mean "openpi"',), setup="good_folder_in_p"),
+    "convert dtype typo": Case(("convert", "{tmp}/p/src", "{tmp}/out", "--to", "openpi", "--dtype", "bf17"),
+                               ('Did you mean "bf16"',), setup="good_folder_in_p"),
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# builders of files that need code
+
+
+def _safetensors_bytes() -> bytes:
+    import torch
+    from safetensors.torch import save
+
+    return save({"paligemma_with_expert.w": torch.zeros(64, 64), "action_in_proj.weight": torch.ones(32, 8)})
+
+
+def _quickstart_yaml() -> str:
+    from vlarl_cli.config.loading import load_config, to_yaml
+
+    return to_yaml(load_config("quickstart").config)
+
+
+def _ckpt(tmp: Path, weights: bytes) -> None:
+    (tmp / "ck").mkdir()
+    (tmp / "ck" / "model.safetensors").write_bytes(weights)
+    (tmp / "ck" / "config.yaml").write_text(_quickstart_yaml())
+
+
+def _truncated_ckpt(tmp: Path) -> None:
+    data = _safetensors_bytes()
+    _ckpt(tmp, data[: len(data) - 100])
+
+
+def _lying_header_ckpt(tmp: Path) -> None:
+    _ckpt(tmp, struct.pack("<Q", 10**6) + b"{}")
+
+
+def _bad_json_ckpt(tmp: Path) -> None:
+    _ckpt(tmp, struct.pack("<Q", 10) + b"{not json!" + b"\x00" * 64)
+
+
+def _good_folder_in_p(tmp: Path) -> None:
+    (tmp / "p" / "src").mkdir(parents=True)
+    (tmp / "p" / "src" / "model.safetensors").write_bytes(_safetensors_bytes())
+    (tmp / "p" / "keep.txt").write_text("the user's file")
+
+
+BUILDERS: dict[str, Callable[[Path], None]] = {
+    "truncated_ckpt": _truncated_ckpt, "lying_header_ckpt": _lying_header_ckpt, "bad_json_ckpt": _bad_json_ckpt,
+    "good_folder_in_p": _good_folder_in_p,
+}
+
+
+@pytest.fixture
+def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row that wrongly passes validation must fail the test, not start a training run or simulators."""
+    import vlarl_cli.training.entry as entry
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("a bad-input row reached a launch")
+
+    real_launch = entry.launch
+
+    def guarded_launch(**kwargs: object) -> None:
+        if not kwargs.get("dry_run") and not kwargs.get("print_config"):
+            # validation happens in launch; only the training itself is replaced
+            import vlarl_cli.training.rl as rl
+
+            monkeypatch.setattr(rl, "train", refuse)
+        real_launch(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(entry, "launch", guarded_launch)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                   no_launch: None) -> None:
+    case = CASES[name]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "300")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for rel, body in case.files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body if isinstance(body, bytes) else body.encode())
+    if case.setup:
+        BUILDERS[case.setup](tmp_path)
+    code = run([a.replace("{tmp}", str(tmp_path)) for a in case.args])
+    out, err = capsys.readouterr()
+    assert code == case.code, (code, out, err)
+    assert "Traceback" not in out + err, err
+    for word in case.words:
+        assert word in err, (word, err)
+    for word in case.absent:
+        assert word not in err, (word, err)
+    if case.code == 2:
+        assert err.startswith("error: ") and "\nfix: " in err, err
+    for rel in case.kept:
+        assert (tmp_path / rel).exists(), f"{rel} was deleted"
+
+
+def test_debug_shows_the_traceback_behind_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["rl-train", "-c", str(tmp_path / "nope.yaml"), "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "neither a file nor a preset" in err
+
+
+def test_a_bug_keeps_its_traceback_and_says_where_to_report(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import vlarl_cli.training.entry as entry
+
+    def broken(**_: object) -> None:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(entry, "launch", broken)
+    assert run(["rl-train", "-c", "quickstart"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ZeroDivisionError" in err and "bug in vlarl" in err and "report" in err
+
+
+@pytest.mark.parametrize(("command", "words"), [
+    (["rl-train", "-c", "quickstart"], "--resume auto"),
+    (["eval", "--config", "quickstart"], "skipped"),
+])
+def test_ctrl_c_exits_130_and_says_how_to_resume(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                command: list[str], words: str) -> None:
+    import vlarl_cli.training.entry as entry
+    import vlarl_cli.training.evaluation as evaluation
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(entry, "launch", interrupted)
+    monkeypatch.setattr(evaluation, "evaluate", interrupted)
+    assert run(command) == 130
+    err = capsys.readouterr().err
+    assert "Interrupted" in err and words in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("errno_name", "words"), [
+    ("ENOSPC", "no space is left"), ("EFBIG", "larger than this file system"), ("EROFS", "read-only"),
+    ("EACCES", "permission denied"), ("EISDIR", "is a folder where a file is expected"),
+])
+def test_os_errors_name_the_file_and_the_fix(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                            errno_name: str, words: str) -> None:
+    import errno
+
+    import vlarl_cli.training.entry as entry
+
+    def failing(**_: object) -> None:
+        raise OSError(getattr(errno, errno_name), "os says no", "/data/runs/x/model.safetensors")
+
+    monkeypatch.setattr(entry, "launch", failing)
+    assert run(["rl-train", "-c", "quickstart"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "/data/runs/x/model.safetensors" in err and "fix: " in err and "Traceback" not in err

@@ -1,0 +1,59 @@
+"""Faults through a real process: Ctrl-C during training exits 130 with how to resume, keeps every finished
+checkpoint, leaves no temporary files, and the resumed run completes. (Download faults: tests/checkpoints/
+test_hub_faults.py; SIGKILL + resume equality: tests/distributed/test_kill_resume.py.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from vlarl_cli.checkpoints.atomic import TMP_PREFIX
+
+
+def _toy(run: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "vlarl_cli.cli.main", "rl-train", "-c", "toy_reach_ppo", "runner.max_epochs=12",
+            "runner.save_interval=1", "runner.val_check_interval=-1", f"runner.logger.log_path={run}", *extra]
+
+
+def test_ctrl_c_during_training_exits_130_and_resume_auto_completes(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(_toy(run), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (run / "checkpoints" / "global_step_2").is_dir():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "Interrupted" in err and "--resume auto" in err
+    kept = sorted(p.name for p in (run / "checkpoints").glob("global_step_*"))
+    assert "global_step_2" in kept and "global_step_12" not in kept
+    assert not [p for p in run.rglob("*") if p.name.startswith(TMP_PREFIX)]  # no half-written checkpoint
+    again = subprocess.run(_toy(run, "--resume", "auto"), cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert (run / "checkpoints" / "global_step_12" / "model.safetensors").is_file()
+    assert not [p for p in run.rglob("*") if p.name.startswith(TMP_PREFIX)]
+
+
+def test_convert_refuses_bad_arguments_before_importing_torch(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    code = ("import sys; from vlarl_cli.cli.main import run; "
+            "codes = [run(['convert', 'nope', 'out', '--to', 'openpi']), "
+            "run(['convert', 'src', '.', '--to', 'openpi', '--overwrite']), "
+            "run(['convert', 'src', 'out', '--to', 'openpix']), "
+            "run(['convert', 'src', 'out', '--to', 'openpi', '--dtype', 'bf17'])]; "
+            "print(codes, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[2, 2, 2, 2] False", out.stdout + out.stderr
+    assert (tmp_path / "src").is_dir()
