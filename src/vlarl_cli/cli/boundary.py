@@ -29,7 +29,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from vlarl_cli.errors import VlarlError
 
@@ -127,8 +127,8 @@ def describe(ex: BaseException) -> tuple[str, str | None, int] | None:
         return "Aborted.", None, INTERRUPT_EXIT
     if _is_a(ex, "UsageError"):
         return _usage(ex)
-    if _is_a(ex, "ClickException"):
-        return ex.format_message(), None, USAGE_EXIT
+    if _is_a(ex, "ClickException"):  # by name: see _is_a
+        return str(cast(Any, ex).format_message()), None, USAGE_EXIT
     if isinstance(ex, OSError):
         return describe_os_error(ex)
     if isinstance(ex, MemoryError) or type(ex).__name__ == "OutOfMemoryError":
