@@ -386,8 +386,9 @@ class ModelConfig(Section):
                                           "checkpoint decides; official when it has action_head--* files).")
     num_images_in_input: int | None = Field(None, ge=1, description="OpenVLA-OFT: images per observation "
                                             "(1 third-person, 2 + wrist).")
-    value_type: str | None = Field(None, description="OpenVLA-OFT critic: chunk_level (one value per chunk) or "
-                                   "action_level (one per action).")
+    value_type: str | None = Field(None, description="OpenVLA-OFT and toy critics: chunk_level (one value per "
+                                   "chunk) or action_level (one per action; needed by GAE with reward_type "
+                                   "action_level).")
     proprio_dim: int | None = Field(None, ge=1, description="OpenVLA-OFT official: robot state size fed to the "
                                     "proprio projector (null: from the checkpoint's proprio_projector file).")
     use_film: bool | None = Field(None, description="OpenVLA-OFT FiLM conditioning: not implemented, true is refused.")
@@ -585,9 +586,11 @@ class VlarlConfig(Section):
                              "true, or use loss_type actor (e.g. with adv_type grpo)")
         if self.algorithm.adv_type == "gae" and not self.actor.model.effective_add_value_head:
             raise ValueError("adv_type gae needs value estimates: set actor.model.add_value_head true")
-        if self.algorithm.adv_type == "gae" and self.algorithm.reward_type != "chunk_level":
-            raise ValueError("adv_type gae needs one value per chunk: reward_type action_level is not supported "
-                             "with gae yet; use reward_type chunk_level (or adv_type grpo)")
+        if (self.algorithm.adv_type == "gae" and self.algorithm.reward_type == "action_level"
+                and self.actor.model.value_type != "action_level"):
+            raise ValueError("reward_type action_level with adv_type gae needs one value per executed action: set "
+                             "actor.model.value_type: action_level (OpenVLA-OFT, toy policies); a policy with one "
+                             "value per chunk needs reward_type chunk_level (or adv_type grpo)")
         toy_env = self.env.train.env_type == "toy_reach"
         toy_model = self.actor.model.model_type.startswith("toy_")
         if toy_env != toy_model:

@@ -22,6 +22,7 @@ from vlarl_cli.algorithms.advantages import (
 )
 from vlarl_cli.algorithms.reduction import LOCAL, Reduce, masked_moments
 from vlarl_cli.config.schema import VlarlConfig
+from vlarl_cli.errors import ConfigError
 from vlarl_cli.training.rollout import Rollout
 from vlarl_cli.training.update import RolloutBatch
 
@@ -70,10 +71,27 @@ def epoch_advantages(config: VlarlConfig, r: Rollout, *, critic: bool, normalize
         loss_mask = loss_mask_from_dones(r.dones.any(dim=-1))  # from the chunk dones [T+1, N]
     step_mask = loss_mask if algo.reward_type == "chunk_level" else loss_mask.unsqueeze(-1).expand(t, n, c)
     bounds = (algo.rewards_lower_bound, algo.rewards_upper_bound) if algo.filter_rewards else None
+    values = _critic_values(r.values, algo.reward_type) if critic and algo.adv_type == "gae" else None
     return compute_advantages(
-        algo.adv_type, rewards, dones, step_mask, values=r.values if critic else None, gamma=algo.gamma,
+        algo.adv_type, rewards, dones, step_mask, values=values, gamma=algo.gamma,
         gae_lambda=algo.gae_lambda, group_size=config.train_group_size, normalize=normalize,
         filter_bounds=bounds)
+
+
+def _critic_values(values: torch.Tensor, reward_type: str) -> torch.Tensor:
+    """The rollout's values for GAE, checked against the reward granularity: ``[T+1, N]`` (one value per
+    chunk) goes with ``chunk_level`` rewards, ``[T+1, N, C]`` (one per action) with ``action_level``."""
+    per_action = values.dim() == 3
+    if reward_type == "action_level" and not per_action:
+        raise ConfigError("reward_type action_level with adv_type gae needs one value per executed action, but "
+                          "this policy gives one value per chunk.",
+                          "Set actor.model.value_type: action_level (OpenVLA-OFT, toy policies), or use "
+                          "reward_type chunk_level (or adv_type grpo).")
+    if reward_type == "chunk_level" and per_action:
+        raise ConfigError("The policy gives one value per executed action (value_type action_level), but "
+                          "reward_type chunk_level runs GAE over chunks.",
+                          "Set algorithm.reward_type: action_level, or actor.model.value_type: chunk_level.")
+    return values
 
 
 def build_batch(config: VlarlConfig, rollouts: list[Rollout], *, critic: bool, reduce: Reduce = LOCAL
@@ -134,7 +152,7 @@ def _batch_metrics(rollouts: list[Rollout], batch: RolloutBatch, metrics_adv: li
         return float(value) if count else 0.0
 
     if ret:
-        metrics["rollout/returns_mean"] = mean(torch.cat(ret), all_mask)
+        metrics["rollout/returns_mean"] = mean(torch.cat([x.flatten() for x in ret]), all_mask)
         metrics["rollout/values_mean"] = mean(torch.cat(old_values))
     metrics["rollout/rewards"] = mean(torch.cat([r.rewards.sum(-1).flatten() for r in rollouts]))
     metrics["rollout/valid_fraction"] = mean(batch.loss_mask)
