@@ -324,8 +324,7 @@ class RlHeadOptions(Section):
     """RLinf's ``actor.model.rl_head_config`` block (GR00T); values here override the flat model fields."""
 
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
-        {"ignore_last", "safe_get_logprob", "noise_anneal", "noise_params", "chunk_critic_input",
-         "use_vlm_value", "value_vlm_mode", "padding_value"})
+        {"ignore_last", "safe_get_logprob", "noise_anneal", "noise_params", "chunk_critic_input"})
     joint_logprob: bool | None = Field(None, description="See actor.model.joint_logprob.")
     noise_method: str | None = Field(None, description="See actor.model.noise_method.")
     noise_level: float | None = Field(None, description="See actor.model.noise_level.")
@@ -333,6 +332,12 @@ class RlHeadOptions(Section):
     detach_critic_input: bool | None = Field(None, description="See actor.model.detach_critic_input.")
     disable_dropout: bool | None = Field(None, description="See actor.model.disable_dropout.")
     action_noise_scale: float | None = Field(None, description="See actor.model.action_noise_scale.")
+    padding_value: int | None = Field(None, ge=1, description="Fixed padded prompt length; GR00T checks it "
+                                      "against the model's own (570 in the full presets) and refuses another.")
+    use_vlm_value: bool | None = Field(None, description="Critic reads only the mean VL token (RLinf's name "
+                                       "for actor.model.value_after_vlm).")
+    value_vlm_mode: str | None = Field(None, description="Critic pooling of the VL tokens: only mean_token "
+                                       "(the mean of all VL tokens) is implemented; others are refused.")
 
 
 class ModelConfig(Section):
