@@ -60,16 +60,18 @@ def rollout_metrics(rollouts: list[Rollout], reduce: Reduce = LOCAL) -> dict[str
 
 def epoch_advantages(config: VlarlConfig, r: Rollout, *, critic: bool, normalize: bool) -> AdvantageResult:
     """The configured estimator over one rollout epoch (``[T, N]``, or ``[T, N, C]`` for action-level
-    rewards); with auto-reset every step is valid, else the steps after an episode's first done are masked."""
+    rewards); with auto-reset every step is valid, else the steps after an episode's first done are masked:
+    whole chunks at chunk level, single action steps at action level (RLinf ``compute_loss_mask``,
+    ``rlinf/utils/metric_utils.py``: the actions of the ending chunk after the done are masked)."""
     algo = config.algorithm
     t, n, c = r.rewards.shape
     rewards = aggregate_rewards(r.rewards, algo.reward_type)  # [T, N] or [T, N, C]
     dones = aggregate_dones(r.dones, algo.reward_type)  # [T+1, N] or [T+1, N, C]
+    action_level = algo.reward_type == "action_level"
     if config.env.train.auto_reset:
-        loss_mask = torch.ones(t, n, dtype=torch.bool)
-    else:
-        loss_mask = loss_mask_from_dones(r.dones.any(dim=-1))  # from the chunk dones [T+1, N]
-    step_mask = loss_mask if algo.reward_type == "chunk_level" else loss_mask.unsqueeze(-1).expand(t, n, c)
+        step_mask = torch.ones((t, n, c) if action_level else (t, n), dtype=torch.bool)
+    else:  # from the action dones [T+1, N, C] or the chunk dones [T+1, N]
+        step_mask = loss_mask_from_dones(r.dones if action_level else r.dones.any(dim=-1))
     bounds = (algo.rewards_lower_bound, algo.rewards_upper_bound) if algo.filter_rewards else None
     values = _critic_values(r.values, algo.reward_type) if critic and algo.adv_type == "gae" else None
     return compute_advantages(
@@ -119,10 +121,11 @@ def _flatten(rollouts: list[Rollout], results: list[AdvantageResult], *, critic:
 
     adv, ret, masks, fractions, old_values, metrics_adv = [], [], [], [], [], []
     for r, result in zip(rollouts, results, strict=True):
-        valid = result.loss_mask if result.loss_mask.dim() == 2 else result.loss_mask.any(-1)  # [T, N]
+        per_action = result.loss_mask.dim() == 3  # [T, N, C] at action level, else [T, N]
+        valid = result.loss_mask.any(-1) if per_action else result.loss_mask  # [T, N]
         adv.append(flat(result.advantages))
-        masks.append(flat(valid.unsqueeze(-1).expand(t, n, c)))
-        fractions.append(flat(trajectory_valid_fraction(valid)))
+        masks.append(flat(result.loss_mask if per_action else valid.unsqueeze(-1).expand(t, n, c)))
+        fractions.append(flat(trajectory_valid_fraction(result.loss_mask)))
         if critic and result.returns is not None:
             ret.append(flat(result.returns))
             old_values.append(flat(r.values[:-1]))
