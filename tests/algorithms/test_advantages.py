@@ -75,6 +75,61 @@ def test_gae_loop_equals_vectorised(gamma, lam, t, b):
     torch.testing.assert_close(ret, adv + v[:-1])
 
 
+def test_gae_action_level_hand_computed():
+    # T = 2 chunks of C = 2 actions, one env; flat action steps s = 0..3, bootstrap = values[T, :, 0]
+    r = torch.tensor([[[1.0, 0.0]], [[0.0, 2.0]]])  # [T, B, C]
+    v = torch.tensor([[[0.5, 1.0]], [[0.2, 0.4]], [[0.3, 9.0]]])  # [T+1, B, C]; 9.0 is never read
+    d = torch.zeros(3, 1, 2, dtype=torch.bool)
+    adv, ret = gae(r, v, d, gamma=0.9, gae_lambda=0.8, normalize=False)
+    # delta3 = 2 + .9*.3 - .4 = 1.87 ; delta2 = 0 + .9*.4 - .2 = .16 ; delta1 = 0 + .9*.2 - 1 = -.82
+    # delta0 = 1 + .9*1 - .5 = 1.4 ; A3 = 1.87 ; A2 = .16 + .72*1.87 = 1.5064
+    # A1 = -.82 + .72*1.5064 = .264608 ; A0 = 1.4 + .72*.264608 = 1.59051776
+    assert adv.shape == ret.shape == (2, 1, 2)
+    torch.testing.assert_close(adv[:, 0], torch.tensor([[1.59051776, 0.264608], [1.5064, 1.87]]))
+    torch.testing.assert_close(ret, adv + v[:-1])
+    # a done after action step 1 (stored at dones[1, :, 1]) cuts the bootstrap of step 1 and the trace
+    d[1, 0, 1] = True
+    adv, _ = gae(r, v, d, gamma=0.9, gae_lambda=0.8, normalize=False)
+    # delta1 = 0 + 0 - 1 = -1, A1 = -1 ; A0 = 1.4 + .72*(-1) = .68 ; steps 2, 3 unchanged
+    torch.testing.assert_close(adv[:, 0], torch.tensor([[0.68, -1.0], [1.5064, 1.87]]))
+
+
+def test_gae_action_level_ignores_carried_in_dones_except_the_last_action():
+    # RLinf keeps the LAST T*C+1 flat dones: of row 0 only dones[0, :, C-1] exists, and GAE never reads it
+    r = torch.randn(3, 2, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    v = torch.randn(4, 2, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    d = torch.zeros(4, 2, 4, dtype=torch.bool)
+    d2 = d.clone()
+    d2[0] = True
+    a, _ = gae(r, v, d, gamma=0.99, gae_lambda=0.95, normalize=False)
+    a2, _ = gae(r, v, d2, gamma=0.99, gae_lambda=0.95, normalize=False)
+    torch.testing.assert_close(a, a2)
+
+
+@pytest.mark.parametrize(("gamma", "lam", "t", "b", "c"),
+                         list(itertools.product([0.9, 1.0], [0.0, 0.95], [1, 4], [1, 3], [1, 5])))
+def test_gae_action_level_loop_equals_vectorised(gamma, lam, t, b, c):
+    g = torch.Generator().manual_seed(t * 100 + b * 10 + c)
+    r = torch.randn(t, b, c, generator=g, dtype=torch.float64)
+    v = torch.randn(t + 1, b, c, generator=g, dtype=torch.float64)
+    d = torch.rand(t + 1, b, c, generator=g) < 0.2
+    adv, ret = gae(r, v, d, gamma=gamma, gae_lambda=lam, normalize=False)
+    # the closed form over the flat time-major action sequence, built independently with index loops
+    r_flat = torch.stack([r[i, :, j] for i in range(t) for j in range(c)])  # [T*C, B]
+    v_flat = torch.stack([v[i, :, j] for i in range(t) for j in range(c)] + [v[t, :, 0]])  # [T*C+1, B]
+    d_flat = torch.stack([d[0, :, c - 1]] + [d[i + 1, :, j] for i in range(t) for j in range(c)])
+    expected = _gae_vectorised(r_flat, v_flat, d_flat, gamma, lam)
+    for i, j in itertools.product(range(t), range(c)):
+        torch.testing.assert_close(adv[i, :, j], expected[i * c + j], atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(ret, adv + v[:-1])
+
+
+def test_gae_action_level_refuses_chunk_values():
+    with pytest.raises(ValueError, match=r"one value per chunk needs reward_type chunk_level"):
+        gae(torch.zeros(2, 3, 4), torch.zeros(3, 3), torch.zeros(3, 3, 4, dtype=torch.bool), gamma=0.9,
+            gae_lambda=0.9)
+
+
 def test_gae_masked_values_change_nothing():
     g = torch.Generator().manual_seed(0)
     t, b = 6, 4
@@ -99,7 +154,7 @@ def test_gae_guards_the_broadcast_bug():
     r = torch.zeros(3, 4)
     with pytest.raises(ValueError, match=r"\[T\+1, B\]"):
         gae(r, torch.zeros(4, 4, 1), torch.zeros(4, 4, dtype=torch.bool), gamma=0.9, gae_lambda=0.9)
-    with pytest.raises(ValueError, match="chunk-level"):
+    with pytest.raises(ValueError, match=r"action-level gae.*\[T\+1, B, C\]"):
         gae(torch.zeros(3, 4, 2), torch.zeros(4, 4), torch.zeros(4, 4, dtype=torch.bool), gamma=0.9,
             gae_lambda=0.9)
 

@@ -321,10 +321,10 @@ def test_readme_config_reference_is_current() -> None:
     assert section.strip() == render().strip(), "run: python -m vlarl_cli.config.reference --write"
 
 
-def test_gae_with_action_level_rewards_is_refused_at_load_time() -> None:
-    with pytest.raises(ConfigError, match="reward_type action_level is not supported with gae") as err:
+def test_gae_with_action_level_rewards_needs_action_level_values() -> None:
+    with pytest.raises(ConfigError, match="value_type: action_level") as err:
         load_config("quickstart", ["algorithm.reward_type=action_level"])
-    assert "chunk_level" in str(err.value)
+    assert "reward_type chunk_level" in str(err.value)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -82,3 +82,61 @@ def test_env_metrics_by_hand() -> None:
     assert m["env/num_trajectories"] == 2 and m["env/success_once"] == 0.5 and m["env/episode_len"] == 4.0
     assert m["env/reward"] == (1.0 / 4 + 0.0 / 4) / 2
     assert m["env/mean_step_reward"] == 1.0 / 8 and m["env/success_any_step"] == 0.5
+
+
+def test_ppo_gae_at_action_level_learns_to_reach(tmp_path: Path) -> None:
+    """reward_type action_level + GAE with one value per executed action (RLinf's OpenVLA-OFT setting):
+    values [T+1, N, C] through the rollout, [N, C] returns and value loss, and the toy still learns."""
+    import torch
+
+    from vlarl_cli.training.batch import build_batch
+    from vlarl_cli.training.rollout import collect
+
+    overrides = [f"runner.logger.log_path={tmp_path}", "algorithm.reward_type=action_level",
+                 "actor.model.value_type=action_level"]
+    loaded = load_config("toy_reach_ppo", overrides)
+    config = loaded.config
+    from vlarl_cli.envs.toy import ToyVectorEnv
+    from vlarl_cli.policies.registry import build_policy
+
+    policy = build_policy(config.actor.model)
+    t, c = config.chunk_steps_per_epoch, config.actor.model.num_action_chunks
+    rollout = collect(policy, ToyVectorEnv(8, chunk=c, max_steps=config.env.train.max_steps_per_rollout_epoch), t)
+    assert rollout.values.shape == (t + 1, 8, c)
+    batch, metrics = build_batch(config, [rollout], critic=True)
+    assert batch.returns is not None and batch.old_values is not None
+    assert batch.returns.shape == batch.old_values.shape == batch.advantages.shape == (t * 8, c)
+    assert torch.isfinite(torch.tensor(metrics["rollout/returns_mean"]))
+
+    train(loaded)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    first = rows[0]["env/success_once"]
+    evals = [r["eval/success_once"] for r in rows if "eval/success_once" in r]
+    # measured: success_once 0.20 -> 0.91 over 30 iterations, eval 0.39 / 0.53 / 0.86 (chunk level: 0.47 / 0.80 / 0.88)
+    assert evals[-1] >= 0.6 and evals[-1] >= first + 0.3, (first, evals)
+    assert all("train/critic/value_loss" in r for r in rows)
+
+
+def test_action_level_rewards_with_chunk_values_are_refused(tmp_path: Path) -> None:
+    """A policy with one value per chunk cannot run GAE at action level: refused at load time and, should
+    a checkpoint disagree with the config, when the batch is built."""
+    import pytest
+    import torch
+
+    from vlarl_cli.errors import ConfigError
+    from vlarl_cli.training.batch import build_batch
+    from vlarl_cli.training.rollout import Rollout
+
+    with pytest.raises(ConfigError, match="value_type: action_level"):
+        load_config("toy_reach_ppo", ["algorithm.reward_type=action_level"])
+    config = load_config("toy_reach_ppo", ["algorithm.reward_type=action_level",
+                                           "actor.model.value_type=action_level"]).config
+    t, n, c = 2, 2, 4
+    r = Rollout(replay={}, logprobs=torch.zeros(t, n, c, 2), values=torch.zeros(t + 1, n), rewards=torch.zeros(t, n, c),
+                dones=torch.zeros(t + 1, n, c, dtype=torch.bool), success=torch.zeros(t, n, c, dtype=torch.bool))
+    with pytest.raises(ConfigError, match="value_type: action_level"):
+        build_batch(config, [r], critic=True)
+    chunk = load_config("toy_reach_ppo", ["actor.model.value_type=action_level"]).config
+    r.values = torch.zeros(t + 1, n, c)
+    with pytest.raises(ConfigError, match="reward_type: action_level"):
+        build_batch(chunk, [r], critic=True)

@@ -290,3 +290,51 @@ def test_shuffle_by_env_column_is_split_invariant_and_mixes_time_steps() -> None
         assert all(sum(1 for _, e in mb if e == env) == 2 for env in range(envs))
     per_env = [{s for s, e in whole[0] if e == env} for env in range(envs)]
     assert len({frozenset(x) for x in per_env}) > 1
+
+
+def _action_value_batch(seed: int = 0) -> tuple[torch.nn.Module, RolloutBatch]:
+    """A ToyGaussianPolicy with one value per executed action and a batch with [N, C] values and returns."""
+    policy = ToyGaussianPolicy(seed=seed, action_values=True)
+    ro = collect_toy(ReachEnv(16), policy, generator=torch.Generator().manual_seed(seed))
+    t, b, c, a = ro.logprobs.shape
+    assert ro.values.shape == (t + 1, b, c)
+    g = torch.Generator().manual_seed(seed + 1)
+    mask = torch.rand(t * b, c, generator=g) > 0.3
+    return policy, RolloutBatch(
+        replay=ro.replay, old_logprobs=ro.logprobs.reshape(t * b, c, a), advantages=torch.randn(t * b, c, generator=g),
+        loss_mask=mask, old_values=ro.values[:-1].reshape(t * b, c), returns=torch.randn(t * b, c, generator=g),
+        valid_fraction=torch.ones(t * b), steps_per_trajectory=t)
+
+
+def test_per_action_value_loss_by_hand():
+    """values [N, C]: the value loss is the mean over the VALID ACTION steps of huber(R - V) (here R^2 / 2
+    below the Huber delta, V from the policy before the step), masked action steps count for nothing."""
+    policy, batch = _action_value_batch()
+    with torch.no_grad():
+        v = policy.evaluate(batch.replay).values
+    assert v.shape == batch.returns.shape == batch.loss_mask.shape
+    m = batch.loss_mask
+    expected = float((0.5 * (batch.returns - v) ** 2)[m].sum() / m.sum())
+    settings = _settings(global_batch_size=len(batch), micro_batch_size=len(batch) // 4, value_clip=None,
+                         critic_warmup_steps=10)  # policy loss off: only the critic trains
+    garbage = RolloutBatch(**{**batch.__dict__, "replay": dict(batch.replay)})
+    garbage.returns = batch.returns.masked_fill(~m, float("nan"))
+    garbage.old_values = batch.old_values.masked_fill(~m, 1e6)
+    results = []
+    for b in (batch, garbage):
+        p = copy.deepcopy(policy)
+        out = ppo_update(p, torch.optim.SGD(p.parameters(), lr=0.1), b, settings,
+                         generator=torch.Generator().manual_seed(0))
+        results.append((out, torch.cat([x.detach().flatten() for x in p.value_head.parameters()])))
+    assert results[0][0]["train/critic/value_loss"] == pytest.approx(expected, rel=1e-5)
+    assert "train/critic/explained_variance" in results[0][0]
+    assert results[1][0]["train/critic/value_loss"] == pytest.approx(expected, rel=1e-5)
+    assert torch.equal(results[0][1], results[1][1])
+
+
+def test_per_action_values_need_matching_shapes():
+    _, batch = _action_value_batch()
+    with pytest.raises(ValueError, match=r"returns .* and old_values .* must have one shape"):
+        RolloutBatch(**{**batch.__dict__, "old_values": batch.old_values[:, 0]})
+    with pytest.raises(ValueError, match=r"old_values must be \[N=.*\] or \[N, C\]"):
+        RolloutBatch(**{**batch.__dict__, "old_values": batch.old_values[:, :2], "returns": batch.returns[:, :2]})

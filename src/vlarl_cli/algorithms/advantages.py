@@ -8,7 +8,8 @@ embodied runner (REFERENCE.md section 2):
 * dones ``[T+1, B]`` (or ``[T+1, B, C]``): row ``t+1`` says "the episode ended after step t"; row 0 is
   the flag carried in from the previous rollout. The step that ends an episode stays valid, every step
   after the first done is masked (:func:`loss_mask_from_dones`).
-* values ``[T+1, B]``: ``values[T]`` is the bootstrap value of the observation after the last chunk.
+* values ``[T+1, B]`` (or ``[T+1, B, C]`` from a critic with one value per action, GAE at action level):
+  ``values[T]`` is the bootstrap value of the observation after the last chunk.
 
 Estimators are registered by name (``gae``, ``grpo``, ``reinpp``, ``raw``); :func:`get_advantage_fn`
 answers an unknown name with the known ones. Every registered function has the signature of
@@ -202,40 +203,71 @@ class AdvantageResult:
 
 def gae(rewards: Tensor, values: Tensor, dones: Tensor, *, gamma: float, gae_lambda: float,
         loss_mask: Tensor | None = None, normalize: bool = True, eps: float = 1e-5) -> tuple[Tensor, Tensor]:
-    """Generalised Advantage Estimation (Schulman et al., arXiv 1506.02438) over chunk steps.
+    """Generalised Advantage Estimation (Schulman et al., arXiv 1506.02438) over chunk or action steps.
 
     ``delta_t = r_t + gamma V_{t+1} (1 - d_{t+1}) - V_t``;
     ``A_t = delta_t + gamma lambda (1 - d_{t+1}) A_{t+1}``; returns ``R = A + V`` (un-normalised).
 
     Args:
-        rewards: ``[T, B]``.
-        values: ``[T+1, B]`` (``values[T]`` bootstraps the step after the rollout).
-        dones: ``[T+1, B]`` bool, row ``t+1`` = done after step ``t``.
-        loss_mask: ``[T, B]`` valid steps, only used for the normalisation statistics.
+        rewards: ``[T, B]`` (chunk level) or ``[T, B, C]`` (action level: GAE runs over the ``T*C`` action
+            steps in time order, see :func:`_flatten_action_steps`).
+        values: ``[T+1, B]`` / ``[T+1, B, C]`` (``values[T]`` bootstraps the step after the rollout; at
+            action level only ``values[T, :, 0]``, the value of the observation after the last chunk, is used).
+        dones: ``[T+1, B]`` / ``[T+1, B, C]`` bool, row ``t+1`` = done after step ``t``.
+        loss_mask: valid steps shaped like ``rewards``, only used for the normalisation statistics.
         normalize: normalise advantages with mean / unbiased std + ``eps`` over valid entries.
     Returns:
-        ``(advantages [T, B], returns [T, B])``; masked advantages are 0 when normalised.
+        ``(advantages, returns)`` shaped like ``rewards``; masked advantages are 0 when normalised.
     """
-    if rewards.dim() != 2:
-        raise ValueError(f"gae needs chunk-level rewards [T, B], got {tuple(rewards.shape)}; use "
-                         "reward_type chunk_level with gae")
-    t, b = rewards.shape
-    if values.shape != (t + 1, b) or dones.shape != (t + 1, b):
-        # guards the silent [B] vs [B, 1] broadcast (e.g. values [T+1, B, 1] would make a [T, B, B] product)
-        raise ValueError(f"gae: rewards [T, B] = {tuple(rewards.shape)} needs values and dones [T+1, B] = "
-                         f"{(t + 1, b)}, got values {tuple(values.shape)}, dones {tuple(dones.shape)}")
+    if rewards.dim() == 3:
+        r, v, d = _flatten_action_steps(rewards, values, dones)
+        adv_flat, ret_flat = _gae_steps(r, v, d, gamma, gae_lambda)
+        t, b, c = rewards.shape
+        advantages, returns = (x.reshape(t, c, b).permute(0, 2, 1) for x in (adv_flat, ret_flat))
+    elif rewards.dim() == 2:
+        t, b = rewards.shape
+        if values.shape != (t + 1, b) or dones.shape != (t + 1, b):
+            # guards the silent [B] vs [B, 1] broadcast (values [T+1, B, 1] would make a [T, B, B] product)
+            raise ValueError(f"gae: rewards [T, B] = {tuple(rewards.shape)} needs values and dones [T+1, B] = "
+                             f"{(t + 1, b)}, got values {tuple(values.shape)}, dones {tuple(dones.shape)}")
+        advantages, returns = _gae_steps(rewards, values, dones, gamma, gae_lambda)
+    else:
+        raise ValueError(f"gae needs rewards [T, B] or [T, B, C], got {tuple(rewards.shape)}")
+    if normalize:
+        advantages = masked_normalize(advantages, loss_mask, eps)
+    return advantages, returns
+
+
+def _flatten_action_steps(rewards: Tensor, values: Tensor, dones: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Action-level ``[T, B, C]`` rewards, ``[T+1, B, C]`` values and dones -> the time-major sequences
+    ``[T*C, B]``, ``[T*C+1, B]``, ``[T*C+1, B]`` of RLinf's ``preprocess_embodied_advantages_inputs``
+    (``rlinf/algorithms/utils.py``): values keep their FIRST ``T*C+1`` flat entries (the bootstrap is
+    ``values[T, :, 0]``), dones their LAST ``T*C+1`` (the carried-in flag is ``dones[0, :, C-1]``)."""
+    t, b, c = rewards.shape
+    if values.shape != (t + 1, b, c) or dones.shape != (t + 1, b, c):
+        raise ValueError(f"action-level gae: rewards [T, B, C] = {tuple(rewards.shape)} needs values and dones "
+                         f"[T+1, B, C] = {(t + 1, b, c)}, got values {tuple(values.shape)}, dones "
+                         f"{tuple(dones.shape)}; a policy with one value per chunk needs reward_type chunk_level")
+    n = t * c
+    r = rewards.permute(0, 2, 1).reshape(n, b)
+    v = values.permute(0, 2, 1).reshape(n + c, b)[: n + 1]
+    d = dones.permute(0, 2, 1).reshape(n + c, b)[c - 1:]
+    return r, v, d
+
+
+def _gae_steps(rewards: Tensor, values: Tensor, dones: Tensor, gamma: float, gae_lambda: float
+               ) -> tuple[Tensor, Tensor]:
+    """The GAE recursion over ``[S, B]`` rewards with ``[S+1, B]`` values and dones -> (advantages, returns)."""
+    s, b = rewards.shape
     not_done = (~dones.bool()).to(rewards.dtype)
     values = values.to(rewards.dtype)
     advantages = torch.zeros_like(rewards)
     last = torch.zeros(b, dtype=rewards.dtype, device=rewards.device)
-    for step in reversed(range(t)):
+    for step in reversed(range(s)):
         delta = rewards[step] + gamma * values[step + 1] * not_done[step + 1] - values[step]
         last = delta + gamma * gae_lambda * not_done[step + 1] * last
         advantages[step] = last
-    returns = advantages + values[:-1]
-    if normalize:
-        advantages = masked_normalize(advantages, loss_mask, eps)
-    return advantages, returns
+    return advantages, advantages + values[:-1]
 
 
 def group_normalize(scores: Tensor, group_size: int, *, normalize: bool = True, eps: float = 1e-6) -> Tensor:

@@ -381,8 +381,7 @@ class RlHeadOptions(Section):
     """RLinf's ``actor.model.rl_head_config`` block (GR00T); values here override the flat model fields."""
 
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
-        {"ignore_last", "safe_get_logprob", "noise_anneal", "noise_params", "chunk_critic_input",
-         "use_vlm_value", "value_vlm_mode", "padding_value"})
+        {"ignore_last", "safe_get_logprob", "noise_anneal", "noise_params", "chunk_critic_input"})
     joint_logprob: bool | None = Field(None, description="See actor.model.joint_logprob.")
     noise_method: str | None = Field(None, description="See actor.model.noise_method.")
     noise_level: float | None = Field(None, description="See actor.model.noise_level.")
@@ -390,6 +389,12 @@ class RlHeadOptions(Section):
     detach_critic_input: bool | None = Field(None, description="See actor.model.detach_critic_input.")
     disable_dropout: bool | None = Field(None, description="See actor.model.disable_dropout.")
     action_noise_scale: float | None = Field(None, description="See actor.model.action_noise_scale.")
+    padding_value: int | None = Field(None, ge=1, description="Fixed padded prompt length; GR00T checks it "
+                                      "against the model's own (570 in the full presets) and refuses another.")
+    use_vlm_value: bool | None = Field(None, description="Critic reads only the mean VL token (RLinf's name "
+                                       "for actor.model.value_after_vlm).")
+    value_vlm_mode: str | None = Field(None, description="Critic pooling of the VL tokens: only mean_token "
+                                       "(the mean of all VL tokens) is implemented; others are refused.")
 
 
 class ModelConfig(Section):
@@ -443,8 +448,9 @@ class ModelConfig(Section):
                                           "checkpoint decides; official when it has action_head--* files).")
     num_images_in_input: int | None = Field(None, ge=1, description="OpenVLA-OFT: images per observation "
                                             "(1 third-person, 2 + wrist).")
-    value_type: str | None = Field(None, description="OpenVLA-OFT critic: chunk_level (one value per chunk) or "
-                                   "action_level (one per action).")
+    value_type: str | None = Field(None, description="OpenVLA-OFT and toy critics: chunk_level (one value per "
+                                   "chunk) or action_level (one per action; needed by GAE with reward_type "
+                                   "action_level).")
     proprio_dim: int | None = Field(None, ge=1, description="OpenVLA-OFT official: robot state size fed to the "
                                     "proprio projector (null: from the checkpoint's proprio_projector file).")
     use_film: bool | None = Field(None, description="OpenVLA-OFT FiLM conditioning: not implemented, true is refused.")
@@ -682,9 +688,11 @@ class VlarlConfig(Section):
                              "true, or use loss_type actor (e.g. with adv_type grpo)")
         if self.algorithm.adv_type == "gae" and not self.actor.model.effective_add_value_head:
             raise ValueError("adv_type gae needs value estimates: set actor.model.add_value_head true")
-        if self.algorithm.adv_type == "gae" and self.algorithm.reward_type != "chunk_level":
-            raise ValueError("adv_type gae needs one value per chunk: reward_type action_level is not supported "
-                             "with gae yet; use reward_type chunk_level (or adv_type grpo)")
+        if (self.algorithm.adv_type == "gae" and self.algorithm.reward_type == "action_level"
+                and self.actor.model.value_type != "action_level"):
+            raise ValueError("reward_type action_level with adv_type gae needs one value per executed action: set "
+                             "actor.model.value_type: action_level (OpenVLA-OFT, toy policies); a policy with one "
+                             "value per chunk needs reward_type chunk_level (or adv_type grpo)")
         toy_env = self.env.train.env_type == "toy_reach"
         toy_model = self.actor.model.model_type.startswith("toy_")
         if toy_env != toy_model:

@@ -5,7 +5,8 @@ A policy turns a batch of observations into an action chunk plus everything RL n
     out = policy.sample(obs, deterministic=False)
     out.actions   [B, C, A]   env-space actions (un-normalised, env gripper convention), C executed steps
     out.logprobs  [B, C, A]   per-element log-probs of the sampled actions under the current weights
-    out.values    [B]         value estimate of the observation (zeros when the policy has no value head)
+    out.values    [B]         value estimate of the observation (zeros when the policy has no value head);
+                  or [B, C]   one per executed action, from a critic with ``value_type: action_level``
     out.replay    dict        tensors from which ``evaluate`` recomputes the SAME log-probs under new
                               weights: the model inputs (images, tokens, state) and the sampling record
                               (denoising chain + indices for flow policies, sampled tokens for token
@@ -14,7 +15,7 @@ A policy turns a batch of observations into an action chunk plus everything RL n
 
     ev = policy.evaluate(out.replay)
     ev.logprobs  [B, C, A]    equal to ``out.logprobs`` under unchanged weights (tested to 1e-5)
-    ev.values    [B]
+    ev.values    [B] (or [B, C], as ``out.values``)
     ev.entropy   [B, C, A] or None   only where the policy defines one (learned noise, token logits)
 
 Deterministic mode (``deterministic=True``) is used for evaluation: ODE denoising / argmax tokens;

@@ -26,6 +26,8 @@ FAMILIES: dict[str, str] = {
 }
 
 
+#: rl_head_config fields only the GR00T family reads (RLinf's GR00T RL head keys)
+_GR00T_HEAD_ONLY = ("padding_value", "use_vlm_value", "value_vlm_mode")
 #: ModelConfig fields only the OpenVLA-OFT family reads (RLinf's OFT model keys)
 _OFT_ONLY = ("implement_version", "num_images_in_input", "value_type", "use_film", "proprio_dim", "lora_path",
              "image_size", "vocab_size", "hidden_size")
@@ -93,6 +95,7 @@ def settings_values(model: ModelConfig) -> dict[str, Any]:
         "config_name": openpi.config_name if openpi else None,
         "gradient_checkpointing": model.gradient_checkpointing,
         **{k: getattr(model, k) for k in _OFT_ONLY},
+        **{k: model._nested(k) for k in _GR00T_HEAD_ONLY},
     }
     return {k: v for k, v in values.items() if v is not None}
 
@@ -104,11 +107,13 @@ def make_settings(model: ModelConfig, **extra: Any) -> Any:
     names = {f.name for f in dataclasses.fields(settings_cls)}
     values = {**settings_values(model), **extra}
     unused = sorted(k for k in _OFT_ONLY if getattr(model, k) is not None and k not in names)
-    if unused:  # these fields exist for OpenVLA-OFT; another family must not drop them silently
+    unused_head = sorted(k for k in _GR00T_HEAD_ONLY if model._nested(k) is not None and k not in names)
+    if unused or unused_head:  # these fields exist for one family; another must not drop them silently
         import warnings
 
-        warnings.warn(f"actor.model.{', '.join(unused)} (OpenVLA-OFT keys) not used by model_type "
-                      f"{model.model_type}.", stacklevel=2)
+        what = [f"actor.model.{', '.join(unused)} (OpenVLA-OFT keys)"] if unused else []
+        what += [f"actor.model.rl_head_config.{', '.join(unused_head)} (GR00T keys)"] if unused_head else []
+        warnings.warn(f"{' and '.join(what)} not used by model_type {model.model_type}.", stacklevel=2)
     if model.model_path is not None:
         values.pop("preset", None)  # weights come from the checkpoint; its config decides the size
     return settings_cls(**{k: v for k, v in values.items() if k in names})

@@ -11,8 +11,9 @@ They exist to test the RL machinery end to end in seconds on a CPU (``envs/toy.p
   (the OpenVLA-OFT discrete-token scheme, ``policies/token.py``).
 
 All read ``obs[keys.STATES]`` ``[B, state_dim]``, emit chunks ``[B, C, A]`` and carry an MLP
-:class:`~vlarl_cli.policies.value_head.ValueHead` critic on the state. Sampling noise comes from the
-policy's own seeded ``torch.Generator`` so runs are reproducible.
+:class:`~vlarl_cli.policies.value_head.ValueHead` critic on the state: values ``[B]``, or ``[B, C]`` (one
+per executed action) for the flow and Gaussian policies with ``action_values`` (``value_type: action_level``).
+Sampling noise comes from the policy's own seeded ``torch.Generator`` so runs are reproducible.
 """
 
 from __future__ import annotations
@@ -65,14 +66,15 @@ class ToyFlowPolicy(nn.Module):
     """Flow-matching chunk policy: velocity MLP on ``[x_t, t, state]``; action horizon = ``chunk``."""
 
     def __init__(self, state_dim: int = 4, action_dim: int = 2, chunk: int = 4, *,
-                 flow: FlowConfig | None = None, hidden: int = 64, seed: int = 0) -> None:
+                 flow: FlowConfig | None = None, hidden: int = 64, seed: int = 0, action_values: bool = False
+                 ) -> None:
         super().__init__()
         self.num_action_chunks, self.action_dim = chunk, action_dim
         self.flow = flow or FlowConfig()
         with _seeded(seed):
             out = chunk * action_dim * (2 if self.flow.method == "flow_noise" else 1)
             self.velocity = _mlp(chunk * action_dim + 1 + state_dim, hidden, out)
-            self.value_head = ValueHead(state_dim, hidden=(hidden, hidden))
+            self.value_head = ValueHead(state_dim, hidden=(hidden, hidden), num_values=chunk if action_values else 1)
         self.generator = torch.Generator().manual_seed(seed + 1)
 
     def _velocity_fn(self, states: Tensor):
@@ -135,13 +137,13 @@ class ToyGaussianPolicy(nn.Module):
     """Diagonal Gaussian chunk policy: ``N(mlp(state), exp(log_std)^2)`` per element."""
 
     def __init__(self, state_dim: int = 4, action_dim: int = 2, chunk: int = 4, *, hidden: int = 64,
-                 init_std: float = 1.0, seed: int = 0) -> None:
+                 init_std: float = 1.0, seed: int = 0, action_values: bool = False) -> None:
         super().__init__()
         self.num_action_chunks, self.action_dim = chunk, action_dim
         with _seeded(seed):
             self.mean = _mlp(state_dim, hidden, chunk * action_dim)
             self.log_std = nn.Parameter(torch.full((chunk, action_dim), math.log(init_std)))
-            self.value_head = ValueHead(state_dim, hidden=(hidden, hidden))
+            self.value_head = ValueHead(state_dim, hidden=(hidden, hidden), num_values=chunk if action_values else 1)
         self.generator = torch.Generator().manual_seed(seed + 1)
 
     def _dist(self, states: Tensor) -> torch.distributions.Normal:
@@ -234,20 +236,27 @@ class ModelSettings:
     joint_logprob: bool = False
     hidden: int = 64
     model_path: str | None = None  # a folder with model.safetensors (an rl-train or sft checkpoint)
+    value_type: str = "chunk_level"  # chunk_level: values [B]; action_level: one per executed action [B, C]
 
 
 def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> nn.Module:
     """A toy policy for the 2-D reach task (state_dim 4); seeded from the global torch RNG, or loaded
     from ``model_path`` (``model.safetensors``, as rl-train and sft write it)."""
+    if model.value_type not in ("chunk_level", "action_level"):
+        from vlarl_cli.errors import ConfigError
+
+        raise ConfigError(f'Unknown value_type "{model.value_type}" for the toy policies.',
+                          "Use chunk_level (one value per chunk) or action_level (one per executed action).")
     seed = int(torch.randint(0, 2**31 - 1, ()).item())
     kw = {"state_dim": 4, "action_dim": model.action_dim, "chunk": model.num_action_chunks,
           "hidden": model.hidden, "seed": seed}
+    action_values = model.value_type == "action_level"
     if model.model_type == "toy_gaussian":
-        policy: nn.Module = ToyGaussianPolicy(**kw)
+        policy: nn.Module = ToyGaussianPolicy(**kw, action_values=action_values)
     else:
         flow = FlowConfig(num_steps=model.denoising_steps, method=model.noise_method,
                           noise_level=model.noise_level, joint_logprob=model.joint_logprob)
-        policy = ToyFlowPolicy(flow=flow, **kw)
+        policy = ToyFlowPolicy(flow=flow, **kw, action_values=action_values)
     if model.model_path is not None:
         from pathlib import Path
 

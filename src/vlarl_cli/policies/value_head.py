@@ -121,16 +121,19 @@ class ValueHead(nn.Module):
     Args:
         in_dim: feature width.
         hidden: hidden layer widths (GELU between layers).
+        num_values: outputs per sample; above 1 the values are ``[B, num_values]`` (one per executed
+            action, RLinf's ``value_type: action_level``).
     """
 
-    def __init__(self, in_dim: int, hidden: Sequence[int] = (512, 128)) -> None:
+    def __init__(self, in_dim: int, hidden: Sequence[int] = (512, 128), num_values: int = 1) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         width = in_dim
         for h in hidden:
             layers += [nn.Linear(width, h), nn.GELU()]
             width = h
-        self.out = nn.Linear(width, 1)
+        self.out = nn.Linear(width, num_values)
+        self.num_values = num_values
         nn.init.zeros_(self.out.weight)
         nn.init.zeros_(self.out.bias)
         self.body = nn.Sequential(*layers)
@@ -140,4 +143,5 @@ class ValueHead(nn.Module):
         if features.dim() != 2 or features.shape[1] != self.in_dim:
             raise ValueError(f"ValueHead expects features [B, {self.in_dim}], got {tuple(features.shape)}")
         x = features.to(self.out.weight.dtype)
-        return self.out(self.body(x)).squeeze(-1).to(torch.float32)
+        values = self.out(self.body(x))
+        return (values.squeeze(-1) if self.num_values == 1 else values).to(torch.float32)

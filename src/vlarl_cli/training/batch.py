@@ -22,6 +22,7 @@ from vlarl_cli.algorithms.advantages import (
 )
 from vlarl_cli.algorithms.reduction import LOCAL, Reduce, masked_moments
 from vlarl_cli.config.schema import VlarlConfig
+from vlarl_cli.errors import ConfigError
 from vlarl_cli.training.rollout import Rollout
 from vlarl_cli.training.update import RolloutBatch
 
@@ -59,21 +60,40 @@ def rollout_metrics(rollouts: list[Rollout], reduce: Reduce = LOCAL) -> dict[str
 
 def epoch_advantages(config: VlarlConfig, r: Rollout, *, critic: bool, normalize: bool) -> AdvantageResult:
     """The configured estimator over one rollout epoch (``[T, N]``, or ``[T, N, C]`` for action-level
-    rewards); with auto-reset every step is valid, else the steps after an episode's first done are masked."""
+    rewards); with auto-reset every step is valid, else the steps after an episode's first done are masked:
+    whole chunks at chunk level, single action steps at action level (RLinf ``compute_loss_mask``,
+    ``rlinf/utils/metric_utils.py``: the actions of the ending chunk after the done are masked)."""
     algo = config.algorithm
     t, n, c = r.rewards.shape
     rewards = aggregate_rewards(r.rewards, algo.reward_type)  # [T, N] or [T, N, C]
     dones = aggregate_dones(r.dones, algo.reward_type)  # [T+1, N] or [T+1, N, C]
+    action_level = algo.reward_type == "action_level"
     if config.env.train.auto_reset:
-        loss_mask = torch.ones(t, n, dtype=torch.bool)
-    else:
-        loss_mask = loss_mask_from_dones(r.dones.any(dim=-1))  # from the chunk dones [T+1, N]
-    step_mask = loss_mask if algo.reward_type == "chunk_level" else loss_mask.unsqueeze(-1).expand(t, n, c)
+        step_mask = torch.ones((t, n, c) if action_level else (t, n), dtype=torch.bool)
+    else:  # from the action dones [T+1, N, C] or the chunk dones [T+1, N]
+        step_mask = loss_mask_from_dones(r.dones if action_level else r.dones.any(dim=-1))
     bounds = (algo.rewards_lower_bound, algo.rewards_upper_bound) if algo.filter_rewards else None
+    values = _critic_values(r.values, algo.reward_type) if critic and algo.adv_type == "gae" else None
     return compute_advantages(
-        algo.adv_type, rewards, dones, step_mask, values=r.values if critic else None, gamma=algo.gamma,
+        algo.adv_type, rewards, dones, step_mask, values=values, gamma=algo.gamma,
         gae_lambda=algo.gae_lambda, group_size=config.train_group_size, normalize=normalize,
         filter_bounds=bounds)
+
+
+def _critic_values(values: torch.Tensor, reward_type: str) -> torch.Tensor:
+    """The rollout's values for GAE, checked against the reward granularity: ``[T+1, N]`` (one value per
+    chunk) goes with ``chunk_level`` rewards, ``[T+1, N, C]`` (one per action) with ``action_level``."""
+    per_action = values.dim() == 3
+    if reward_type == "action_level" and not per_action:
+        raise ConfigError("reward_type action_level with adv_type gae needs one value per executed action, but "
+                          "this policy gives one value per chunk.",
+                          "Set actor.model.value_type: action_level (OpenVLA-OFT, toy policies), or use "
+                          "reward_type chunk_level (or adv_type grpo).")
+    if reward_type == "chunk_level" and per_action:
+        raise ConfigError("The policy gives one value per executed action (value_type action_level), but "
+                          "reward_type chunk_level runs GAE over chunks.",
+                          "Set algorithm.reward_type: action_level, or actor.model.value_type: chunk_level.")
+    return values
 
 
 def build_batch(config: VlarlConfig, rollouts: list[Rollout], *, critic: bool, reduce: Reduce = LOCAL
@@ -101,10 +121,11 @@ def _flatten(rollouts: list[Rollout], results: list[AdvantageResult], *, critic:
 
     adv, ret, masks, fractions, old_values, metrics_adv = [], [], [], [], [], []
     for r, result in zip(rollouts, results, strict=True):
-        valid = result.loss_mask if result.loss_mask.dim() == 2 else result.loss_mask.any(-1)  # [T, N]
+        per_action = result.loss_mask.dim() == 3  # [T, N, C] at action level, else [T, N]
+        valid = result.loss_mask.any(-1) if per_action else result.loss_mask  # [T, N]
         adv.append(flat(result.advantages))
-        masks.append(flat(valid.unsqueeze(-1).expand(t, n, c)))
-        fractions.append(flat(trajectory_valid_fraction(valid)))
+        masks.append(flat(result.loss_mask if per_action else valid.unsqueeze(-1).expand(t, n, c)))
+        fractions.append(flat(trajectory_valid_fraction(result.loss_mask)))
         if critic and result.returns is not None:
             ret.append(flat(result.returns))
             old_values.append(flat(r.values[:-1]))
@@ -134,7 +155,7 @@ def _batch_metrics(rollouts: list[Rollout], batch: RolloutBatch, metrics_adv: li
         return float(value) if count else 0.0
 
     if ret:
-        metrics["rollout/returns_mean"] = mean(torch.cat(ret), all_mask)
+        metrics["rollout/returns_mean"] = mean(torch.cat([x.flatten() for x in ret]), all_mask)
         metrics["rollout/values_mean"] = mean(torch.cat(old_values))
     metrics["rollout/rewards"] = mean(torch.cat([r.rewards.sum(-1).flatten() for r in rollouts]))
     metrics["rollout/valid_fraction"] = mean(batch.loss_mask)

@@ -6,6 +6,7 @@ per chunk, ``A`` action dims.
     replay      dict of [T * N, ...]   (t-major: row t * N + n)
     logprobs    [T, N, C, A]
     values      [T + 1, N]             values[T] bootstraps the observation after the last chunk
+                or [T + 1, N, C]       from a policy with one value per executed action (value_type action_level)
     rewards     [T, N, C]
     dones       [T + 1, N, C]          row 0 is the flag carried in (zeros after a reset)
     success     [T, N, C]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -61,7 +61,7 @@ class ToyRun:
 
 
 def make_policy(run: ToyRun, env: ReachEnv) -> torch.nn.Module:
-    kw = {"state_dim": env.state_dim, "action_dim": env.action_dim, "chunk": env.chunk, "seed": run.seed}
+    kw: dict[str, Any] = {"state_dim": env.state_dim, "action_dim": env.action_dim, "chunk": env.chunk, "seed": run.seed}
     if run.policy.startswith("flow_"):
         flow = FlowConfig(num_steps=run.denoising_steps, method=run.policy, noise_level=run.noise_level,
                           joint_logprob=run.joint_logprob, logvar_min=2 * math.log(run.noise_std_min),

@@ -99,8 +99,9 @@ class RolloutBatch:
         advantages: ``[N]``, ``[N, C]``, ``[N, C, 1]`` or ``[N, C, A]`` (explicitly expanded, never
             silently broadcast).
         loss_mask: ``[N, C]`` bool, valid env steps.
-        old_values: ``[N]`` critic values at rollout time (None without a critic).
-        returns: ``[N]`` value targets (None without a critic: no value loss).
+        old_values: ``[N]`` critic values at rollout time (None without a critic), or ``[N, C]`` from a
+            critic with one value per executed action (``value_type: action_level``, GAE at action level).
+        returns: value targets shaped like ``old_values`` (None without a critic: no value loss).
         valid_fraction: ``[N]`` valid fraction of each sample's trajectory (``seq-mean-token-mean``);
             ``algorithms.advantages.trajectory_valid_fraction`` computes it from the ``[T, B]`` mask.
         steps_per_trajectory: chunk steps T per env column (``seq-mean-token-sum``).
@@ -124,18 +125,30 @@ class RolloutBatch:
         if self.advantages.shape not in ((n,), (n, c), (n, c, 1), (n, c, a)):
             raise ValueError(f"advantages must be [N], [N, C], [N, C, 1] or [N, C, A] with (N, C, A) = {(n, c, a)}, "
                              f"got {tuple(self.advantages.shape)}")
-        for name in ("old_values", "returns", "valid_fraction"):
+        if self.valid_fraction is not None and self.valid_fraction.shape != (n,):
+            raise ValueError(f"valid_fraction must be [N={n}], got {tuple(self.valid_fraction.shape)}")
+        for name in ("old_values", "returns"):
             t = getattr(self, name)
-            if t is not None and t.shape != (n,):
-                raise ValueError(f"{name} must be [N={n}], got {tuple(t.shape)}")
+            if t is not None and t.shape not in ((n,), (n, c)):
+                raise ValueError(f"{name} must be [N={n}] or [N, C] = {(n, c)}, got {tuple(t.shape)}")
         if (self.returns is None) != (self.old_values is None):
             raise ValueError("old_values and returns come together (both None without a critic)")
+        if self.returns is not None and self.old_values is not None and self.returns.shape != self.old_values.shape:
+            raise ValueError(f"returns {tuple(self.returns.shape)} and old_values {tuple(self.old_values.shape)} "
+                             "must have one shape")
         for k, v in self.replay.items():
             if v.shape[0] != n:
                 raise ValueError(f"replay[{k!r}] has {v.shape[0]} rows, expected N={n}")
 
     def __len__(self) -> int:
         return self.old_logprobs.shape[0]
+
+    @property
+    def value_mask(self) -> Tensor:
+        """Valid value targets: ``[N, C]`` (the step mask) for per-action values, else ``[N]`` (a chunk step
+        is valid when any of its env steps is)."""
+        per_action = self.returns is not None and self.returns.dim() == 2
+        return self.loss_mask if per_action else self.loss_mask.any(-1)
 
     def select(self, index: Tensor) -> RolloutBatch:
         """Rows ``index`` of every tensor (a mini- or micro-batch)."""
@@ -198,7 +211,7 @@ def _denominators(mb: RolloutBatch, s: UpdateSettings, entropy_level: str, reduc
     the gradient average over processes then equals the gradient of the whole mini-batch."""
     shape = mb.old_logprobs.shape
     masks = {"policy": mask_to_unit(mb.loss_mask, s.logprob_type, shape),
-             "entropy": mask_to_unit(mb.loss_mask, entropy_level, shape), "value": mb.loss_mask.any(-1)}
+             "entropy": mask_to_unit(mb.loss_mask, entropy_level, shape), "value": mb.value_mask}
     raw = []
     for mask in masks.values():
         _, den = loss_weights(mask, s.loss_agg, valid_fraction=mb.valid_fraction,
@@ -361,7 +374,7 @@ class _Update:
             out["train/critic/lr"] = lrs["value_head"]
         if self.has_critic:
             assert batch.old_values is not None and batch.returns is not None
-            ev = explained_variance(batch.old_values, batch.returns, batch.loss_mask.any(-1), self.reduce)
+            ev = explained_variance(batch.old_values, batch.returns, batch.value_mask, self.reduce)
             if math.isfinite(ev):
                 out["train/critic/explained_variance"] = ev
         return out
@@ -427,12 +440,13 @@ class _Update:
         """The clipped Huber value loss; records the value-clip ratio."""
         assert micro.old_values is not None and micro.returns is not None
         s = self.s
-        v_mask = micro.loss_mask.any(-1)
+        v_mask = micro.value_mask
         vw, _ = loss_weights(v_mask, s.loss_agg, valid_fraction=micro.valid_fraction,
                              steps_per_trajectory=micro.steps_per_trajectory)
         if values_new.shape != micro.returns.shape:
             raise ValueError(f"policy.evaluate returned values {tuple(values_new.shape)}, expected "
-                             f"{tuple(micro.returns.shape)} ([B])")
+                             f"{tuple(micro.returns.shape)} (like the rollout's values: [B], or [B, C] "
+                             "with value_type action_level)")
         values = values_new.float()
         old_values = torch.where(v_mask, micro.old_values.float(), values.detach())
         returns = torch.where(v_mask, micro.returns.float(), values.detach())

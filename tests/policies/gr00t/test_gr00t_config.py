@@ -146,3 +146,49 @@ def test_recipe_yaml_maps_onto_model_settings(name, version, chunks, noise) -> N
     assert policy.modality.embodiment_tag == ("libero_franka" if version == "n1.5" else "libero_panda")
     assert not any(isinstance(m, torch.nn.Dropout) for m in policy.modules())
     assert not any(p.requires_grad for p in policy.backbone.parameters())
+
+
+def test_rlinf_value_keys_are_checked_not_ignored() -> None:
+    """RLinf's rl_head_config.use_vlm_value / value_vlm_mode: the first is value_after_vlm, the second must be
+    the pooling GR00T implements (mean_token)."""
+    assert ModelSettings(preset="tiny", use_vlm_value=True).value_after_vlm is True
+    assert ModelSettings(preset="tiny").value_after_vlm is False
+    assert ModelSettings(preset="tiny", value_after_vlm=True, use_vlm_value=True).value_after_vlm is True
+    assert ModelSettings(preset="tiny", value_vlm_mode="mean_token").value_vlm_mode == "mean_token"
+    with pytest.raises(ConfigError, match="disagree"):
+        ModelSettings(preset="tiny", value_after_vlm=True, use_vlm_value=False)
+    with pytest.raises(ConfigError, match='value_vlm_mode "last_token" is not implemented') as err:
+        ModelSettings(preset="tiny", value_vlm_mode="last_token")
+    assert "value_vlm_mode: mean_token" in err.value.fix
+
+
+@pytest.mark.parametrize("version", ["n1.5", "n1.6"])
+def test_padding_value_must_be_the_models(version: str) -> None:
+    from vlarl_cli.policies.gr00t.modality import default_modality
+    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
+
+    model_type = "gr00t" if version == "n1.5" else "gr00t_n1d6"
+    full = preset("full", version)
+    assert full.padding_value == 570
+    s = ModelSettings(model_type=model_type, preset="full", add_value_head=False, padding_value=570)
+    Gr00tPolicy(full, s, default_modality(s.effective_embodiment_tag, full), device="meta")  # accepted
+    bad = dataclasses.replace(s, padding_value=600)
+    with pytest.raises(ConfigError, match=r"padding_value 600 is not supported.*570 tokens") as err:
+        Gr00tPolicy(full, bad, default_modality(bad.effective_embodiment_tag, full), device="meta")
+    assert "padding_value: 570" in err.value.fix
+    # the tiny preset pads to images + max_text_tokens: no fixed padding_value to ask for
+    with pytest.raises(ConfigError, match="has no fixed padding_value"):
+        build_policy(ModelSettings(model_type=model_type, preset="tiny", padding_value=570))
+
+
+def test_rl_head_config_keys_reach_gr00t_and_warn_elsewhere() -> None:
+    from vlarl_cli.config.schema import ModelConfig
+    from vlarl_cli.policies.registry import make_settings
+
+    head = {"padding_value": 570, "use_vlm_value": True, "value_vlm_mode": "mean_token"}
+    s = make_settings(ModelConfig(model_type="gr00t", preset="full", rl_head_config=head))
+    assert (s.padding_value, s.use_vlm_value, s.value_after_vlm, s.value_vlm_mode) == (570, True, True, "mean_token")
+    with pytest.raises(ConfigError, match="not implemented"):
+        make_settings(ModelConfig(model_type="gr00t", preset="tiny", rl_head_config={"value_vlm_mode": "first_token"}))
+    with pytest.warns(UserWarning, match=r"rl_head_config.padding_value .*GR00T keys.* not used by model_type pi0"):
+        make_settings(ModelConfig(model_type="pi0", preset="tiny", rl_head_config={"padding_value": 570}))

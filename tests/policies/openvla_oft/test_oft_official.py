@@ -151,7 +151,10 @@ def test_action_level_critic_gives_one_value_per_action(make_policy, make_obs):
     out = policy.sample(make_obs(batch=3))
     per_action = policy.action_values(out.replay)
     assert per_action.shape == (3, 8)
-    assert torch.allclose(out.values, per_action[:, 0], atol=1e-6)
+    # the contract carries all C values (GAE over action steps with reward_type action_level)
+    assert out.values.shape == (3, 8)
+    assert torch.allclose(out.values, per_action, atol=1e-6)
+    assert torch.allclose(policy.evaluate(out.replay).values.detach(), per_action, atol=1e-6)
     inputs = out.replay
     with torch.no_grad():
         _, hidden = policy._forward(inputs)

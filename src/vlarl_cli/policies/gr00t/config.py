@@ -36,6 +36,8 @@ __all__ = [
 
 VERSIONS = ("n1.5", "n1.6")
 PRESETS = ("tiny", "full")
+#: the critic's pooling of the VL tokens (RLinf ``value_vlm_mode``): the only one implemented
+VALUE_VLM_MODE = "mean_token"
 #: RLinf ``model_type`` -> our version name.
 MODEL_TYPE_TO_VERSION = {"gr00t": "n1.5", "gr00t_n1d5": "n1.5", "gr00t_n1d6": "n1.6"}
 #: Transformer layer classes FSDP wraps one by one (RLinf ``fsdp_config.wrap_policy``); the DiT/VL
@@ -289,7 +291,12 @@ class ModelSettings:
     joint_logprob: bool = False
     action_noise_scale: float | None = None  # None: 0.1 for N1.6 (RLinf), 0 for N1.5
     add_value_head: bool = True
-    value_after_vlm: bool = False  # True: value reads only the mean VL token (RLinf use_vlm_value)
+    value_after_vlm: bool | None = None  # True: value reads only the mean VL token (RLinf use_vlm_value);
+    #                                      None: use_vlm_value, else False (VL mean + state token)
+    # RLinf rl_head_config keys whose behaviour is built in (checked, never ignored):
+    use_vlm_value: bool | None = None  # RLinf's name for value_after_vlm (gr00t_action_model.py get_value)
+    value_vlm_mode: str | None = None  # pooling of the VL tokens for the critic: only mean_token is implemented
+    padding_value: int | None = None  # fixed padded prompt length: must equal the model's (570 in the full presets)
     detach_critic_input: bool = True  # value loss does not reach the shared features
     value_hidden: tuple[int, ...] = (1024, 512, 256)  # RLinf GR00T value MLP widths
     disable_dropout: bool = True  # dropout -> Identity so recomputed log-probs are exact
@@ -325,6 +332,38 @@ class ModelSettings:
         if self.noise_method == "reinflow":
             self.noise_method = "flow_noise"
         self.value_hidden = tuple(self.value_hidden)
+        self._resolve_value_keys()
+
+    def _resolve_value_keys(self) -> None:
+        """RLinf's ``use_vlm_value`` is our ``value_after_vlm``; ``value_vlm_mode`` must be the pooling we
+        implement (RLinf ``rlinf/models/embodiment/gr00t/gr00t_n1d5/gr00t_action_model.py`` ``get_value``:
+        ``mean_token`` averages every VL token, padding included; ``last_token`` / ``first_token`` are not
+        implemented here)."""
+        if self.value_vlm_mode is not None and self.value_vlm_mode != VALUE_VLM_MODE:
+            raise ConfigError(f'GR00T value_vlm_mode "{self.value_vlm_mode}" is not implemented: the critic reads '
+                              f"the mean of all VL tokens ({VALUE_VLM_MODE}).",
+                              f"Set actor.model.rl_head_config.value_vlm_mode: {VALUE_VLM_MODE} or leave it out.")
+        if (self.use_vlm_value is not None and self.value_after_vlm is not None
+                and self.use_vlm_value != self.value_after_vlm):
+            raise ConfigError(f"use_vlm_value ({self.use_vlm_value}) and value_after_vlm ({self.value_after_vlm}) "
+                              "disagree; they are one setting (RLinf's and vlarl's name).",
+                              "Set only one of them.")
+        resolved = self.value_after_vlm if self.value_after_vlm is not None else self.use_vlm_value
+        self.value_after_vlm = self.use_vlm_value = bool(resolved)
+
+    def check_padding(self, model_padding: int | None, prompt_length: int) -> None:
+        """``padding_value`` (RLinf ``rl_head_config.padding_value``) must be the padded prompt length the
+        model was built with: ``model_padding`` from the checkpoint / preset config (570 in the full
+        presets), or none at all when the model pads to images + max_text_tokens (``prompt_length``)."""
+        if self.padding_value is None or self.padding_value == model_padding:
+            return
+        if model_padding is None:
+            raise ConfigError(f"padding_value {self.padding_value} is not supported by this GR00T model: it has no "
+                              f"fixed padding_value (its prompt is {prompt_length} tokens: images + max_text_tokens).",
+                              "Leave actor.model.rl_head_config.padding_value out for this model.")
+        raise ConfigError(f"padding_value {self.padding_value} is not supported: this GR00T model pads its prompt to "
+                          f"{model_padding} tokens (its checkpoint / preset config).",
+                          f"Set actor.model.rl_head_config.padding_value: {model_padding} or leave it out.")
 
     @property
     def version(self) -> str:

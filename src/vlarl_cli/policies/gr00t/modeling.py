@@ -158,6 +158,7 @@ class Gr00tPolicy(nn.Module):
         if len(m.video_keys) not in (1, 2):
             raise ConfigError(f"GR00T on LIBERO uses 1 or 2 cameras, the checkpoint expects {m.video_keys}.",
                               "Use a LIBERO checkpoint (cameras image + wrist_image).")
+        s.check_padding(cfg.padding_value, cfg.prompt_length(len(m.video_keys)))
 
     def apply_trainability(self) -> None:
         """Head-only by default: every backbone tensor gets ``requires_grad=False``; optional tuning of

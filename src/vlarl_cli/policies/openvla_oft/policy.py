@@ -3,7 +3,8 @@
 ``sample(obs)``: process the raw env observation, run ONE forward pass that scores all ``C * A`` action
 tokens, draw every element's bin from ``softmax(logits / temperature)`` (argmax when deterministic),
 and return env actions ``[B, C, A]``, per-element token log-probs ``[B, C, A]`` under that same
-tempered distribution (zeros when deterministic), values ``[B]`` and the replay record.
+tempered distribution (zeros when deterministic), values ``[B]`` (``[B, C]`` with ``value_type:
+action_level``) and the replay record.
 
 ``evaluate(replay)``: the same forward pass from the stored inputs (gradients flow), log-probs of the
 stored bins at the same temperature, the bin distribution's entropy ``[B, C, A]`` and values ``[B]``.
@@ -24,8 +25,10 @@ RLinf does for its regression heads under PPO (``Normal(mean, exp(actor_logstd))
 RLinf ``starvla/action_heads/oft.py``). Sampling draws from it, deterministic mode returns the mean;
 log-probs and entropy are the Gaussian's, per element.
 
-Values: ``values [B]`` is the critic's first output (the value of the observation the chunk starts
-from); with ``value_type: action_level`` :meth:`OftPolicy.action_values` gives all ``[B, C]``.
+Values: with ``value_type: chunk_level`` ``values [B]`` is the critic's single output (the value of the
+observation the chunk starts from); with ``value_type: action_level`` ``sample`` and ``evaluate`` return
+all ``[B, C]`` (one per executed action, for GAE over action steps); :meth:`OftPolicy.action_values`
+gives ``[B, num_values]`` in both cases.
 
 Evaluation sampling: RLinf's OFT evaluation configs sample at ``temperature_eval`` 1.6 with
 ``do_sample: True``; the standard protocol takes the argmax. :data:`EVAL_SAMPLING` holds both and
@@ -171,6 +174,12 @@ class OftPolicy(OftModel):
         _, hidden = self._forward(replay)
         return self.values_from_hidden(hidden)
 
+    def _contract_values(self, hidden: Tensor) -> Tensor:
+        """The contract's values: ``[B]`` (``chunk_level``) or ``[B, C]`` (``action_level``: one per executed
+        action, which the runner's GAE uses with ``reward_type: action_level``, as RLinf does)."""
+        values = self.values_from_hidden(hidden)
+        return values if self.cfg.value_type == "action_level" else values[:, 0]
+
     # ------------------------------------------------------------------ the contract
     @torch.no_grad()
     def sample(self, obs: dict[str, Any], deterministic: bool = False,
@@ -179,7 +188,7 @@ class OftPolicy(OftModel):
         inputs = self.processor.prepare(obs)
         logits, hidden = self._forward(inputs)
         replay: Replay = dict(inputs)
-        values = self.values_from_hidden(hidden)[:, 0].float().cpu()
+        values = self._contract_values(hidden).float().cpu()
         if self.action_head is not None:
             dist = self._gaussian(hidden)
             if deterministic:
@@ -211,7 +220,7 @@ class OftPolicy(OftModel):
         if missing:
             raise KeyError(f"replay lacks {missing} (has {sorted(replay)})")
         logits, hidden = self._forward(replay)
-        values = self.values_from_hidden(hidden)[:, 0]
+        values = self._contract_values(hidden)
         if self.action_head is not None:
             dist = self._gaussian(hidden)
             a = replay["normalized_actions"].to(dist.mean.device, torch.float32)
