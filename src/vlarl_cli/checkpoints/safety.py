@@ -143,7 +143,7 @@ def load_state_dict(path: str | os.PathLike[str], *, allow_pickle: bool = False,
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from vlarl_cli.checkpoints.detect import read_safetensors_header
+    from vlarl_cli.checkpoints.safetensors_header import read_safetensors_header
 
     try:
         read_safetensors_header(p)  # names a truncated file or a lying header before any tensor is read

@@ -25,9 +25,9 @@ __all__ = ["demonstration_format", "load_demonstrations"]
 
 def demonstration_format(path: str | Path) -> str:
     """``lerobot`` | ``libero_hdf5`` | ``episodes`` for what is at ``path``; :class:`VlarlError` otherwise."""
+    from vlarl_cli.datasets.episodes import episode_paths
     from vlarl_cli.datasets.lerobot import is_lerobot_dataset
     from vlarl_cli.datasets.libero_hdf5 import hdf5_files
-    from vlarl_cli.training.demos import episode_paths
 
     path = Path(path).expanduser()
     if not path.exists():
@@ -70,6 +70,6 @@ def load_demonstrations(path: str | Path, *, state_key: str | None = None, actio
         from vlarl_cli.datasets.libero_hdf5 import read_libero_hdf5
 
         return read_libero_hdf5(path), fmt
-    from vlarl_cli.training.demos import load_episodes
+    from vlarl_cli.datasets.episodes import load_episodes
 
     return load_episodes(path, successful_only=successful_only), fmt

@@ -282,7 +282,7 @@ def read_lerobot(root: str | Path, *, state_key: str | None = None, action_key: 
     """
     import pyarrow.compute as pc
 
-    from vlarl_cli.training.demos import Episode
+    from vlarl_cli.datasets.episodes import Episode
 
     root = Path(root).expanduser()
     info = read_info(root)

@@ -47,7 +47,7 @@ def read_libero_hdf5(path: str | Path) -> list[Any]:
     except ImportError:
         raise VlarlError("Reading LIBERO HDF5 demonstrations needs h5py, which is not installed.",
                          "pip install h5py") from None
-    from vlarl_cli.training.demos import Episode
+    from vlarl_cli.datasets.episodes import Episode
 
     files = hdf5_files(Path(path))
     if not files:

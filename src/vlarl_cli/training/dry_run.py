@@ -148,7 +148,7 @@ def preflight(config: VlarlConfig) -> None:
     from vlarl_cli.checkpoints.atomic import check_writable_folder
     from vlarl_cli.checkpoints.detect import tensor_table, weight_files
     from vlarl_cli.errors import CheckpointError
-    from vlarl_cli.training.rl import resolve_model_path
+    from vlarl_cli.training.common import resolve_model_path
 
     try:
         path = resolve_model_path(config.actor.model.model_path)  # CheckpointError for a missing folder / hub id
