@@ -11,26 +11,43 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from vlarl_cli.checkpoints.detect import read_json_object
-from vlarl_cli.errors import CheckpointError
+from vlarl_cli.errors import CheckpointError, did_you_mean
 
-__all__ = ["INDEX", "MAX_SHARD_BYTES", "VLARL_CONFIG", "WEIGHTS", "TensorReader", "cast_for_save", "format_keys",
-           "init_lora_factors", "merged_state_dict", "raise_if_incomplete", "read_vlarl_config", "shards",
-           "split_fresh", "write_vlarl_config", "write_weights", "zero_fill"]
+__all__ = ["INDEX", "MAX_SHARD_BYTES", "VLARL_CONFIG", "WEIGHTS", "TensorReader", "build_on_meta",
+           "cast_for_save", "check_format", "detect_layout", "format_keys", "init_lora_factors", "merged_state_dict",
+           "raise_if_incomplete", "read_vlarl_config", "shards", "split_fresh", "write_vlarl_config",
+           "write_weights", "zero_fill"]
 
 VLARL_CONFIG = "vlarl_config.json"
 WEIGHTS = "model.safetensors"
 INDEX = f"{WEIGHTS}.index.json"
 MAX_SHARD_BYTES = 4 * 1024**3
 _LORA_SUFFIXES = (".lora_A", ".lora_B")
+_Model = TypeVar("_Model", bound=nn.Module)
+
+
+# ---------------------------------------------------------------------------------------- detect
+def detect_layout(path: str | os.PathLike[str], family: str,
+                  external: Callable[[Path, dict[str, Any]], str | None]) -> str | None:
+    """The first steps of every family's ``detect_format``: a folder with our ``vlarl_config.json`` is
+    ``vlarl`` when it names ``family`` (and no layout of this family otherwise); any other folder is
+    decided by ``external(root, its config.json object or {})``."""
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    vcfg = read_json_object(root / VLARL_CONFIG)
+    if vcfg is not None:
+        return "vlarl" if vcfg.get("family") == family else None
+    return external(root, read_json_object(root / "config.json") or {})
 
 
 # ---------------------------------------------------------------------------------------- our config file
@@ -53,7 +70,20 @@ def write_vlarl_config(folder: Path, family: str, format_version: int, model: di
                                               **extra})
 
 
-# ---------------------------------------------------------------------------------------- stream
+# ---------------------------------------------------------------------------------------- build + stream
+def build_on_meta(build: Callable[[], _Model], materialise: Callable[[_Model], _Model],
+                  reset_buffers: Callable[[_Model], None]) -> tuple[_Model, dict[str, Tensor]]:
+    """``build()`` on the meta device (no memory), ``materialise`` it (cast on meta first, then
+    ``to_empty`` on the target device: never an fp32 copy of a large model), recompute the
+    non-persistent buffers ``to_empty`` leaves uninitialised; returns the model and its state dict
+    (``keep_vars``: the tensors to fill)."""
+    with torch.device("meta"):
+        model = build()
+    model = materialise(model)
+    reset_buffers(model)
+    return model, dict(model.state_dict(keep_vars=True))
+
+
 class TensorReader:
     """Reads tensors by (file, name) through one ``safe_open`` handle per file, all closed on exit:
     a load never holds a whole file in memory."""
@@ -126,6 +156,13 @@ def raise_if_incomplete(root: Path, fmt: str, model: str, missing: list[str], un
 
 
 # ---------------------------------------------------------------------------------------- save
+def check_format(fmt: str, formats: tuple[str, ...], family: str) -> None:
+    """Refuse a layout ``family`` does not write (the name closest to ``fmt`` suggested)."""
+    if fmt not in formats:
+        raise CheckpointError(f'Unknown {family} checkpoint format "{fmt}".{did_you_mean(fmt, formats)}',
+                              f"Use one of {', '.join(formats)}.")
+
+
 def merged_state_dict(policy: nn.Module) -> dict[str, Tensor]:
     """State dict with every LoRA update folded into its base weight and no LoRA keys."""
     from vlarl_cli.policies.lora import LoRALinear

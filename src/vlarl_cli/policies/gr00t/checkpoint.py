@@ -36,17 +36,9 @@ from typing import Any
 
 import torch
 
+from vlarl_cli.checkpoints import pipeline
 from vlarl_cli.checkpoints.detect import read_safetensors_header as _header
-from vlarl_cli.checkpoints.pipeline import (
-    INDEX,
-    MAX_SHARD_BYTES,
-    TensorReader,
-    cast_for_save,
-    read_vlarl_config,
-    write_vlarl_config,
-    write_weights,
-)
-from vlarl_cli.errors import CheckpointError, ConfigError, did_you_mean
+from vlarl_cli.errors import CheckpointError, ConfigError
 from vlarl_cli.policies.gr00t.config import Gr00tConfig, ModelSettings, preset
 from vlarl_cli.policies.gr00t.modality import EMBODIMENT_IDS, ModalitySpec
 
@@ -122,7 +114,7 @@ def from_upstream_key(key: str, version: str, select_layer: int | None = None) -
 # ---------------------------------------------------------------------------------------------- files
 def _weight_files(path: Path) -> dict[str, Path]:
     """Tensor name -> file, from the index (sharded) or the single ``model.safetensors``."""
-    index = path / INDEX
+    index = path / pipeline.INDEX
     if index.is_file():
         weight_map = json.loads(index.read_text())["weight_map"]
         files = {name: path / fname for name, fname in weight_map.items()}
@@ -134,7 +126,8 @@ def _weight_files(path: Path) -> dict[str, Path]:
     single = path / SINGLE
     if single.is_file():
         return {name: single for name in _header(single) if name != "__metadata__"}
-    raise CheckpointError(f"No weights in {path}: expected {SINGLE} or {INDEX} with model-*.safetensors shards.",
+    raise CheckpointError(f"No weights in {path}: expected {SINGLE} or {pipeline.INDEX} with "
+                          "model-*.safetensors shards.",
                           "Point model_path at a GR00T checkpoint folder (only safetensors are supported).")
 
 
@@ -150,23 +143,15 @@ def _read_json(file: Path) -> dict[str, Any]:
 
 def detect_format(path: Path) -> str | None:
     """``vlarl`` / ``gr00t_n15`` / ``gr00t_n16`` from file names and ``config.json`` only, else None."""
-    path = Path(path)
-    if (path / VLARL_CONFIG).is_file():
-        try:
-            family = json.loads((path / VLARL_CONFIG).read_text()).get("family")
-        except (json.JSONDecodeError, OSError):
-            return None
-        return "vlarl" if family == FAMILY else None
-    cfg_file = path / "config.json"
-    if cfg_file.is_file():
-        try:
-            model_type = json.loads(cfg_file.read_text()).get("model_type")
-        except (json.JSONDecodeError, OSError):
-            return None
-        if model_type in N15_MODEL_TYPES:
-            return "gr00t_n15"
-        if model_type in N16_MODEL_TYPES:
-            return "gr00t_n16"
+    return pipeline.detect_layout(path, FAMILY, _detect_external)
+
+
+def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
+    model_type = cfg.get("model_type")
+    if model_type in N15_MODEL_TYPES:
+        return "gr00t_n15"
+    if model_type in N16_MODEL_TYPES:
+        return "gr00t_n16"
     return None
 
 
@@ -326,7 +311,7 @@ def read_config(path: Path, fmt: str | None = None) -> tuple[Gr00tConfig, dict[s
     path = Path(path)
     fmt = fmt or detect_format(path)
     if fmt == "vlarl":
-        data = read_vlarl_config(path, FORMAT_VERSION)
+        data = pipeline.read_vlarl_config(path, FORMAT_VERSION)
         return Gr00tConfig.from_dict(data["model"]), data.get("settings")
     if fmt in ("gr00t_n15", "gr00t_n16"):
         version = "n1.5" if fmt == "gr00t_n15" else "n1.6"
@@ -371,7 +356,7 @@ def _read_modality(path: Path, fmt: str, tag: str) -> ModalitySpec:
 
 # ---------------------------------------------------------------------------------------------- save
 def save_policy(policy: Any, path: Path, *, format: str = "vlarl", dtype: torch.dtype | None = None,
-                max_shard_bytes: int = MAX_SHARD_BYTES) -> None:
+                max_shard_bytes: int = pipeline.MAX_SHARD_BYTES) -> None:
     """Write ``policy`` (a :class:`~.modeling.Gr00tPolicy`) to folder ``path`` in ``format``.
 
     ``dtype`` casts floating tensors (e.g. ``torch.bfloat16`` for upstream-sized files); default keeps them.
@@ -379,9 +364,7 @@ def save_policy(policy: Any, path: Path, *, format: str = "vlarl", dtype: torch.
     """
     from vlarl_cli.checkpoints.atomic import atomic_write_json
 
-    if format not in FORMATS:
-        raise CheckpointError(f'Unknown GR00T checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
-                              f"Use one of {', '.join(FORMATS)}.")
+    pipeline.check_format(format, FORMATS, "GR00T")
     cfg: Gr00tConfig = policy.config
     want = {"gr00t_n15": "n1.5", "gr00t_n16": "n1.6"}.get(format)
     if want is not None and want != cfg.version:
@@ -392,11 +375,11 @@ def save_policy(policy: Any, path: Path, *, format: str = "vlarl", dtype: torch.
     tensors = {name if format == "vlarl" else to_upstream_key(name, cfg.version): t.detach()
                for name, t in policy.state_dict().items()}
     # clone: tied parameters share storage, which safetensors refuses to write
-    tensors = {k: v.clone() for k, v in cast_for_save(tensors, dtype).items()}
-    write_weights(path, tensors, max_shard_bytes=max_shard_bytes, force_index=format != "vlarl")
+    tensors = {k: v.clone() for k, v in pipeline.cast_for_save(tensors, dtype).items()}
+    pipeline.write_weights(path, tensors, max_shard_bytes=max_shard_bytes, force_index=format != "vlarl")
     modality: ModalitySpec = policy.modality
     if format == "vlarl":
-        write_vlarl_config(path, FAMILY, FORMAT_VERSION, cfg.to_dict(), settings=policy.settings.to_dict())
+        pipeline.write_vlarl_config(path, FAMILY, FORMAT_VERSION, cfg.to_dict(), settings=policy.settings.to_dict())
         modality.save_json(path / NORM_STATS)
         return
     atomic_write_json(path / "config.json", _upstream_config(cfg))
@@ -544,7 +527,7 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
             _reinit_head(policy, head_name, device, dtype)
         params = {**dict(policy.named_parameters()), **dict(policy.named_buffers())}
     bad = {m.split(" ")[0] for m in report.mismatched}
-    with torch.no_grad(), TensorReader() as reader:
+    with torch.no_grad(), pipeline.TensorReader() as reader:
         for key, (file_key, file) in source.items():
             if file_key not in bad:
                 params[key].copy_(reader.get(file, file_key).to(params[key].dtype))
@@ -603,6 +586,6 @@ def describe(path: Path) -> dict[str, Any]:
         modalities[tag] = {"cameras": list(spec.video_keys), "state": dict(spec.state_keys),
                            "action": dict(spec.action_keys), "embodiment_id": spec.embodiment_id}
     return {"modalities": modalities, "family": FAMILY, "format": fmt, "version": cfg.version, "num_parameters": int(num),
-            "num_tensors": len(files), "dtypes": sorted(dtypes), "sharded": (path / INDEX).is_file(),
+            "num_tensors": len(files), "dtypes": sorted(dtypes), "sharded": (path / pipeline.INDEX).is_file(),
             "norm_stats": bool(tags), "embodiment_tags": tags, "action_horizon": cfg.action_horizon,
             "action_dim": cfg.action_dim, "state_dim": cfg.state_dim}

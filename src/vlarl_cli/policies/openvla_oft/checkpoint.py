@@ -68,24 +68,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vlarl_cli.checkpoints import pipeline
 from vlarl_cli.checkpoints.detect import open_checkpoint_folder
 from vlarl_cli.checkpoints.detect import read_json_object as _read_json
 from vlarl_cli.checkpoints.detect import tensor_table as _header
-from vlarl_cli.checkpoints.pipeline import (
-    MAX_SHARD_BYTES,
-    TensorReader,
-    cast_for_save,
-    format_keys,
-    init_lora_factors,
-    merged_state_dict,
-    raise_if_incomplete,
-    read_vlarl_config,
-    split_fresh,
-    write_vlarl_config,
-    write_weights,
-    zero_fill,
-)
-from vlarl_cli.errors import CheckpointError, did_you_mean
+from vlarl_cli.errors import CheckpointError
 from vlarl_cli.policies.openvla_oft.config import OftConfig, preset
 from vlarl_cli.policies.openvla_oft.processing import DATASET_STATISTICS_FILE, load_dataset_statistics
 from vlarl_cli.policies.openvla_oft.side_files import (
@@ -223,10 +210,8 @@ def export_state_dict(policy: nn.Module, fmt: str) -> dict[str, Tensor]:
     cfg: OftConfig = policy.cfg  # type: ignore[assignment]
     if fmt == "vlarl":
         return {k: v.detach() for k, v in policy.state_dict().items()}
-    if fmt != "openvla_hf":
-        raise CheckpointError(f'Unknown OpenVLA-OFT checkpoint format "{fmt}".{did_you_mean(fmt, FORMATS)}',
-                              f"Use one of {', '.join(FORMATS)}.")
-    sd = merged_state_dict(policy)
+    pipeline.check_format(fmt, FORMATS, "OpenVLA-OFT")
+    sd = pipeline.merged_state_dict(policy)
     # side-file components go to their own files (save_policy); the RL log-std has no upstream home
     sd = {k: v for k, v in sd.items() if not k.startswith(_SIDE_PREFIXES) and k != "actor_logstd"}
     rules = import_rules(cfg)
@@ -264,13 +249,10 @@ def _weight_files(root: Path) -> list[Path]:
 
 def detect_format(path: str | os.PathLike[str]) -> str | None:
     """The layout of an OpenVLA-OFT checkpoint folder, or None (cheap: file names, JSON, headers)."""
-    root = Path(path)
-    if not root.is_dir():
-        return None
-    vcfg = _read_json(root / VLARL_CONFIG)
-    if vcfg is not None:
-        return "vlarl" if vcfg.get("family") == FAMILY else None
-    cfg = _read_json(root / "config.json") or {}
+    return pipeline.detect_layout(path, FAMILY, _detect_external)
+
+
+def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
     if cfg.get("model_type") == "openvla":
         return "openvla_hf"
     try:
@@ -290,7 +272,7 @@ def _count_blocks(shapes: dict[str, tuple[int, ...]], prefix: str) -> int:
 
 def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, ...]]) -> OftConfig:
     if fmt == "vlarl":
-        return OftConfig.from_dict(read_vlarl_config(root, FORMAT_VERSION)["model"])
+        return OftConfig.from_dict(pipeline.read_vlarl_config(root, FORMAT_VERSION)["model"])
     cfg_json = _read_json(root / "config.json") or {}
     if isinstance(cfg_json.get("vlarl_arch"), dict):  # written by our exporter (tiny / custom sizes)
         return OftConfig.from_dict(cfg_json["vlarl_arch"])
@@ -365,7 +347,7 @@ def _fresh_init(policy: Any, fresh: list[str]) -> None:
         for name, p in policy.named_parameters():
             if name in miss and name in _FRESH_KEYS:
                 p.zero_()  # transformers initialises the DINOv2 mask token to zeros
-    init_lora_factors(policy, miss)
+    pipeline.init_lora_factors(policy, miss)
 
 
 def _find_statistics(root: Path, cfg_json: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
@@ -453,12 +435,8 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     adapter = _read_adapter(root, fmt, lora_path)
     applied: set[str] = set()
 
-    with torch.device("meta"):
-        policy = OftPolicy(cfg, dataset_statistics=stats)
-    # cast on meta first: materialising fp32 then casting would need 30 GB for the 7.5B model
-    policy = policy.to(dtype).to_empty(device=device)
-    _reset_buffers(policy)
-    params = dict(policy.state_dict(keep_vars=True))
+    policy, params = pipeline.build_on_meta(lambda: OftPolicy(cfg, dataset_statistics=stats),
+                                   lambda p: p.to(dtype).to_empty(device=device), _reset_buffers)
 
     rules = import_rules(cfg)
     consumed: set[str] = set()
@@ -493,7 +471,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
             absent.append(key)
             continue
         plan.append((key, rule, srcs))
-    with torch.no_grad(), TensorReader() as reader:
+    with torch.no_grad(), pipeline.TensorReader() as reader:
         for key, rule, srcs in plan:
             consumed.update(srcs)
             expect = _expected_shape(rule, [header[s][0] for s in srcs])
@@ -515,16 +493,16 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     if set(adapter) - applied:
         left = sorted(set(adapter) - applied)
         raise CheckpointError(f"The LoRA adapter {lora_path} adapts {len(left)} weight(s) the base checkpoint {root} "
-                              f"does not load: {format_keys(left)}.", "Use the adapter trained on this base model.")
-    fresh, missing = split_fresh(absent, _FRESH_PREFIXES, _FRESH_KEYS)
+                              f"does not load: {pipeline.format_keys(left)}.", "Use the adapter trained on this base model.")
+    fresh, missing = pipeline.split_fresh(absent, _FRESH_PREFIXES, _FRESH_KEYS)
     _fresh_init(policy, fresh)
-    zero_fill(params, missing)
+    pipeline.zero_fill(params, missing)
     report = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
               "mismatched": mismatched, "initialized": fresh, "dataset_statistics": stats_src,
               "implement_version": cfg.implement_version, "action_head": cfg.action_head,
               "side_files": sorted(side), "lora_adapter": os.fspath(lora_path) if adapter and lora_path is not None else None}
     if strict:
-        raise_if_incomplete(root, fmt, "OpenVLA-OFT model", missing, unexpected, mismatched,
+        pipeline.raise_if_incomplete(root, fmt, "OpenVLA-OFT model", missing, unexpected, mismatched,
                             "Check the format / architecture, or pass strict=False to load what matches.")
     policy.load_report = report  # type: ignore[assignment]
     policy.apply_trainability()
@@ -593,7 +571,7 @@ def _openvla_config(cfg: OftConfig, precision: str, stats: dict[str, Any]) -> di
 
 
 def save_policy(policy: nn.Module, path: str | os.PathLike[str], *, format: str = "vlarl",
-                dtype: torch.dtype | None = None, max_shard_bytes: int = MAX_SHARD_BYTES) -> None:
+                dtype: torch.dtype | None = None, max_shard_bytes: int = pipeline.MAX_SHARD_BYTES) -> None:
     """Write ``policy`` to folder ``path`` in ``format`` (atomically: complete or absent).
 
     ``dtype`` casts floating tensors (e.g. ``torch.bfloat16``). Both layouts get
@@ -602,18 +580,16 @@ def save_policy(policy: nn.Module, path: str | os.PathLike[str], *, format: str 
     """
     from vlarl_cli.checkpoints.atomic import atomic_directory, atomic_write_json
 
-    if format not in FORMATS:
-        raise CheckpointError(f'Unknown OpenVLA-OFT checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
-                              f"Use one of {', '.join(FORMATS)}.")
+    pipeline.check_format(format, FORMATS, "OpenVLA-OFT")
     cfg: OftConfig = policy.cfg  # type: ignore[assignment]
     weight: Tensor = policy.projector.fc1.weight  # type: ignore[union-attr, assignment]
-    tensors = cast_for_save(export_state_dict(policy, format), dtype)
+    tensors = pipeline.cast_for_save(export_state_dict(policy, format), dtype)
     precision = "bfloat16" if (dtype or weight.dtype) == torch.bfloat16 else "float32"
     stats: dict[str, Any] = getattr(policy, "dataset_statistics", {}) or {}
     with atomic_directory(path) as tmp:
-        write_weights(tmp, tensors, max_shard_bytes=max_shard_bytes)
+        pipeline.write_weights(tmp, tensors, max_shard_bytes=max_shard_bytes)
         if format == "vlarl":
-            write_vlarl_config(tmp, FAMILY, FORMAT_VERSION, cfg.to_dict(), identity_actions=not stats)
+            pipeline.write_vlarl_config(tmp, FAMILY, FORMAT_VERSION, cfg.to_dict(), identity_actions=not stats)
         else:
             atomic_write_json(tmp / "config.json", _openvla_config(cfg, precision, stats))
             for component in (ACTION_HEAD, PROPRIO_PROJECTOR):

@@ -52,24 +52,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from vlarl_cli.checkpoints import pipeline
 from vlarl_cli.checkpoints.detect import open_checkpoint_folder
 from vlarl_cli.checkpoints.detect import read_json_object as _read_json
 from vlarl_cli.checkpoints.detect import tensor_table as _header_shapes
-from vlarl_cli.checkpoints.pipeline import (
-    MAX_SHARD_BYTES,
-    TensorReader,
-    cast_for_save,
-    format_keys,
-    init_lora_factors,
-    merged_state_dict,
-    raise_if_incomplete,
-    read_vlarl_config,
-    split_fresh,
-    write_vlarl_config,
-    write_weights,
-    zero_fill,
-)
-from vlarl_cli.errors import CheckpointError, did_you_mean
+from vlarl_cli.errors import CheckpointError
 from vlarl_cli.policies.normalization import (
     NORM_STATS_FILE,
     NormStats,
@@ -194,13 +181,10 @@ def _weight_files(root: Path) -> list[Path]:
 
 def detect_format(path: str | os.PathLike[str]) -> str | None:
     """The layout of a pi0-family checkpoint folder, or None when it is not one (cheap: names + headers)."""
-    root = Path(path)
-    if not root.is_dir():
-        return None
-    vcfg = _read_json(root / VLARL_CONFIG)
-    if vcfg is not None:
-        return "vlarl" if vcfg.get("family") == FAMILY else None
-    cfg = _read_json(root / "config.json") or {}
+    return pipeline.detect_layout(path, FAMILY, _detect_external)
+
+
+def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
     if cfg.get("type") in ("pi0", "pi05"):
         return "lerobot"
     try:
@@ -299,7 +283,7 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
                             vision_heads: int | None = None) -> Pi0Config:
     """Architecture of an external checkpoint (config.json + tensor shapes)."""
     if fmt == "vlarl":
-        return Pi0Config.from_dict(read_vlarl_config(root, FORMAT_VERSION)["model"])
+        return Pi0Config.from_dict(pipeline.read_vlarl_config(root, FORMAT_VERSION)["model"])
     cfg_json = _read_json(root / "config.json") or {}
     if isinstance(cfg_json.get("vlarl_arch"), dict):  # written by our exporters (tiny / custom sizes)
         arch = Pi0Config.from_dict(cfg_json["vlarl_arch"])
@@ -415,7 +399,7 @@ def _fresh_init(policy: Any, missing: list[str]) -> None:
         from vlarl_cli.policies.pi0.modeling import NoiseHead
 
         policy.noise_head = NoiseHead(cfg.expert_width, cfg.max_action_dim, cfg.noise_hidden).to(device=dev, dtype=dtype)
-    init_lora_factors(policy, miss)
+    pipeline.init_lora_factors(policy, miss)
 
 
 def load_policy(path: str | os.PathLike[str], *, format: str | None = None, device: torch.device | str = "cpu",
@@ -451,11 +435,8 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     norm_stats, ns_source = resolve_norm_stats(cfg, root, fmt, header, explicit=norm_stats_path,
                                                asset_id=asset_id)
 
-    with torch.device("meta"):
-        policy = Pi0Policy(cfg, norm_stats=norm_stats)
-    policy = policy.set_precision(dtype).to_empty(device=device)  # cast on meta: no fp32 copy of a 3B model
-    _reset_buffers(policy)
-    params = dict(policy.state_dict(keep_vars=True))
+    policy, params = pipeline.build_on_meta(lambda: Pi0Policy(cfg, norm_stats=norm_stats),
+                                   lambda p: p.set_precision(dtype).to_empty(device=device), _reset_buffers)
 
     loaded: set[str] = set()
     unexpected: list[str] = []
@@ -487,7 +468,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
             mismatched.append(f"{ext} {list(header[ext][0])} vs model {list(params[internal].shape)}")
             continue
         plan.append((ext, internal))
-    with torch.no_grad(), TensorReader() as reader:
+    with torch.no_grad(), pipeline.TensorReader() as reader:
         for ext, internal in plan:
             params[internal].copy_(reader.get(header[ext][2], ext).to(params[internal].dtype))
             loaded.add(internal)
@@ -500,17 +481,17 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                 mismatched.append(f"{tied_source} {list(t.shape)} vs model {list(params[_EMBED].shape)}")
     if rl_heads_skipped:
         warnings.warn(f"{root}: {len(rl_heads_skipped)} RL-head tensors do not fit the configured heads and were "
-                      f"NOT loaded ({format_keys(rl_heads_skipped, 4)}); those heads start fresh. Check "
+                      f"NOT loaded ({pipeline.format_keys(rl_heads_skipped, 4)}); those heads start fresh. Check "
                       "value_after_vlm / value_hidden against the checkpoint.", stacklevel=2)
-    fresh, missing = split_fresh((k for k in params if k not in loaded), _RL_ONLY_PREFIXES)
+    fresh, missing = pipeline.split_fresh((k for k in params if k not in loaded), _RL_ONLY_PREFIXES)
     _fresh_init(policy, fresh)
-    zero_fill(params, missing)
+    pipeline.zero_fill(params, missing)
     report: dict[str, Any] = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
               "mismatched": mismatched, "ignored_unused": ignored, "initialized": fresh,
                               "rl_heads_skipped": rl_heads_skipped,
               "norm_stats": ns_source, "tokenizer": tokenizer_record}
     if strict:
-        raise_if_incomplete(root, fmt, f"pi0 model ({cfg.variant})", missing, unexpected, mismatched,
+        pipeline.raise_if_incomplete(root, fmt, f"pi0 model ({cfg.variant})", missing, unexpected, mismatched,
                             "Check the format / variant, or pass strict=False to load what matches.")
     policy.load_report = report
     policy.tokenizer_record = tokenizer_record
@@ -527,7 +508,7 @@ def export_state_dict(policy: Any, fmt: str, *, include_unused: bool = True) -> 
     if fmt == "hf_pi0" and cfg.is_pi05:
         raise CheckpointError("transformers' native pi0 has no pi0.5 (adaRMS) support, so a pi0.5 policy cannot "
                               "be exported as hf_pi0.", "Export as openpi or lerobot instead.")
-    sd = merged_state_dict(policy)
+    sd = pipeline.merged_state_dict(policy)
     out = {to_external(k, fmt): v for k, v in sd.items()}
     if include_unused:
         ref = sd["action_in_proj.weight"]
@@ -593,7 +574,7 @@ def _copy_tokenizer(cfg: Pi0Config, folder: Path) -> None:
 
 def save_policy(policy: Any, path: str | os.PathLike[str], *, format: str = "vlarl",
                 dtype: torch.dtype | None = None, asset_id: str = DEFAULT_ASSET_ID,
-                max_shard_bytes: int = MAX_SHARD_BYTES) -> None:
+                max_shard_bytes: int = pipeline.MAX_SHARD_BYTES) -> None:
     """Write ``policy`` to folder ``path`` in ``format`` (atomically: the folder appears complete or not at all).
 
     ``dtype`` casts floating tensors (e.g. ``torch.bfloat16`` for a compact export). External formats
@@ -601,21 +582,19 @@ def save_policy(policy: Any, path: str | os.PathLike[str], *, format: str = "vla
     """
     from vlarl_cli.checkpoints.atomic import atomic_directory, atomic_write_json
 
-    if format not in FORMATS:
-        raise CheckpointError(f'Unknown pi0 checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
-                              f"Use one of {', '.join(FORMATS)}.")
+    pipeline.check_format(format, FORMATS, "pi0")
     cfg: Pi0Config = policy.cfg
     if format == "lerobot" and cfg.is_pi05 and not (cfg.discrete_state_input and cfg.state_prompt_padded):
         warnings.warn("LeRobot's pi0.5 always puts the discretised, 32-padded state in the prompt; this policy does "
                       "not (discrete_state_input / state_prompt_padded off), so LeRobot will prompt it differently "
                       "than it was trained. vlarl reloads it as saved (config.json vlarl_arch).", stacklevel=2)
-    tensors = cast_for_save(export_state_dict(policy, format), dtype)
+    tensors = pipeline.cast_for_save(export_state_dict(policy, format), dtype)
     precision = "bfloat16" if (dtype or policy.action_in_proj.weight.dtype) == torch.bfloat16 else "float32"
     norm_stats: dict[str, NormStats] = getattr(policy, "norm_stats", {}) or {}
     with atomic_directory(path) as tmp:
-        write_weights(tmp, tensors, max_shard_bytes=max_shard_bytes)
+        pipeline.write_weights(tmp, tensors, max_shard_bytes=max_shard_bytes)
         if format == "vlarl":
-            write_vlarl_config(tmp, FAMILY, FORMAT_VERSION, cfg.to_dict())
+            pipeline.write_vlarl_config(tmp, FAMILY, FORMAT_VERSION, cfg.to_dict())
         else:
             atomic_write_json(tmp / "config.json", _external_config(cfg, format, precision))
         _copy_tokenizer(cfg, tmp)
