@@ -2,9 +2,11 @@
 safetensors files into a model built on the meta device, split what a file lacks into fresh RL / LoRA
 parameters and real holes, report (or refuse) the holes, and write weights (single file or shards + index).
 
-A family's ``checkpoint.py`` keeps only what is its own: detection, key maps, config-from-checkpoint,
-side files and upstream ``config.json`` writers. Opening a folder (exists, layout known, safetensors
-present) is :func:`vlarl_cli.checkpoints.detect.open_checkpoint_folder`.
+A family's ``checkpoint.py`` keeps only what is its own: the rule telling its upstream layouts apart
+(given to :func:`detect_layout`), key maps, config-from-checkpoint, which parameters may start fresh
+(:func:`split_fresh` prefixes) and how to build them, non-persistent buffers to recompute after
+:func:`build_on_meta`, side files and upstream ``config.json`` writers. Opening a folder for a load
+(exists, layout known, safetensors present) is :func:`vlarl_cli.checkpoints.detect.open_checkpoint_folder`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from vlarl_cli.checkpoints.detect import read_json_object
 from vlarl_cli.errors import CheckpointError, did_you_mean
 
 __all__ = ["INDEX", "MAX_SHARD_BYTES", "VLARL_CONFIG", "WEIGHTS", "TensorReader", "build_on_meta",
-           "cast_for_save", "check_format", "detect_layout", "format_keys", "init_lora_factors", "merged_state_dict",
+           "cast_for_save", "check_format", "detect_layout", "detect_or_refuse", "format_keys", "init_lora_factors", "merged_state_dict",
            "raise_if_incomplete", "read_vlarl_config", "shards", "split_fresh", "write_vlarl_config",
            "write_weights", "zero_fill"]
 
@@ -68,6 +70,16 @@ def write_vlarl_config(folder: Path, family: str, format_version: int, model: di
 
     atomic_write_json(folder / VLARL_CONFIG, {"family": family, "format_version": format_version, "model": model,
                                               **extra})
+
+
+def detect_or_refuse(path: str | os.PathLike[str], detect: Callable[[Path], str | None], family: str,
+                     hint: str) -> tuple[Path, str]:
+    """``(root, layout)`` of a folder that must be a ``family`` checkpoint (``describe``'s first step)."""
+    root = Path(path)
+    fmt = detect(root)
+    if fmt is None:
+        raise CheckpointError(f"{root} is not a recognised {family} checkpoint.", hint)
+    return root, fmt
 
 
 # ---------------------------------------------------------------------------------------- build + stream

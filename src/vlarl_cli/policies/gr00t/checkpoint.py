@@ -555,11 +555,7 @@ def _reinit_head(policy: Any, name: str, device: torch.device, dtype: torch.dtyp
 # ---------------------------------------------------------------------------------------------- describe
 def describe(path: Path) -> dict[str, Any]:
     """Cheap summary from file names, JSON files and safetensors headers (no tensor data read)."""
-    path = Path(path)
-    fmt = detect_format(path)
-    if fmt is None:
-        raise CheckpointError(f"{path} is not a GR00T checkpoint in a known layout.",
-                              f"Expected one of {', '.join(FORMATS)}.")
+    path, fmt = pipeline.detect_or_refuse(path, detect_format, "GR00T", f"Expected one of {', '.join(FORMATS)}.")
     cfg, _ = read_config(path, fmt)
     files = _weight_files(path)
     num = 0

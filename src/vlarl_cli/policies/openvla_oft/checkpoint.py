@@ -605,11 +605,8 @@ def save_policy(policy: nn.Module, path: str | os.PathLike[str], *, format: str 
 # ---------------------------------------------------------------------------------------- describe
 def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Summary of a checkpoint folder from its headers and JSON files (no tensor data is read)."""
-    root = Path(path)
-    fmt = detect_format(root)
-    if fmt is None:
-        raise CheckpointError(f"{root} is not a recognised OpenVLA-OFT checkpoint.",
-                              "Point at a folder written by OpenVLA(-OFT), RLinf or vlarl.")
+    root, fmt = pipeline.detect_or_refuse(path, detect_format, "OpenVLA-OFT",
+                                          "Point at a folder written by OpenVLA(-OFT), RLinf or vlarl.")
     files = _weight_files(root)
     header = _header(files)
     shapes = {k: v[0] for k, v in header.items()}

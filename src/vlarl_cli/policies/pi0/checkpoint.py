@@ -607,11 +607,8 @@ def save_policy(policy: Any, path: str | os.PathLike[str], *, format: str = "vla
 # ---------------------------------------------------------------------------------------- describe
 def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Summary of a checkpoint folder from its headers and JSON files (no tensor data is read)."""
-    root = Path(path)
-    fmt = detect_format(root)
-    if fmt is None:
-        raise CheckpointError(f"{root} is not a recognised pi0 / pi0.5 checkpoint.",
-                              "Point at a folder written by openpi, RLinf, LeRobot, transformers or vlarl.")
+    root, fmt = pipeline.detect_or_refuse(path, detect_format, "pi0 / pi0.5", "Point at a folder written by "
+                                          "openpi, RLinf, LeRobot, transformers or vlarl.")
     header = _header_shapes(_weight_files(root))
     shapes = {k: v[0] for k, v in header.items()}
     cfg = _config_from_checkpoint(root, fmt, shapes)
