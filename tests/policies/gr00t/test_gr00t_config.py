@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from vlarl_cli.errors import ConfigError
-from vlarl_cli.policies.gr00t.config import Gr00tConfig, ModelSettings, build_policy, preset
+from vlarl_cli.policies.gr00t import build_policy
+from vlarl_cli.policies.gr00t.config import Gr00tConfig, ModelSettings, preset
 
 
 def _lm_params(c: Gr00tConfig) -> int:

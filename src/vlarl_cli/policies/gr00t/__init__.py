@@ -20,7 +20,6 @@ from vlarl_cli.policies.gr00t.config import (
     FSDP_WRAP_CLASSES,
     Gr00tConfig,
     ModelSettings,
-    build_policy,
     preset,
 )
 
@@ -40,6 +39,31 @@ __all__ = [
 
 _LAZY = {"Gr00tPolicy": "modeling", "FORMATS": "checkpoint", "describe": "checkpoint",
          "detect_format": "checkpoint", "load_policy": "checkpoint", "save_policy": "checkpoint"}
+
+
+def build_policy(model: ModelSettings, device: Any = "cpu") -> Any:
+    """Build a :class:`~.modeling.Gr00tPolicy` from settings: load ``model_path`` or build ``preset``.
+
+    ``device`` may be ``"meta"`` for the full preset (parameter counting, FSDP init).
+    """
+    import torch
+
+    from vlarl_cli.precision import resolve_dtype
+
+    device = torch.device(device)
+    dtype = resolve_dtype(model.precision or "fp32", device)  # bf16 -> fp32 on CPU
+    if model.model_path is not None:
+        from pathlib import Path
+
+        from vlarl_cli.policies.gr00t.checkpoint import load_policy
+
+        return load_policy(Path(model.model_path), device=device, dtype=dtype, overrides=model.to_dict())
+    from vlarl_cli.policies.gr00t.modality import default_modality
+    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
+
+    cfg = preset(model.preset or "tiny", model.version)
+    modality = default_modality(model.effective_embodiment_tag, cfg)
+    return Gr00tPolicy(cfg, model, modality, device=device, dtype=dtype)
 
 
 def __getattr__(name: str) -> Any:

@@ -30,14 +30,15 @@ from __future__ import annotations
 import json
 import math
 import re
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vlarl_cli.errors import CheckpointError, ConfigError, did_you_mean
+from vlarl_cli.checkpoints import pipeline
+from vlarl_cli.checkpoints.detect import read_safetensors_header as _header
+from vlarl_cli.errors import CheckpointError, ConfigError
 from vlarl_cli.policies.gr00t.config import Gr00tConfig, ModelSettings, preset
 from vlarl_cli.policies.gr00t.modality import EMBODIMENT_IDS, ModalitySpec
 
@@ -59,7 +60,6 @@ FAMILY = "gr00t"
 FORMAT_VERSION = 1
 VLARL_CONFIG = "vlarl_config.json"
 NORM_STATS = "norm_stats.json"
-INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 N15_MODEL_TYPES = ("gr00t_n1_5", "gr00t_n1")
 N16_MODEL_TYPES = ("Gr00tN1d6", "gr00t_n1d6")
@@ -112,16 +112,9 @@ def from_upstream_key(key: str, version: str, select_layer: int | None = None) -
 
 
 # ---------------------------------------------------------------------------------------------- files
-def _header(file: Path) -> dict[str, Any]:
-    """safetensors JSON header (names, dtypes, shapes) without reading any tensor data."""
-    with open(file, "rb") as fh:
-        (n,) = struct.unpack("<Q", fh.read(8))
-        return json.loads(fh.read(n))
-
-
 def _weight_files(path: Path) -> dict[str, Path]:
     """Tensor name -> file, from the index (sharded) or the single ``model.safetensors``."""
-    index = path / INDEX
+    index = path / pipeline.INDEX
     if index.is_file():
         weight_map = json.loads(index.read_text())["weight_map"]
         files = {name: path / fname for name, fname in weight_map.items()}
@@ -133,7 +126,8 @@ def _weight_files(path: Path) -> dict[str, Path]:
     single = path / SINGLE
     if single.is_file():
         return {name: single for name in _header(single) if name != "__metadata__"}
-    raise CheckpointError(f"No weights in {path}: expected {SINGLE} or {INDEX} with model-*.safetensors shards.",
+    raise CheckpointError(f"No weights in {path}: expected {SINGLE} or {pipeline.INDEX} with "
+                          "model-*.safetensors shards.",
                           "Point model_path at a GR00T checkpoint folder (only safetensors are supported).")
 
 
@@ -149,23 +143,15 @@ def _read_json(file: Path) -> dict[str, Any]:
 
 def detect_format(path: Path) -> str | None:
     """``vlarl`` / ``gr00t_n15`` / ``gr00t_n16`` from file names and ``config.json`` only, else None."""
-    path = Path(path)
-    if (path / VLARL_CONFIG).is_file():
-        try:
-            family = json.loads((path / VLARL_CONFIG).read_text()).get("family")
-        except (json.JSONDecodeError, OSError):
-            return None
-        return "vlarl" if family == FAMILY else None
-    cfg_file = path / "config.json"
-    if cfg_file.is_file():
-        try:
-            model_type = json.loads(cfg_file.read_text()).get("model_type")
-        except (json.JSONDecodeError, OSError):
-            return None
-        if model_type in N15_MODEL_TYPES:
-            return "gr00t_n15"
-        if model_type in N16_MODEL_TYPES:
-            return "gr00t_n16"
+    return pipeline.detect_layout(path, FAMILY, _detect_external)
+
+
+def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
+    model_type = cfg.get("model_type")
+    if model_type in N15_MODEL_TYPES:
+        return "gr00t_n15"
+    if model_type in N16_MODEL_TYPES:
+        return "gr00t_n16"
     return None
 
 
@@ -325,10 +311,7 @@ def read_config(path: Path, fmt: str | None = None) -> tuple[Gr00tConfig, dict[s
     path = Path(path)
     fmt = fmt or detect_format(path)
     if fmt == "vlarl":
-        data = _read_json(path / VLARL_CONFIG)
-        if data.get("format_version") != FORMAT_VERSION:
-            raise CheckpointError(f"{path / VLARL_CONFIG} has format_version {data.get('format_version')!r}; this "
-                                  f"vlarl reads version {FORMAT_VERSION}.", "Re-save the checkpoint with this vlarl.")
+        data = pipeline.read_vlarl_config(path, FORMAT_VERSION)
         return Gr00tConfig.from_dict(data["model"]), data.get("settings")
     if fmt in ("gr00t_n15", "gr00t_n16"):
         version = "n1.5" if fmt == "gr00t_n15" else "n1.6"
@@ -372,45 +355,8 @@ def _read_modality(path: Path, fmt: str, tag: str) -> ModalitySpec:
 
 
 # ---------------------------------------------------------------------------------------------- save
-def _shard(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for name, t in tensors.items():
-        nbytes = t.numel() * t.element_size()
-        if shards[-1] and size + nbytes > max_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][name] = t
-        size += nbytes
-    return shards
-
-
-def _write_weights(path: Path, tensors: dict[str, torch.Tensor], *, max_shard_bytes: int, force_index: bool) -> None:
-    from vlarl_cli.checkpoints.atomic import atomic_save_safetensors, atomic_write_json
-
-    shards = _shard(tensors, max_shard_bytes)
-    old = {p.name for p in path.glob("model*.safetensors")}
-    if len(shards) == 1 and not force_index:
-        atomic_save_safetensors(shards[0], path / SINGLE, metadata={"format": "pt"})
-        written = {SINGLE}
-        (path / INDEX).unlink(missing_ok=True)
-    else:
-        n = len(shards)
-        weight_map: dict[str, str] = {}
-        written = set()
-        for i, shard in enumerate(shards, start=1):
-            name = f"model-{i:05d}-of-{n:05d}.safetensors"
-            atomic_save_safetensors(shard, path / name, metadata={"format": "pt"})
-            weight_map.update(dict.fromkeys(shard, name))
-            written.add(name)
-        total = sum(t.numel() * t.element_size() for t in tensors.values())
-        atomic_write_json(path / INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
-    for stale in old - written:  # shards of an earlier, differently sharded save in the same folder
-        (path / stale).unlink(missing_ok=True)
-
-
 def save_policy(policy: Any, path: Path, *, format: str = "vlarl", dtype: torch.dtype | None = None,
-                max_shard_bytes: int = 4 * 1024**3) -> None:
+                max_shard_bytes: int = pipeline.MAX_SHARD_BYTES) -> None:
     """Write ``policy`` (a :class:`~.modeling.Gr00tPolicy`) to folder ``path`` in ``format``.
 
     ``dtype`` casts floating tensors (e.g. ``torch.bfloat16`` for upstream-sized files); default keeps them.
@@ -418,9 +364,7 @@ def save_policy(policy: Any, path: Path, *, format: str = "vlarl", dtype: torch.
     """
     from vlarl_cli.checkpoints.atomic import atomic_write_json
 
-    if format not in FORMATS:
-        raise CheckpointError(f'Unknown GR00T checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
-                              f"Use one of {', '.join(FORMATS)}.")
+    pipeline.check_format(format, FORMATS, "GR00T")
     cfg: Gr00tConfig = policy.config
     want = {"gr00t_n15": "n1.5", "gr00t_n16": "n1.6"}.get(format)
     if want is not None and want != cfg.version:
@@ -428,18 +372,14 @@ def save_policy(policy: Any, path: Path, *, format: str = "vlarl", dtype: torch.
                               f"Use format {'gr00t_n15' if cfg.version == 'n1.5' else 'gr00t_n16'} or vlarl.")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tensors: dict[str, torch.Tensor] = {}
-    for name, t in policy.state_dict().items():
-        t = t.detach()
-        if dtype is not None and t.is_floating_point():
-            t = t.to(dtype)
-        key = name if format == "vlarl" else to_upstream_key(name, cfg.version)
-        tensors[key] = t.to("cpu").contiguous().clone()
-    _write_weights(path, tensors, max_shard_bytes=max_shard_bytes, force_index=format != "vlarl")
+    tensors = {name if format == "vlarl" else to_upstream_key(name, cfg.version): t.detach()
+               for name, t in policy.state_dict().items()}
+    # clone: tied parameters share storage, which safetensors refuses to write
+    tensors = {k: v.clone() for k, v in pipeline.cast_for_save(tensors, dtype).items()}
+    pipeline.write_weights(path, tensors, max_shard_bytes=max_shard_bytes, force_index=format != "vlarl")
     modality: ModalitySpec = policy.modality
     if format == "vlarl":
-        atomic_write_json(path / VLARL_CONFIG, {"family": FAMILY, "format_version": FORMAT_VERSION,
-                                                "model": cfg.to_dict(), "settings": policy.settings.to_dict()})
+        pipeline.write_vlarl_config(path, FAMILY, FORMAT_VERSION, cfg.to_dict(), settings=policy.settings.to_dict())
         modality.save_json(path / NORM_STATS)
         return
     atomic_write_json(path / "config.json", _upstream_config(cfg))
@@ -587,18 +527,11 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
             _reinit_head(policy, head_name, device, dtype)
         params = {**dict(policy.named_parameters()), **dict(policy.named_buffers())}
     bad = {m.split(" ")[0] for m in report.mismatched}
-    from safetensors import safe_open
-
-    by_file: dict[Path, list[tuple[str, str]]] = {}
-    for key, (file_key, file) in source.items():
-        if file_key not in bad:
-            by_file.setdefault(file, []).append((key, file_key))
-    with torch.no_grad():
-        for file, pairs in by_file.items():
-            with safe_open(str(file), framework="pt", device="cpu") as fh:
-                for key, file_key in pairs:
-                    params[key].copy_(fh.get_tensor(file_key).to(params[key].dtype))
-                    report.loaded += 1
+    with torch.no_grad(), pipeline.TensorReader() as reader:
+        for key, (file_key, file) in source.items():
+            if file_key not in bad:
+                params[key].copy_(reader.get(file, file_key).to(params[key].dtype))
+                report.loaded += 1
     setattr(policy, "load_report", report)  # noqa: B010 (declared on Gr00tPolicy)
     return policy
 
@@ -622,11 +555,7 @@ def _reinit_head(policy: Any, name: str, device: torch.device, dtype: torch.dtyp
 # ---------------------------------------------------------------------------------------------- describe
 def describe(path: Path) -> dict[str, Any]:
     """Cheap summary from file names, JSON files and safetensors headers (no tensor data read)."""
-    path = Path(path)
-    fmt = detect_format(path)
-    if fmt is None:
-        raise CheckpointError(f"{path} is not a GR00T checkpoint in a known layout.",
-                              f"Expected one of {', '.join(FORMATS)}.")
+    path, fmt = pipeline.detect_or_refuse(path, detect_format, "GR00T", f"Expected one of {', '.join(FORMATS)}.")
     cfg, _ = read_config(path, fmt)
     files = _weight_files(path)
     num = 0
@@ -653,6 +582,6 @@ def describe(path: Path) -> dict[str, Any]:
         modalities[tag] = {"cameras": list(spec.video_keys), "state": dict(spec.state_keys),
                            "action": dict(spec.action_keys), "embodiment_id": spec.embodiment_id}
     return {"modalities": modalities, "family": FAMILY, "format": fmt, "version": cfg.version, "num_parameters": int(num),
-            "num_tensors": len(files), "dtypes": sorted(dtypes), "sharded": (path / INDEX).is_file(),
+            "num_tensors": len(files), "dtypes": sorted(dtypes), "sharded": (path / pipeline.INDEX).is_file(),
             "norm_stats": bool(tags), "embodiment_tags": tags, "action_horizon": cfg.action_horizon,
             "action_dim": cfg.action_dim, "state_dim": cfg.state_dim}

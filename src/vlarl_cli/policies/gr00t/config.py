@@ -30,7 +30,6 @@ __all__ = [
     "VERSIONS",
     "Gr00tConfig",
     "ModelSettings",
-    "build_policy",
     "preset",
 ]
 
@@ -276,7 +275,7 @@ def preset(name: str, version: str = "n1.5") -> Gr00tConfig:
 class ModelSettings:
     """RL-facing model settings (field names follow RLinf's ``actor.model`` for GR00T recipes).
 
-    The lead's pydantic ``ModelConfig`` maps onto this plain dataclass; :func:`build_policy` consumes it.
+    The lead's pydantic ``ModelConfig`` maps onto this plain dataclass; :func:`vlarl_cli.policies.gr00t.build_policy` consumes it.
     """
 
     model_type: str = "gr00t"  # gr00t (N1.5) | gr00t_n1d6 (N1.6)
@@ -397,28 +396,3 @@ class ModelSettings:
 
     def replace(self, **changes: Any) -> ModelSettings:
         return dataclasses.replace(self, **changes)
-
-
-def build_policy(model: ModelSettings, device: Any = "cpu") -> Any:
-    """Build a :class:`~.modeling.Gr00tPolicy` from settings: load ``model_path`` or build ``preset``.
-
-    ``device`` may be ``"meta"`` for the full preset (parameter counting, FSDP init).
-    """
-    import torch
-
-    from vlarl_cli.precision import resolve_dtype
-
-    device = torch.device(device)
-    dtype = resolve_dtype(model.precision or "fp32", device)  # bf16 -> fp32 on CPU
-    if model.model_path is not None:
-        from pathlib import Path
-
-        from vlarl_cli.policies.gr00t.checkpoint import load_policy
-
-        return load_policy(Path(model.model_path), device=device, dtype=dtype, overrides=model.to_dict())
-    from vlarl_cli.policies.gr00t.modality import default_modality
-    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
-
-    cfg = preset(model.preset or "tiny", model.version)
-    modality = default_modality(model.effective_embodiment_tag, cfg)
-    return Gr00tPolicy(cfg, model, modality, device=device, dtype=dtype)

@@ -61,7 +61,6 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,10 +68,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from vlarl_cli.checkpoints import pipeline
 from vlarl_cli.checkpoints.detect import open_checkpoint_folder
 from vlarl_cli.checkpoints.detect import read_json_object as _read_json
 from vlarl_cli.checkpoints.detect import tensor_table as _header
-from vlarl_cli.errors import CheckpointError, did_you_mean
+from vlarl_cli.errors import CheckpointError
 from vlarl_cli.policies.openvla_oft.config import OftConfig, preset
 from vlarl_cli.policies.openvla_oft.processing import DATASET_STATISTICS_FILE, load_dataset_statistics
 from vlarl_cli.policies.openvla_oft.side_files import (
@@ -91,8 +91,6 @@ FORMATS: tuple[str, ...] = ("vlarl", "openvla_hf")
 FAMILY = "openvla_oft"
 FORMAT_VERSION = 1
 VLARL_CONFIG = "vlarl_config.json"
-WEIGHTS = "model.safetensors"
-_MAX_SHARD_BYTES = 4 * 1024**3
 _DINO = "vision_backbone.featurizer."
 _SIGLIP = "vision_backbone.fused_featurizer."
 # Internal-only parameters: fresh when a checkpoint lacks them (never an error).
@@ -212,10 +210,8 @@ def export_state_dict(policy: nn.Module, fmt: str) -> dict[str, Tensor]:
     cfg: OftConfig = policy.cfg  # type: ignore[assignment]
     if fmt == "vlarl":
         return {k: v.detach() for k, v in policy.state_dict().items()}
-    if fmt != "openvla_hf":
-        raise CheckpointError(f'Unknown OpenVLA-OFT checkpoint format "{fmt}".{did_you_mean(fmt, FORMATS)}',
-                              f"Use one of {', '.join(FORMATS)}.")
-    sd = _merged_state_dict(policy)
+    pipeline.check_format(fmt, FORMATS, "OpenVLA-OFT")
+    sd = pipeline.merged_state_dict(policy)
     # side-file components go to their own files (save_policy); the RL log-std has no upstream home
     sd = {k: v for k, v in sd.items() if not k.startswith(_SIDE_PREFIXES) and k != "actor_logstd"}
     rules = import_rules(cfg)
@@ -244,19 +240,6 @@ def export_state_dict(policy: nn.Module, fmt: str) -> dict[str, Tensor]:
     return {k: v.contiguous() for k, v in out.items()}
 
 
-def _merged_state_dict(policy: nn.Module) -> dict[str, Tensor]:
-    """State dict with every LoRA update folded into its base weight and no LoRA keys."""
-    from vlarl_cli.policies.lora import LoRALinear
-
-    sd = {k: v.detach() for k, v in policy.state_dict().items()}
-    for name, m in policy.named_modules():
-        if isinstance(m, LoRALinear):
-            sd[f"{name}.weight"] = m.merged_weight().detach()
-            sd.pop(f"{name}.lora_A", None)
-            sd.pop(f"{name}.lora_B", None)
-    return sd
-
-
 # ---------------------------------------------------------------------------------------- files
 def _weight_files(root: Path) -> list[Path]:
     from vlarl_cli.checkpoints.detect import weight_files
@@ -266,13 +249,10 @@ def _weight_files(root: Path) -> list[Path]:
 
 def detect_format(path: str | os.PathLike[str]) -> str | None:
     """The layout of an OpenVLA-OFT checkpoint folder, or None (cheap: file names, JSON, headers)."""
-    root = Path(path)
-    if not root.is_dir():
-        return None
-    vcfg = _read_json(root / VLARL_CONFIG)
-    if vcfg is not None:
-        return "vlarl" if vcfg.get("family") == FAMILY else None
-    cfg = _read_json(root / "config.json") or {}
+    return pipeline.detect_layout(path, FAMILY, _detect_external)
+
+
+def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
     if cfg.get("model_type") == "openvla":
         return "openvla_hf"
     try:
@@ -292,13 +272,7 @@ def _count_blocks(shapes: dict[str, tuple[int, ...]], prefix: str) -> int:
 
 def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, ...]]) -> OftConfig:
     if fmt == "vlarl":
-        vcfg = _read_json(root / VLARL_CONFIG)
-        if vcfg is None or not isinstance(vcfg.get("model"), dict):
-            raise CheckpointError(f"{root / VLARL_CONFIG} is missing or malformed.", "Re-save the checkpoint.")
-        if vcfg.get("format_version") != FORMAT_VERSION:
-            raise CheckpointError(f"{root} has format_version {vcfg.get('format_version')}, this vlarl reads "
-                                  f"{FORMAT_VERSION}.", "Convert it with the matching vlarl version.")
-        return OftConfig.from_dict(vcfg["model"])
+        return OftConfig.from_dict(pipeline.read_vlarl_config(root, FORMAT_VERSION)["model"])
     cfg_json = _read_json(root / "config.json") or {}
     if isinstance(cfg_json.get("vlarl_arch"), dict):  # written by our exporter (tiny / custom sizes)
         return OftConfig.from_dict(cfg_json["vlarl_arch"])
@@ -359,8 +333,6 @@ def _reset_buffers(policy: Any) -> None:
 
 def _fresh_init(policy: Any, fresh: list[str]) -> None:
     """Initialise internal-only parameters a checkpoint did not contain, as a fresh build would."""
-    from vlarl_cli.policies.lora import LoRALinear
-
     miss = set(fresh)
     with torch.no_grad():
         if any(k.startswith("value_head.") for k in miss) and policy.value_head is not None:
@@ -375,15 +347,7 @@ def _fresh_init(policy: Any, fresh: list[str]) -> None:
         for name, p in policy.named_parameters():
             if name in miss and name in _FRESH_KEYS:
                 p.zero_()  # transformers initialises the DINOv2 mask token to zeros
-        for name, m in policy.named_modules():
-            if isinstance(m, LoRALinear) and f"{name}.lora_A" in miss:
-                nn.init.kaiming_uniform_(m.lora_A, a=math.sqrt(5))
-                m.lora_B.zero_()
-
-
-def _format_keys(keys: list[str], limit: int = 12) -> str:
-    shown = ", ".join(keys[:limit])
-    return shown + (f" ... and {len(keys) - limit} more" if len(keys) > limit else "")
+    pipeline.init_lora_factors(policy, miss)
 
 
 def _find_statistics(root: Path, cfg_json: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
@@ -419,7 +383,6 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
             tensor must find its base weight. With ``is_lora`` a fresh LoRA then trains on top of the
             merged weights: the policy at step 0 is base + adapter exactly.
     """
-    from safetensors import safe_open
 
     from vlarl_cli.policies.openvla_oft.policy import OftPolicy
 
@@ -472,12 +435,8 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     adapter = _read_adapter(root, fmt, lora_path)
     applied: set[str] = set()
 
-    with torch.device("meta"):
-        policy = OftPolicy(cfg, dataset_statistics=stats)
-    # cast on meta first: materialising fp32 then casting would need 30 GB for the 7.5B model
-    policy = policy.to(dtype).to_empty(device=device)
-    _reset_buffers(policy)
-    params = dict(policy.state_dict(keep_vars=True))
+    policy, params = pipeline.build_on_meta(lambda: OftPolicy(cfg, dataset_statistics=stats),
+                                   lambda p: p.to(dtype).to_empty(device=device), _reset_buffers)
 
     rules = import_rules(cfg)
     consumed: set[str] = set()
@@ -512,58 +471,39 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
             absent.append(key)
             continue
         plan.append((key, rule, srcs))
-    handles: dict[Path, Any] = {}
-    try:
-        with torch.no_grad():
-            for key, rule, srcs in plan:
-                consumed.update(srcs)
-                expect = _expected_shape(rule, [header[s][0] for s in srcs])
-                target = params[key]
-                if tuple(target.shape) != expect:
-                    mismatched.append(f"{key} <- {srcs[0]} {list(expect)} vs model {list(target.shape)}")
-                    continue
-                tensors = []
-                for s in srcs:
-                    f = header[s][2]
-                    if f not in handles:
-                        handles[f] = safe_open(os.fspath(f), "pt", device="cpu").__enter__()
-                    tensor = handles[f].get_tensor(s)
-                    if s in adapter:
-                        tensor = (tensor.float() + adapter[s].delta()).to(tensor.dtype)
-                        applied.add(s)
-                    tensors.append(tensor)
-                target.copy_(_build(rule, tensors).to(target.dtype))
-                loaded.add(key)
-    finally:
-        for h in handles.values():
-            h.__exit__(None, None, None)
+    with torch.no_grad(), pipeline.TensorReader() as reader:
+        for key, rule, srcs in plan:
+            consumed.update(srcs)
+            expect = _expected_shape(rule, [header[s][0] for s in srcs])
+            target = params[key]
+            if tuple(target.shape) != expect:
+                mismatched.append(f"{key} <- {srcs[0]} {list(expect)} vs model {list(target.shape)}")
+                continue
+            tensors = []
+            for s in srcs:
+                tensor = reader.get(header[s][2], s)
+                if s in adapter:
+                    tensor = (tensor.float() + adapter[s].delta()).to(tensor.dtype)
+                    applied.add(s)
+                tensors.append(tensor)
+            target.copy_(_build(rule, tensors).to(target.dtype))
+            loaded.add(key)
     unexpected = [k for k in header if k not in consumed and not _ignorable(k, fmt, rules)]
     unexpected += [f"{k} (side file)" for k in side_flat if k not in params]
     if set(adapter) - applied:
         left = sorted(set(adapter) - applied)
         raise CheckpointError(f"The LoRA adapter {lora_path} adapts {len(left)} weight(s) the base checkpoint {root} "
-                              f"does not load: {_format_keys(left)}.", "Use the adapter trained on this base model.")
-    fresh = [k for k in absent if k.startswith(_FRESH_PREFIXES) or k in _FRESH_KEYS
-             or k.endswith((".lora_A", ".lora_B"))]
-    missing = [k for k in absent if k not in fresh]
+                              f"does not load: {pipeline.format_keys(left)}.", "Use the adapter trained on this base model.")
+    fresh, missing = pipeline.split_fresh(absent, _FRESH_PREFIXES, _FRESH_KEYS)
     _fresh_init(policy, fresh)
-    with torch.no_grad():  # strict=False: never leave uninitialised memory behind
-        for k in missing:
-            params[k].zero_()
+    pipeline.zero_fill(params, missing)
     report = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
               "mismatched": mismatched, "initialized": fresh, "dataset_statistics": stats_src,
               "implement_version": cfg.implement_version, "action_head": cfg.action_head,
               "side_files": sorted(side), "lora_adapter": os.fspath(lora_path) if adapter and lora_path is not None else None}
-    if strict and (missing or unexpected or mismatched):
-        parts = []
-        if missing:
-            parts.append(f"missing {len(missing)}: {_format_keys(missing)}")
-        if unexpected:
-            parts.append(f"unexpected {len(unexpected)}: {_format_keys(unexpected)}")
-        if mismatched:
-            parts.append(f"wrong shape {len(mismatched)}: {_format_keys(mismatched)}")
-        raise CheckpointError(f"{root} ({fmt}) does not match the OpenVLA-OFT model: " + "; ".join(parts) + ".",
-                              "Check the format / architecture, or pass strict=False to load what matches.")
+    if strict:
+        pipeline.raise_if_incomplete(root, fmt, "OpenVLA-OFT model", missing, unexpected, mismatched,
+                            "Check the format / architecture, or pass strict=False to load what matches.")
     policy.load_report = report  # type: ignore[assignment]
     policy.apply_trainability()
     return policy
@@ -609,20 +549,6 @@ def _ignorable(key: str, fmt: str, rules: dict[str, Rule]) -> bool:
 
 
 # ---------------------------------------------------------------------------------------- save
-def _shards(tensors: dict[str, Tensor], max_bytes: int) -> Iterator[dict[str, Tensor]]:
-    cur: dict[str, Tensor] = {}
-    size = 0
-    for k, v in tensors.items():
-        n = v.numel() * v.element_size()
-        if cur and size + n > max_bytes:
-            yield cur
-            cur, size = {}, 0
-        cur[k] = v
-        size += n
-    if cur:
-        yield cur
-
-
 def _openvla_config(cfg: OftConfig, precision: str, stats: dict[str, Any]) -> dict[str, Any]:
     """``config.json`` fields of the OpenVLA HF layout (openvla-oft ``OpenVLAConfig``) + ``vlarl_arch``."""
     return {
@@ -645,41 +571,25 @@ def _openvla_config(cfg: OftConfig, precision: str, stats: dict[str, Any]) -> di
 
 
 def save_policy(policy: nn.Module, path: str | os.PathLike[str], *, format: str = "vlarl",
-                dtype: torch.dtype | None = None, max_shard_bytes: int = _MAX_SHARD_BYTES) -> None:
+                dtype: torch.dtype | None = None, max_shard_bytes: int = pipeline.MAX_SHARD_BYTES) -> None:
     """Write ``policy`` to folder ``path`` in ``format`` (atomically: complete or absent).
 
     ``dtype`` casts floating tensors (e.g. ``torch.bfloat16``). Both layouts get
     ``dataset_statistics.json`` when the policy has statistics; ``openvla_hf`` also the upstream
     ``config.json`` and merged LoRA.
     """
-    from vlarl_cli.checkpoints.atomic import atomic_directory, atomic_save_safetensors, atomic_write_json
+    from vlarl_cli.checkpoints.atomic import atomic_directory, atomic_write_json
 
-    if format not in FORMATS:
-        raise CheckpointError(f'Unknown OpenVLA-OFT checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
-                              f"Use one of {', '.join(FORMATS)}.")
+    pipeline.check_format(format, FORMATS, "OpenVLA-OFT")
     cfg: OftConfig = policy.cfg  # type: ignore[assignment]
     weight: Tensor = policy.projector.fc1.weight  # type: ignore[union-attr, assignment]
-    tensors = export_state_dict(policy, format)
-    tensors = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous().cpu()
-               for k, v in tensors.items()}
+    tensors = pipeline.cast_for_save(export_state_dict(policy, format), dtype)
     precision = "bfloat16" if (dtype or weight.dtype) == torch.bfloat16 else "float32"
     stats: dict[str, Any] = getattr(policy, "dataset_statistics", {}) or {}
     with atomic_directory(path) as tmp:
-        shards = list(_shards(tensors, max_shard_bytes))
-        if len(shards) == 1:
-            atomic_save_safetensors(shards[0], tmp / WEIGHTS, metadata={"format": "pt"})
-        else:
-            weight_map: dict[str, str] = {}
-            for i, shard in enumerate(shards):
-                name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-                atomic_save_safetensors(shard, tmp / name, metadata={"format": "pt"})
-                weight_map.update(dict.fromkeys(shard, name))
-            total = sum(v.numel() * v.element_size() for v in tensors.values())
-            atomic_write_json(tmp / f"{WEIGHTS}.index.json", {"metadata": {"total_size": total},
-                                                              "weight_map": weight_map})
+        pipeline.write_weights(tmp, tensors, max_shard_bytes=max_shard_bytes)
         if format == "vlarl":
-            atomic_write_json(tmp / VLARL_CONFIG, {"family": FAMILY, "format_version": FORMAT_VERSION,
-                                                   "model": cfg.to_dict(), "identity_actions": not stats})
+            pipeline.write_vlarl_config(tmp, FAMILY, FORMAT_VERSION, cfg.to_dict(), identity_actions=not stats)
         else:
             atomic_write_json(tmp / "config.json", _openvla_config(cfg, precision, stats))
             for component in (ACTION_HEAD, PROPRIO_PROJECTOR):
@@ -695,11 +605,8 @@ def save_policy(policy: nn.Module, path: str | os.PathLike[str], *, format: str 
 # ---------------------------------------------------------------------------------------- describe
 def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Summary of a checkpoint folder from its headers and JSON files (no tensor data is read)."""
-    root = Path(path)
-    fmt = detect_format(root)
-    if fmt is None:
-        raise CheckpointError(f"{root} is not a recognised OpenVLA-OFT checkpoint.",
-                              "Point at a folder written by OpenVLA(-OFT), RLinf or vlarl.")
+    root, fmt = pipeline.detect_or_refuse(path, detect_format, "OpenVLA-OFT",
+                                          "Point at a folder written by OpenVLA(-OFT), RLinf or vlarl.")
     files = _weight_files(root)
     header = _header(files)
     shapes = {k: v[0] for k, v in header.items()}

@@ -46,17 +46,17 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from vlarl_cli.checkpoints import pipeline
 from vlarl_cli.checkpoints.detect import open_checkpoint_folder
 from vlarl_cli.checkpoints.detect import read_json_object as _read_json
 from vlarl_cli.checkpoints.detect import tensor_table as _header_shapes
-from vlarl_cli.errors import CheckpointError, did_you_mean
+from vlarl_cli.errors import CheckpointError
 from vlarl_cli.policies.normalization import (
     NORM_STATS_FILE,
     NormStats,
@@ -76,8 +76,6 @@ FORMATS: tuple[str, ...] = ("vlarl", "openpi", "lerobot", "hf_pi0")
 FAMILY = "pi0"
 FORMAT_VERSION = 1
 VLARL_CONFIG = "vlarl_config.json"
-WEIGHTS = "model.safetensors"
-_MAX_SHARD_BYTES = 4 * 1024**3
 
 _EMBED = "vlm.language_model.embed_tokens.weight"
 _OPENPI_ROOT = "paligemma_with_expert."
@@ -183,13 +181,10 @@ def _weight_files(root: Path) -> list[Path]:
 
 def detect_format(path: str | os.PathLike[str]) -> str | None:
     """The layout of a pi0-family checkpoint folder, or None when it is not one (cheap: names + headers)."""
-    root = Path(path)
-    if not root.is_dir():
-        return None
-    vcfg = _read_json(root / VLARL_CONFIG)
-    if vcfg is not None:
-        return "vlarl" if vcfg.get("family") == FAMILY else None
-    cfg = _read_json(root / "config.json") or {}
+    return pipeline.detect_layout(path, FAMILY, _detect_external)
+
+
+def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
     if cfg.get("type") in ("pi0", "pi05"):
         return "lerobot"
     try:
@@ -288,13 +283,7 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
                             vision_heads: int | None = None) -> Pi0Config:
     """Architecture of an external checkpoint (config.json + tensor shapes)."""
     if fmt == "vlarl":
-        vcfg = _read_json(root / VLARL_CONFIG)
-        if vcfg is None or "model" not in vcfg:
-            raise CheckpointError(f"{root / VLARL_CONFIG} is missing or malformed.", "Re-save the checkpoint.")
-        if vcfg.get("format_version") != FORMAT_VERSION:
-            raise CheckpointError(f"{root} has format_version {vcfg.get('format_version')}, this vlarl reads "
-                                  f"{FORMAT_VERSION}.", "Convert it with the matching vlarl version.")
-        return Pi0Config.from_dict(vcfg["model"])
+        return Pi0Config.from_dict(pipeline.read_vlarl_config(root, FORMAT_VERSION)["model"])
     cfg_json = _read_json(root / "config.json") or {}
     if isinstance(cfg_json.get("vlarl_arch"), dict):  # written by our exporters (tiny / custom sizes)
         arch = Pi0Config.from_dict(cfg_json["vlarl_arch"])
@@ -398,8 +387,6 @@ def _reset_buffers(policy: Any) -> None:
 
 def _fresh_init(policy: Any, missing: list[str]) -> None:
     """Initialise RL-only parameters that the checkpoint did not contain (as a fresh build would)."""
-    from vlarl_cli.policies.lora import LoRALinear
-
     cfg: Pi0Config = policy.cfg
     miss = set(missing)
     dev = policy.action_in_proj.weight.device
@@ -412,16 +399,7 @@ def _fresh_init(policy: Any, missing: list[str]) -> None:
         from vlarl_cli.policies.pi0.modeling import NoiseHead
 
         policy.noise_head = NoiseHead(cfg.expert_width, cfg.max_action_dim, cfg.noise_hidden).to(device=dev, dtype=dtype)
-    for name, m in policy.named_modules():
-        if isinstance(m, LoRALinear) and f"{name}.lora_A" in miss:
-            with torch.no_grad():
-                nn.init.kaiming_uniform_(m.lora_A, a=math.sqrt(5))
-                m.lora_B.zero_()
-
-
-def _format_keys(keys: list[str], limit: int = 12) -> str:
-    shown = ", ".join(keys[:limit])
-    return shown + (f" ... and {len(keys) - limit} more" if len(keys) > limit else "")
+    pipeline.init_lora_factors(policy, miss)
 
 
 def load_policy(path: str | os.PathLike[str], *, format: str | None = None, device: torch.device | str = "cpu",
@@ -441,7 +419,6 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         norm_stats_path: explicit ``norm_stats.json``; default: searched in the folder.
         asset_id: e.g. ``physical-intelligence/libero`` (openpi ``assets/<asset_id>/``).
     """
-    from safetensors import safe_open
 
     from vlarl_cli.policies.pi0.policy import Pi0Policy
 
@@ -458,19 +435,16 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     norm_stats, ns_source = resolve_norm_stats(cfg, root, fmt, header, explicit=norm_stats_path,
                                                asset_id=asset_id)
 
-    with torch.device("meta"):
-        policy = Pi0Policy(cfg, norm_stats=norm_stats)
-    policy = policy.set_precision(dtype).to_empty(device=device)  # cast on meta: no fp32 copy of a 3B model
-    _reset_buffers(policy)
-    params = dict(policy.state_dict(keep_vars=True))
+    policy, params = pipeline.build_on_meta(lambda: Pi0Policy(cfg, norm_stats=norm_stats),
+                                   lambda p: p.set_precision(dtype).to_empty(device=device), _reset_buffers)
 
     loaded: set[str] = set()
     unexpected: list[str] = []
     mismatched: list[str] = []
     ignored: list[str] = []
     rl_heads_skipped: list[str] = []
-    by_file: dict[Path, list[tuple[str, str]]] = {}
-    tied_source: tuple[Path, str] | None = None
+    plan: list[tuple[str, str]] = []  # (file key, our key)
+    tied_source: str | None = None
     for ext in header:
         internal = None if _is_known_unused(ext, fmt) else from_external(ext, fmt)
         if internal is not None:
@@ -488,53 +462,37 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                 unexpected.append(ext)
             continue
         if ext.endswith("lm_head.weight") and internal == _EMBED:
-            tied_source = (header[ext][2], ext)  # used only when the embedding itself is absent
+            tied_source = ext  # used only when the embedding itself is absent
             continue
-        by_file.setdefault(header[ext][2], []).append((ext, internal))
-    with torch.no_grad():
-        for f, pairs in by_file.items():
-            with safe_open(os.fspath(f), "pt", device="cpu") as fh:
-                for ext, internal in pairs:
-                    target = params[internal]
-                    if tuple(target.shape) != header[ext][0]:
-                        mismatched.append(f"{ext} {list(header[ext][0])} vs model {list(target.shape)}")
-                        continue
-                    target.copy_(fh.get_tensor(ext).to(target.dtype))
-                    loaded.add(internal)
+        if tuple(params[internal].shape) != header[ext][0]:
+            mismatched.append(f"{ext} {list(header[ext][0])} vs model {list(params[internal].shape)}")
+            continue
+        plan.append((ext, internal))
+    with torch.no_grad(), pipeline.TensorReader() as reader:
+        for ext, internal in plan:
+            params[internal].copy_(reader.get(header[ext][2], ext).to(params[internal].dtype))
+            loaded.add(internal)
         if _EMBED not in loaded and tied_source is not None:
-            f, ext = tied_source
-            with safe_open(os.fspath(f), "pt", device="cpu") as fh:
-                t = fh.get_tensor(ext)
+            t = reader.get(header[tied_source][2], tied_source)
             if tuple(t.shape) == tuple(params[_EMBED].shape):
                 params[_EMBED].copy_(t.to(params[_EMBED].dtype))
                 loaded.add(_EMBED)
             else:
-                mismatched.append(f"{ext} {list(t.shape)} vs model {list(params[_EMBED].shape)}")
+                mismatched.append(f"{tied_source} {list(t.shape)} vs model {list(params[_EMBED].shape)}")
     if rl_heads_skipped:
         warnings.warn(f"{root}: {len(rl_heads_skipped)} RL-head tensors do not fit the configured heads and were "
-                      f"NOT loaded ({_format_keys(rl_heads_skipped, 4)}); those heads start fresh. Check "
+                      f"NOT loaded ({pipeline.format_keys(rl_heads_skipped, 4)}); those heads start fresh. Check "
                       "value_after_vlm / value_hidden against the checkpoint.", stacklevel=2)
-    missing = [k for k in params if k not in loaded]
-    fresh = [k for k in missing if k.startswith(_RL_ONLY_PREFIXES) or k.endswith((".lora_A", ".lora_B"))]
-    missing = [k for k in missing if k not in fresh]
+    fresh, missing = pipeline.split_fresh((k for k in params if k not in loaded), _RL_ONLY_PREFIXES)
     _fresh_init(policy, fresh)
-    with torch.no_grad():  # strict=False: never leave uninitialised memory behind
-        for k in missing:
-            params[k].zero_()
+    pipeline.zero_fill(params, missing)
     report: dict[str, Any] = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
               "mismatched": mismatched, "ignored_unused": ignored, "initialized": fresh,
                               "rl_heads_skipped": rl_heads_skipped,
               "norm_stats": ns_source, "tokenizer": tokenizer_record}
-    if strict and (missing or unexpected or mismatched):
-        parts = []
-        if missing:
-            parts.append(f"missing {len(missing)}: {_format_keys(missing)}")
-        if unexpected:
-            parts.append(f"unexpected {len(unexpected)}: {_format_keys(unexpected)}")
-        if mismatched:
-            parts.append(f"wrong shape {len(mismatched)}: {_format_keys(mismatched)}")
-        raise CheckpointError(f"{root} ({fmt}) does not match the pi0 model ({cfg.variant}): " + "; ".join(parts) + ".",
-                              "Check the format / variant, or pass strict=False to load what matches.")
+    if strict:
+        pipeline.raise_if_incomplete(root, fmt, f"pi0 model ({cfg.variant})", missing, unexpected, mismatched,
+                            "Check the format / variant, or pass strict=False to load what matches.")
     policy.load_report = report
     policy.tokenizer_record = tokenizer_record
     policy.apply_trainability()
@@ -542,19 +500,6 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
 
 
 # ---------------------------------------------------------------------------------------- save
-def _merged_state_dict(policy: nn.Module) -> dict[str, Tensor]:
-    """State dict with every LoRA update folded into its base weight and no LoRA keys."""
-    from vlarl_cli.policies.lora import LoRALinear
-
-    sd = {k: v.detach() for k, v in policy.state_dict().items()}
-    for name, m in policy.named_modules():
-        if isinstance(m, LoRALinear):
-            sd[f"{name}.weight"] = m.merged_weight().detach()
-            sd.pop(f"{name}.lora_A", None)
-            sd.pop(f"{name}.lora_B", None)
-    return sd
-
-
 def export_state_dict(policy: Any, fmt: str, *, include_unused: bool = True) -> dict[str, Tensor]:
     """The tensors that :func:`save_policy` writes for ``fmt`` (external names; LoRA merged if external)."""
     cfg: Pi0Config = policy.cfg
@@ -563,7 +508,7 @@ def export_state_dict(policy: Any, fmt: str, *, include_unused: bool = True) -> 
     if fmt == "hf_pi0" and cfg.is_pi05:
         raise CheckpointError("transformers' native pi0 has no pi0.5 (adaRMS) support, so a pi0.5 policy cannot "
                               "be exported as hf_pi0.", "Export as openpi or lerobot instead.")
-    sd = _merged_state_dict(policy)
+    sd = pipeline.merged_state_dict(policy)
     out = {to_external(k, fmt): v for k, v in sd.items()}
     if include_unused:
         ref = sd["action_in_proj.weight"]
@@ -573,20 +518,6 @@ def export_state_dict(policy: Any, fmt: str, *, include_unused: bool = True) -> 
         else:
             out[_HF_UNUSED[0]] = torch.zeros(cfg.vocab_size, cfg.expert_width, dtype=ref.dtype)
     return out
-
-
-def _shards(tensors: dict[str, Tensor], max_bytes: int) -> Iterator[dict[str, Tensor]]:
-    cur: dict[str, Tensor] = {}
-    size = 0
-    for k, v in tensors.items():
-        n = v.numel() * v.element_size()
-        if cur and size + n > max_bytes:
-            yield cur
-            cur, size = {}, 0
-        cur[k] = v
-        size += n
-    if cur:
-        yield cur
 
 
 def _arch_dict(cfg: Pi0Config) -> dict[str, Any]:
@@ -643,43 +574,27 @@ def _copy_tokenizer(cfg: Pi0Config, folder: Path) -> None:
 
 def save_policy(policy: Any, path: str | os.PathLike[str], *, format: str = "vlarl",
                 dtype: torch.dtype | None = None, asset_id: str = DEFAULT_ASSET_ID,
-                max_shard_bytes: int = _MAX_SHARD_BYTES) -> None:
+                max_shard_bytes: int = pipeline.MAX_SHARD_BYTES) -> None:
     """Write ``policy`` to folder ``path`` in ``format`` (atomically: the folder appears complete or not at all).
 
     ``dtype`` casts floating tensors (e.g. ``torch.bfloat16`` for a compact export). External formats
     get LoRA merged and the upstream side files (``config.json``, norm stats where upstream keeps them).
     """
-    from vlarl_cli.checkpoints.atomic import atomic_directory, atomic_save_safetensors, atomic_write_json
+    from vlarl_cli.checkpoints.atomic import atomic_directory, atomic_write_json
 
-    if format not in FORMATS:
-        raise CheckpointError(f'Unknown pi0 checkpoint format "{format}".{did_you_mean(format, FORMATS)}',
-                              f"Use one of {', '.join(FORMATS)}.")
+    pipeline.check_format(format, FORMATS, "pi0")
     cfg: Pi0Config = policy.cfg
     if format == "lerobot" and cfg.is_pi05 and not (cfg.discrete_state_input and cfg.state_prompt_padded):
         warnings.warn("LeRobot's pi0.5 always puts the discretised, 32-padded state in the prompt; this policy does "
                       "not (discrete_state_input / state_prompt_padded off), so LeRobot will prompt it differently "
                       "than it was trained. vlarl reloads it as saved (config.json vlarl_arch).", stacklevel=2)
-    tensors = export_state_dict(policy, format)
-    tensors = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous().cpu()
-               for k, v in tensors.items()}
+    tensors = pipeline.cast_for_save(export_state_dict(policy, format), dtype)
     precision = "bfloat16" if (dtype or policy.action_in_proj.weight.dtype) == torch.bfloat16 else "float32"
     norm_stats: dict[str, NormStats] = getattr(policy, "norm_stats", {}) or {}
     with atomic_directory(path) as tmp:
-        shards = list(_shards(tensors, max_shard_bytes))
-        if len(shards) == 1:
-            atomic_save_safetensors(shards[0], tmp / WEIGHTS, metadata={"format": "pt"})
-        else:
-            weight_map: dict[str, str] = {}
-            for i, shard in enumerate(shards):
-                name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-                atomic_save_safetensors(shard, tmp / name, metadata={"format": "pt"})
-                weight_map.update(dict.fromkeys(shard, name))
-            total = sum(v.numel() * v.element_size() for v in tensors.values())
-            atomic_write_json(tmp / f"{WEIGHTS}.index.json",
-                              {"metadata": {"total_size": total}, "weight_map": weight_map})
+        pipeline.write_weights(tmp, tensors, max_shard_bytes=max_shard_bytes)
         if format == "vlarl":
-            atomic_write_json(tmp / VLARL_CONFIG, {"family": FAMILY, "format_version": FORMAT_VERSION,
-                                                   "model": cfg.to_dict()})
+            pipeline.write_vlarl_config(tmp, FAMILY, FORMAT_VERSION, cfg.to_dict())
         else:
             atomic_write_json(tmp / "config.json", _external_config(cfg, format, precision))
         _copy_tokenizer(cfg, tmp)
@@ -692,11 +607,8 @@ def save_policy(policy: Any, path: str | os.PathLike[str], *, format: str = "vla
 # ---------------------------------------------------------------------------------------- describe
 def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Summary of a checkpoint folder from its headers and JSON files (no tensor data is read)."""
-    root = Path(path)
-    fmt = detect_format(root)
-    if fmt is None:
-        raise CheckpointError(f"{root} is not a recognised pi0 / pi0.5 checkpoint.",
-                              "Point at a folder written by openpi, RLinf, LeRobot, transformers or vlarl.")
+    root, fmt = pipeline.detect_or_refuse(path, detect_format, "pi0 / pi0.5", "Point at a folder written by "
+                                          "openpi, RLinf, LeRobot, transformers or vlarl.")
     header = _header_shapes(_weight_files(root))
     shapes = {k: v[0] for k, v in header.items()}
     cfg = _config_from_checkpoint(root, fmt, shapes)

@@ -1,0 +1,235 @@
+"""The steps every family's checkpoint module shares: read our ``vlarl_config.json``, stream tensors from
+safetensors files into a model built on the meta device, split what a file lacks into fresh RL / LoRA
+parameters and real holes, report (or refuse) the holes, and write weights (single file or shards + index).
+
+A family's ``checkpoint.py`` keeps only what is its own: the rule telling its upstream layouts apart
+(given to :func:`detect_layout`), key maps, config-from-checkpoint, which parameters may start fresh
+(:func:`split_fresh` prefixes) and how to build them, non-persistent buffers to recompute after
+:func:`build_on_meta`, side files and upstream ``config.json`` writers. Opening a folder for a load
+(exists, layout known, safetensors present) is :func:`vlarl_cli.checkpoints.detect.open_checkpoint_folder`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor, nn
+
+from vlarl_cli.checkpoints.detect import read_json_object
+from vlarl_cli.errors import CheckpointError, did_you_mean
+
+__all__ = ["INDEX", "MAX_SHARD_BYTES", "VLARL_CONFIG", "WEIGHTS", "TensorReader", "build_on_meta",
+           "cast_for_save", "check_format", "detect_layout", "detect_or_refuse", "format_keys", "init_lora_factors", "merged_state_dict",
+           "raise_if_incomplete", "read_vlarl_config", "shards", "split_fresh", "write_vlarl_config",
+           "write_weights", "zero_fill"]
+
+VLARL_CONFIG = "vlarl_config.json"
+WEIGHTS = "model.safetensors"
+INDEX = f"{WEIGHTS}.index.json"
+MAX_SHARD_BYTES = 4 * 1024**3
+_LORA_SUFFIXES = (".lora_A", ".lora_B")
+_Model = TypeVar("_Model", bound=nn.Module)
+
+
+# ---------------------------------------------------------------------------------------- detect
+def detect_layout(path: str | os.PathLike[str], family: str,
+                  external: Callable[[Path, dict[str, Any]], str | None]) -> str | None:
+    """The first steps of every family's ``detect_format``: a folder with our ``vlarl_config.json`` is
+    ``vlarl`` when it names ``family`` (and no layout of this family otherwise); any other folder is
+    decided by ``external(root, its config.json object or {})``."""
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    vcfg = read_json_object(root / VLARL_CONFIG)
+    if vcfg is not None:
+        return "vlarl" if vcfg.get("family") == family else None
+    return external(root, read_json_object(root / "config.json") or {})
+
+
+# ---------------------------------------------------------------------------------------- our config file
+def read_vlarl_config(root: Path, format_version: int) -> dict[str, Any]:
+    """``vlarl_config.json`` of ``root``, checked: a ``model`` object and the ``format_version`` we read."""
+    vcfg = read_json_object(root / VLARL_CONFIG)
+    if vcfg is None or not isinstance(vcfg.get("model"), dict):
+        raise CheckpointError(f"{root / VLARL_CONFIG} is missing or malformed.", "Re-save the checkpoint.")
+    if vcfg.get("format_version") != format_version:
+        raise CheckpointError(f"{root} has format_version {vcfg.get('format_version')}, this vlarl reads "
+                              f"{format_version}.", "Convert it with the matching vlarl version.")
+    return vcfg
+
+
+def write_vlarl_config(folder: Path, family: str, format_version: int, model: dict[str, Any],
+                       **extra: Any) -> None:
+    from vlarl_cli.checkpoints.atomic import atomic_write_json
+
+    atomic_write_json(folder / VLARL_CONFIG, {"family": family, "format_version": format_version, "model": model,
+                                              **extra})
+
+
+def detect_or_refuse(path: str | os.PathLike[str], detect: Callable[[Path], str | None], family: str,
+                     hint: str) -> tuple[Path, str]:
+    """``(root, layout)`` of a folder that must be a ``family`` checkpoint (``describe``'s first step)."""
+    root = Path(path)
+    fmt = detect(root)
+    if fmt is None:
+        raise CheckpointError(f"{root} is not a recognised {family} checkpoint.", hint)
+    return root, fmt
+
+
+# ---------------------------------------------------------------------------------------- build + stream
+def build_on_meta(build: Callable[[], _Model], materialise: Callable[[_Model], _Model],
+                  reset_buffers: Callable[[_Model], None]) -> tuple[_Model, dict[str, Tensor]]:
+    """``build()`` on the meta device (no memory), ``materialise`` it (cast on meta first, then
+    ``to_empty`` on the target device: never an fp32 copy of a large model), recompute the
+    non-persistent buffers ``to_empty`` leaves uninitialised; returns the model and its state dict
+    (``keep_vars``: the tensors to fill)."""
+    with torch.device("meta"):
+        model = build()
+    model = materialise(model)
+    reset_buffers(model)
+    return model, dict(model.state_dict(keep_vars=True))
+
+
+class TensorReader:
+    """Reads tensors by (file, name) through one ``safe_open`` handle per file, all closed on exit:
+    a load never holds a whole file in memory."""
+
+    def __init__(self) -> None:
+        self._handles: dict[Path, Any] = {}
+
+    def __enter__(self) -> TensorReader:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        for handle in self._handles.values():
+            handle.__exit__(None, None, None)
+        self._handles.clear()
+
+    def get(self, file: Path, name: str) -> Tensor:
+        from safetensors import safe_open
+
+        if file not in self._handles:
+            self._handles[file] = safe_open(os.fspath(file), "pt", device="cpu").__enter__()
+        return self._handles[file].get_tensor(name)
+
+
+def split_fresh(absent: Iterable[str], prefixes: tuple[str, ...], keys: tuple[str, ...] = ()
+                ) -> tuple[list[str], list[str]]:
+    """``(fresh, missing)``: parameters a file lacks that start fresh (RL heads under ``prefixes``, the
+    internal-only ``keys``, LoRA factors) and the real holes."""
+    absent = list(absent)
+    fresh = [k for k in absent if k.startswith(prefixes) or k in keys or k.endswith(_LORA_SUFFIXES)]
+    return fresh, [k for k in absent if k not in fresh]
+
+
+def init_lora_factors(policy: nn.Module, fresh: Iterable[str]) -> None:
+    """LoRA factors a checkpoint lacks, initialised as :class:`~vlarl_cli.policies.lora.LoRALinear` does."""
+    from vlarl_cli.policies.lora import LoRALinear
+
+    miss = set(fresh)
+    for name, m in policy.named_modules():
+        if isinstance(m, LoRALinear) and f"{name}.lora_A" in miss:
+            with torch.no_grad():
+                nn.init.kaiming_uniform_(m.lora_A, a=math.sqrt(5))
+                m.lora_B.zero_()
+
+
+def zero_fill(params: dict[str, Tensor], keys: Iterable[str]) -> None:
+    """strict=False: holes are zeros, never uninitialised memory."""
+    with torch.no_grad():
+        for k in keys:
+            params[k].zero_()
+
+
+# ---------------------------------------------------------------------------------------- report
+def format_keys(keys: list[str], limit: int = 12) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f" ... and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def raise_if_incomplete(root: Path, fmt: str, model: str, missing: list[str], unexpected: list[str],
+                        mismatched: list[str], hint: str) -> None:
+    """Refuse a strict load with holes, naming the keys of each kind."""
+    parts = []
+    if missing:
+        parts.append(f"missing {len(missing)}: {format_keys(missing)}")
+    if unexpected:
+        parts.append(f"unexpected {len(unexpected)}: {format_keys(unexpected)}")
+    if mismatched:
+        parts.append(f"wrong shape {len(mismatched)}: {format_keys(mismatched)}")
+    if parts:
+        raise CheckpointError(f"{root} ({fmt}) does not match the {model}: " + "; ".join(parts) + ".", hint)
+
+
+# ---------------------------------------------------------------------------------------- save
+def check_format(fmt: str, formats: tuple[str, ...], family: str) -> None:
+    """Refuse a layout ``family`` does not write (the name closest to ``fmt`` suggested)."""
+    if fmt not in formats:
+        raise CheckpointError(f'Unknown {family} checkpoint format "{fmt}".{did_you_mean(fmt, formats)}',
+                              f"Use one of {', '.join(formats)}.")
+
+
+def merged_state_dict(policy: nn.Module) -> dict[str, Tensor]:
+    """State dict with every LoRA update folded into its base weight and no LoRA keys."""
+    from vlarl_cli.policies.lora import LoRALinear
+
+    sd = {k: v.detach() for k, v in policy.state_dict().items()}
+    for name, m in policy.named_modules():
+        if isinstance(m, LoRALinear):
+            sd[f"{name}.weight"] = m.merged_weight().detach()
+            sd.pop(f"{name}.lora_A", None)
+            sd.pop(f"{name}.lora_B", None)
+    return sd
+
+
+def cast_for_save(tensors: dict[str, Tensor], dtype: torch.dtype | None) -> dict[str, Tensor]:
+    """Floating tensors cast to ``dtype`` (None: kept), all contiguous on the CPU."""
+    return {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).contiguous().cpu()
+            for k, v in tensors.items()}
+
+
+def shards(tensors: dict[str, Tensor], max_bytes: int) -> list[dict[str, Tensor]]:
+    """Consecutive groups of at most ``max_bytes`` (a larger tensor alone in its group)."""
+    out: list[dict[str, Tensor]] = [{}]
+    size = 0
+    for name, t in tensors.items():
+        nbytes = t.numel() * t.element_size()
+        if out[-1] and size + nbytes > max_bytes:
+            out.append({})
+            size = 0
+        out[-1][name] = t
+        size += nbytes
+    return out
+
+
+def write_weights(folder: Path, tensors: dict[str, Tensor], *, max_shard_bytes: int = MAX_SHARD_BYTES,
+                  force_index: bool = False) -> None:
+    """``model.safetensors``, or ``model-0000i-of-0000N.safetensors`` + index when larger than
+    ``max_shard_bytes`` (or ``force_index``: upstream layouts that always shard). Shards of an earlier,
+    differently sharded save in the same folder are removed."""
+    from vlarl_cli.checkpoints.atomic import atomic_save_safetensors, atomic_write_json
+
+    groups = shards(tensors, max_shard_bytes)
+    old = {p.name for p in folder.glob("model*.safetensors")}
+    if len(groups) == 1 and not force_index:
+        atomic_save_safetensors(groups[0], folder / WEIGHTS, metadata={"format": "pt"})
+        written = {WEIGHTS}
+        (folder / INDEX).unlink(missing_ok=True)
+    else:
+        weight_map: dict[str, str] = {}
+        written = set()
+        for i, group in enumerate(groups, start=1):
+            name = f"model-{i:05d}-of-{len(groups):05d}.safetensors"
+            atomic_save_safetensors(group, folder / name, metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(group, name))
+            written.add(name)
+        total = sum(t.numel() * t.element_size() for t in tensors.values())
+        atomic_write_json(folder / INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
+    for stale in old - written:
+        (folder / stale).unlink(missing_ok=True)
