@@ -64,8 +64,6 @@ def resolve_norm_stats(cfg: Pi0Config, root: Path, fmt: str, header: dict[str, A
                        explicit: str | os.PathLike[str] | None, asset_id: str | None
                        ) -> tuple[dict[str, NormStats] | None, str | None]:
     """``(stats, where they came from)``; None for a tiny model without any. Raises for a real model."""
-    from vlarl_cli.policies.pi0.checkpoint import lerobot_norm_stats
-
     if explicit is not None:
         return load_norm_stats(explicit), os.fspath(explicit)
     aid = asset_id or DEFAULT_ASSET_ID
@@ -88,3 +86,47 @@ def resolve_norm_stats(cfg: Pi0Config, root: Path, fmt: str, header: dict[str, A
         "Give the norm_stats.json the model was trained with: actor.model.norm_stats_path=<file> (a KEY=VALUE "
         "override on the command line, or in the config); if it sits under another asset id in the folder, set "
         "actor.model.asset_id=<id> (e.g. physical-intelligence/libero).")
+
+
+def _norm_stats_from_lerobot_buffers(shapes: dict[str, tuple[tuple[int, ...], str, Path]]) -> dict[str, NormStats]:
+    """Old LeRobot checkpoints keep normalisation buffers in the weights file."""
+    from safetensors import safe_open
+
+    found: dict[str, dict[str, Any]] = {}  # stat name -> tensor
+    for name, (_, _, f) in shapes.items():
+        n = name[len("model."):] if name.startswith("model.") else name
+        for feature, ours in (("buffer_observation_state.", "state"), ("buffer_action.", "actions")):
+            if n.startswith(("normalize_inputs.", "unnormalize_outputs.", "normalize_targets.")) and feature in n:
+                stat = n.split(feature, 1)[1]
+                with safe_open(os.fspath(f), "pt") as fh:
+                    found.setdefault(ours, {})[stat] = fh.get_tensor(name)
+    return {k: NormStats.from_dict({s: t.double().tolist() for s, t in v.items()})
+            for k, v in found.items() if "mean" in v and "std" in v}
+
+
+def _norm_stats_from_lerobot_processors(root: Path) -> dict[str, NormStats]:
+    """LeRobot >= 0.4 keeps statistics in ``policy_{pre,post}processor_step_*_{,un}normalizer_processor
+    .safetensors`` files with keys ``<feature>.<stat>`` (``observation.state.mean``, ``action.q99``...)."""
+    from safetensors.torch import load_file
+
+    found: dict[str, dict[str, list[float]]] = {}
+    files = sorted(root.glob("policy_preprocessor_step_*_normalizer_processor.safetensors")) + sorted(
+        root.glob("policy_postprocessor_step_*_unnormalizer_processor.safetensors"))
+    for f in files:
+        for key, value in load_file(os.fspath(f)).items():
+            feature, _, stat = key.rpartition(".")
+            ours = {"observation.state": "state", "action": "actions"}.get(feature)
+            if ours is not None:
+                found.setdefault(ours, {}).setdefault(stat, value.double().reshape(-1).tolist())
+    return {k: NormStats.from_dict(v, where=f"{root} LeRobot processor [{k}]")
+            for k, v in found.items() if "mean" in v and "std" in v}
+
+
+def lerobot_norm_stats(root: Path, header: dict[str, tuple[tuple[int, ...], str, Path]]
+                       ) -> tuple[dict[str, NormStats], str | None]:
+    """LeRobot's statistics: its processor files (>= 0.4), else normalisation buffers in the weights."""
+    stats = _norm_stats_from_lerobot_processors(root)
+    if stats:
+        return stats, f"{root} (LeRobot policy_*_normalizer_processor.safetensors)"
+    stats = _norm_stats_from_lerobot_buffers(header)
+    return stats, (f"{root} (LeRobot normalize_* buffers)" if stats else None)

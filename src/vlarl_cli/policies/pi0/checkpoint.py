@@ -334,50 +334,6 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
 
 
 # ---------------------------------------------------------------------------------------- load
-def _norm_stats_from_lerobot_buffers(shapes: dict[str, tuple[tuple[int, ...], str, Path]]) -> dict[str, NormStats]:
-    """Old LeRobot checkpoints keep normalisation buffers in the weights file."""
-    from safetensors import safe_open
-
-    found: dict[str, dict[str, Tensor]] = {}
-    for name, (_, _, f) in shapes.items():
-        n = name[len("model."):] if name.startswith("model.") else name
-        for feature, ours in (("buffer_observation_state.", "state"), ("buffer_action.", "actions")):
-            if n.startswith(("normalize_inputs.", "unnormalize_outputs.", "normalize_targets.")) and feature in n:
-                stat = n.split(feature, 1)[1]
-                with safe_open(os.fspath(f), "pt") as fh:
-                    found.setdefault(ours, {})[stat] = fh.get_tensor(name)
-    return {k: NormStats.from_dict({s: t.double().tolist() for s, t in v.items()})
-            for k, v in found.items() if "mean" in v and "std" in v}
-
-
-def _norm_stats_from_lerobot_processors(root: Path) -> dict[str, NormStats]:
-    """LeRobot >= 0.4 keeps statistics in ``policy_{pre,post}processor_step_*_{,un}normalizer_processor
-    .safetensors`` files with keys ``<feature>.<stat>`` (``observation.state.mean``, ``action.q99``...)."""
-    from safetensors.torch import load_file
-
-    found: dict[str, dict[str, list[float]]] = {}
-    files = sorted(root.glob("policy_preprocessor_step_*_normalizer_processor.safetensors")) + sorted(
-        root.glob("policy_postprocessor_step_*_unnormalizer_processor.safetensors"))
-    for f in files:
-        for key, value in load_file(os.fspath(f)).items():
-            feature, _, stat = key.rpartition(".")
-            ours = {"observation.state": "state", "action": "actions"}.get(feature)
-            if ours is not None:
-                found.setdefault(ours, {}).setdefault(stat, value.double().reshape(-1).tolist())
-    return {k: NormStats.from_dict(v, where=f"{root} LeRobot processor [{k}]")
-            for k, v in found.items() if "mean" in v and "std" in v}
-
-
-def lerobot_norm_stats(root: Path, header: dict[str, tuple[tuple[int, ...], str, Path]]
-                       ) -> tuple[dict[str, NormStats], str | None]:
-    """LeRobot's statistics: its processor files (>= 0.4), else normalisation buffers in the weights."""
-    stats = _norm_stats_from_lerobot_processors(root)
-    if stats:
-        return stats, f"{root} (LeRobot policy_*_normalizer_processor.safetensors)"
-    stats = _norm_stats_from_lerobot_buffers(header)
-    return stats, (f"{root} (LeRobot normalize_* buffers)" if stats else None)
-
-
 def _reset_buffers(policy: Any) -> None:
     """Recompute non-persistent buffers (left uninitialised by ``to_empty``)."""
     dev = policy.action_in_proj.weight.device
