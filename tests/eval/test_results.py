@@ -51,8 +51,9 @@ def test_plan_counts_and_order() -> None:
 
 def test_plan_libero130_maps_to_original_suites() -> None:
     plan = plan_episodes("libero_130", (0, 10, 39, 40, 129), 1)
-    assert [(k.suite, k.task) for k in plan] == [("libero_spatial", 0), ("libero_object", 0), ("libero_10", 9),
-                                                ("libero_90", 0), ("libero_90", 89)]
+    # RLinf's libero_130 order: spatial, object, goal, 90, 10
+    assert [(k.suite, k.task) for k in plan] == [("libero_spatial", 0), ("libero_object", 0), ("libero_90", 9),
+                                                ("libero_90", 10), ("libero_10", 9)]
     # and back: the vector env (suite libero_130) gets the right flat reset-state ids
     assert [k.libero130_task for k in plan] == [0, 10, 39, 40, 129]
     assert EpisodeKey("libero_goal", 2, 7).libero130_reset_state_id == 22 * 50 + 7
