@@ -236,7 +236,7 @@ class _Pi0:
     num_action_chunks = 10
     cameras = ("main", "wrist")
 
-    class cfg:  # noqa: N801  (stands for Pi0Policy.cfg)
+    class cfg:
         num_steps = 4
 
 
