@@ -5,7 +5,9 @@
 #
 # What and why (REFERENCE.md section 7): the rlinf wheel is installed --no-deps (its declared
 # dependencies pull a CUDA torch, ray and more); its LIBERO env imports only gym (+ gym-notices),
-# omegaconf, torch, numpy, PIL and LIBERO itself. LIBERO is installed here exactly as scripts/install.sh
+# omegaconf, torch, numpy, PIL and LIBERO itself, plus rlinf.utils.logging, whose get_logger imports the
+# ray-based scheduler for a logger: tests/conformance/rlinf_env/rlinf_shim.py stands in for that one
+# module (a plain logging.Logger), nothing else of RLinf is replaced. LIBERO is installed here exactly as scripts/install.sh
 # pins it (robosuite 1.4.0, mujoco 2.3.7, bddl 1.0.1, libero 0.1.1 --no-deps, numpy<2, torch==2.13.0 CPU
 # wheel); the 622 MB asset tree is NOT copied: libero/libero/assets links to the project's verified
 # copy (python -m vlarl_cli.envs.libero.install put it there). Idempotent (stamp file).
@@ -45,8 +47,9 @@ with open(os.path.join(cfg, "config.yaml"), "w") as fh:
                      ("datasets", "../datasets"), ("assets", "assets")):
         fh.write(f"{key}: {os.path.join(root, sub)}\n")
 PY
-LIBERO_CONFIG_PATH="$CFG" MUJOCO_GL=${MUJOCO_GL:-egl} "$VENV/bin/python" - <<'PY'
+LIBERO_CONFIG_PATH="$CFG" MUJOCO_GL=${MUJOCO_GL:-egl} PYTHONPATH=tests/conformance/rlinf_env "$VENV/bin/python" - <<'PY'
 import robosuite, mujoco
+import rlinf_shim  # rlinf.utils.logging without ray (see the file)
 from rlinf.envs.libero.libero_env import LiberoEnv  # noqa: F401
 assert robosuite.__version__ == "1.4.0" and mujoco.__version__ == "2.3.7", (robosuite.__version__, mujoco.__version__)
 print("rlinf_env reference imports: robosuite", robosuite.__version__, "mujoco", mujoco.__version__)
