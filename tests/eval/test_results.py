@@ -266,13 +266,3 @@ def test_card_follows_the_family_entry_of_the_protocol() -> None:
     assert rl["replan_size"] == 10 and rl["env_seed"] == 3 and rl["eval_order"] == "trial_major"
     assert not any("seed" in d for d in rl["deviations"])
 
-
-def test_stream_breaks_of_once_per_task_seeding() -> None:
-    from vlarl_cli.training.evaluation.plan import stream_breaks
-
-    plan = plan_episodes("libero_spatial", (0, 1), 4)
-    assert stream_breaks(split_blocks(plan, 2)) == []  # each env runs one task's trials 0..3 in order
-    broken = stream_breaks(split_blocks(plan, 3))  # blocks of 3, 3, 2: env 1 starts at task 0 trial 3
-    assert broken == ["libero_spatial task 0: env 1 runs trials 3..3 without trials 0..2 before them",
-                      "libero_spatial task 1: env 2 runs trials 2..3 without trials 0..1 before them"]
-    assert stream_breaks([plan[1:4]]) != []  # a resumed run that already has trial 0

@@ -2,7 +2,7 @@
 
 Both run libero_spatial task 0 in training mode (auto-reset, fixed reset-state ids drawn at random from
 ``seed``, ``use_rel_reward``, ``use_step_penalty``, ``reward_coef`` 5, 15 settle steps with the gripper
-open, 128 px, step limit 168) and get the same action chunks (C = 8): the scripted expert's recorded
+open, 128 px, step limit 176) and get the same action chunks (C = 8): the scripted expert's recorded
 actions (an episode that succeeds at step 162), then small random actions until the step limit (an
 episode that times out), then one chunk of the third episode. Each episode starts through an auto-reset
 that draws a new reset-state id.
@@ -40,7 +40,9 @@ HERE = Path(__file__).parent
 ROOT = HERE.parents[2]
 REF_PYTHON = ROOT / ".reference" / "rlinf_env" / "bin" / "python"
 CHUNK = 8
-MAX_STEPS = 168  # the expert succeeds at step 162, inside the 21st chunk
+# the expert succeeds at step 162, inside the 21st chunk (steps 161-168); a limit inside that chunk would
+# make RLinf report a truncation as well (it keeps stepping after the success), vlarl not (difference 1)
+MAX_STEPS = 176
 RES = 128
 
 
@@ -181,10 +183,10 @@ def test_vlarl_rlinf_protocol_equals_rlinf_libero_env(tmp_path):
         assert ours["ids"][k] == int(theirs["ids"][k]), where
         _assert_same_obs(ours["obs"][k], theirs["main"][k], theirs["wrist"][k], theirs["state"][k], where)
 
-    # the three episodes happened: success at step 162 (chunk 20), timeout 21 chunks later, a third one
-    assert ends == [20, 41], ends
+    # the three episodes happened: success at step 162 (chunk 20), timeout 22 chunks later, a third one
+    assert ends == [20, 42], ends
     assert ours["episode"][20][keys.SUCCESS_ONCE] and ours["episode"][20][keys.EPISODE_LEN] == 162
-    assert not ours["episode"][41][keys.SUCCESS_ONCE] and ours["episode"][41][keys.EPISODE_LEN] == MAX_STEPS
+    assert not ours["episode"][42][keys.SUCCESS_ONCE] and ours["episode"][42][keys.EPISODE_LEN] == MAX_STEPS
     # rewards: -1 on each episode's first step (penalty before the relative change), +5 on the success
     assert ours["rewards"][0][0] == -1.0 and ours["rewards"][20][1] == 5.0 and ours["rewards"][21][0] == -1.0
-    assert len({ours["id0"][0], ours["ids"][20], ours["ids"][41]}) > 1  # new ids were drawn
+    assert len({ours["id0"][0], ours["ids"][20], ours["ids"][42]}) > 1  # new ids were drawn

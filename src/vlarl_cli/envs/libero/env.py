@@ -18,7 +18,8 @@ the last settle step of a reset, and on every step while recording video. Observ
 bit-identical to rendering every step (``tests/envs/test_env.py`` checks it).
 
 Seeding follows the protocol (``protocol.py``): ``once_per_task`` seeds a task's simulator once when it is
-built and lets every reset continue numpy's global stream (openpi / OFT); ``every_reset`` seeds right
+built and lets every reset continue numpy's global stream (openpi / OFT), so trial i is the (i+1)-th reset
+(out of order, the stream is replayed first: :meth:`LiberoEnv._replay_stream`); ``every_reset`` seeds right
 before every reset (RLinf), with the seed the caller passes to :meth:`LiberoEnv.reset`. Resets draw
 object-placement noise from that stream, which the init state does not fix. Measured: seeded right before
 a soft reset, an episode is bit-identical to a freshly built, seeded, hard-reset simulator.
@@ -314,6 +315,7 @@ class LiberoEnv:
         if self.seeding == "once_per_task":
             # openpi _get_libero_env / OFT get_libero_env: env.seed(seed) right after building a task's env
             self._env.seed(self.seed)
+        self._stream_resets = 0  # resets since the seed (once_per_task: trial i must be the (i+1)-th)
         self.timings["construct_s"] = time.perf_counter() - start
         self.task_id, self.task = task_id, task
         self._episode_active = False
@@ -372,7 +374,10 @@ class LiberoEnv:
                 "its random stream.",
                 fix="Pass no seed to reset() (use EnvOptions.seed), or use seeding every_reset.",
             )
+        elif init_state is None and self._stream_resets != trial_id:
+            self._replay_stream(trial_id)
         env.reset()
+        self._stream_resets += 1
         if not self.hard_reset:
             # A soft reset keeps the gripper model object, whose speed-limited command
             # (robosuite models/grippers/panda_gripper.py format_action: current_action) would carry over
@@ -403,6 +408,19 @@ class LiberoEnv:
             self._capture(obs)
         self.timings["reset_s"] = time.perf_counter() - start
         return obs
+
+    def _replay_stream(self, trial_id: int) -> None:
+        """Bring numpy's stream to where openpi's evaluator has it before trial ``trial_id``'s reset.
+
+        openpi / OFT seed a task's env once and reset it for trials 0, 1, ... in order; resets draw
+        placement noise, stepping draws nothing, and a hard reset rebuilds the model whatever the state, so
+        re-seeding and resetting ``trial_id`` times reproduces the stream exactly (~2.5 s per hard reset).
+        Needed when trials run out of order: a resumed evaluation, a task split over envs, re-simulation.
+        """
+        self._env.seed(self.seed)
+        for _ in range(trial_id):
+            self._env.reset()
+        self._stream_resets = trial_id
 
     @property
     def protocol_settle_action(self) -> np.ndarray:

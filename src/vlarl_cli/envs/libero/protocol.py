@@ -5,8 +5,8 @@
 (``env.seed(7)`` openpi, ``env.seed(0)`` OFT), then for trial i = 0..49 in order a (hard) ``reset()``,
 ``set_init_state(init_states[i])``, 10 settle steps with ``[0,0,0,0,0,0,-1]``, then at most the suite's
 step limit (220/280/300/520/400 for spatial/object/goal/10/90). Because the seed is applied only once,
-object-placement noise of trial i depends on the resets before it: the trials of a task must run in
-order, in one simulator, with hard resets (what :func:`standard_stream_deviation` checks).
+object-placement noise of trial i depends on the resets before it: trial i is the (i+1)-th hard reset
+after the seed (``LiberoEnv`` replays the stream when trials come out of order).
 Per family: openpi replans every 5 steps with 10 denoising steps (its ``Pi0Config`` default), OFT
 executes 8 actions open loop.
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vlarl_cli.training.evaluation.card import card_conflicts, make_card
-from vlarl_cli.training.evaluation.plan import EvalSettings, plan_episodes, split_blocks, stream_breaks
+from vlarl_cli.training.evaluation.plan import EvalSettings, plan_episodes, split_blocks
 from vlarl_cli.training.evaluation.results import EvalSummary, print_summary, summarize, write_summary
 from vlarl_cli.training.evaluation.runner import run_episodes
 from vlarl_cli.training.evaluation.source import PolicyInfo, load_policy
@@ -47,15 +47,6 @@ def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | N
     if show and rank == 0:
         print(f"vlarl eval: {len(plan)} episodes planned, {len(plan) - len(todo)} already finished, "
               f"{len(todo)} to run on {world_size} rank(s)" + (f" -> {out_dir}" if out_dir else ""), flush=True)
-    if get_protocol(settings.protocol).seeding == "once_per_task":
-        blocks = split_blocks(mine, max(1, min(settings.num_envs, len(mine))))
-        breaks = stream_breaks(blocks)
-        if breaks:
-            note = (f"{len(breaks)} task(s) not run as trials 0, 1, ... in one freshly seeded simulator (the "
-                    f"upstream random stream differs), e.g. {breaks[0]}")
-            card["deviations"] = [*card["deviations"], note]
-            if show:
-                print(f"vlarl eval: deviation from the protocol: {note}", flush=True)
     records, stats = run_episodes(policy, settings, mine, on_episode=log.append if log else None, rank=rank,
                                   out_dir=out_dir, log=log_episodes)
     dist.barrier(group)

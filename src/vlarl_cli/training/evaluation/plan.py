@@ -94,29 +94,6 @@ def split_blocks(items: list[Any], parts: int) -> list[list[Any]]:
     return out
 
 
-def stream_breaks(blocks: list[list[EpisodeKey]]) -> list[str]:
-    """Tasks whose trials an env does not run as 0, 1, 2, ... from a freshly built simulator.
-
-    Under ``once_per_task`` seeding (openpi / OFT) trial i's placement noise comes from the random stream
-    left by trials 0..i-1 of the same simulator, so only such runs reproduce the upstream evaluator
-    (a resumed evaluation, or a split of a task's trials over envs, breaks it).
-    """
-    out = []
-    for env, block in enumerate(blocks):
-        start = 0
-        while start < len(block):
-            end = start
-            while end + 1 < len(block) and (block[end + 1].suite, block[end + 1].task) == (block[start].suite,
-                                                                                             block[start].task):
-                end += 1
-            trials = [k.trial for k in block[start : end + 1]]
-            if trials != list(range(len(trials))):
-                out.append(f"{block[start].suite} task {block[start].task}: env {env} runs trials "
-                           f"{trials[0]}..{trials[-1]} without trials 0..{trials[0] - 1 if trials[0] else 0} before them")
-            start = end + 1
-    return out
-
-
 @dataclass(frozen=True)
 class EvalSettings:
     """How to evaluate (everything except the policy).
