@@ -63,9 +63,11 @@ def test_relative_reward_with_step_penalty_ignoring_terminations(physics_env):
     assert len(rewards) == 200  # ran to the limit despite succeeding
     assert episode[keys.SUCCESS_ONCE] is True
     assert episode[keys.SUCCESS_AT_END] == bool(success[-1])
-    # hand formula (RLinf _calc_step_reward): r_t = 5 * s_t - 5 * s_{t-1}, minus the penalty
-    level = 5.0 * success.astype(np.float64)
-    expected = np.diff(np.concatenate([[0.0], level])) - 0.01
+    # hand formula (RLinf _calc_step_reward): level_t = 5 * s_t - penalty, r_t = level_t - level_{t-1}
+    # (level_{-1} = 0): the penalty shows only on the first step
+    level = 5.0 * success.astype(np.float64) - 0.01
+    expected = np.diff(np.concatenate([[0.0], level]))
+    assert expected[0] == pytest.approx(-0.01) and not np.any(np.isclose(expected[1:], -0.01))
     np.testing.assert_allclose(rewards, expected, atol=1e-6)
     # RLinf _record_metrics: the return accumulates up to and including the first success step
     first = int(np.argmax(success))

@@ -316,6 +316,9 @@ class LiberoEnv:
             # openpi _get_libero_env / OFT get_libero_env: env.seed(seed) right after building a task's env
             self._env.seed(self.seed)
         self._stream_resets = 0  # resets since the seed (once_per_task: trial i must be the (i+1)-th)
+        # LIBERO seeds numpy's process-global generator; several envs in one worker process would share
+        # (and interleave) one stream, so each env keeps its own stream state between its resets
+        self._stream_state = np.random.get_state()
         self.timings["construct_s"] = time.perf_counter() - start
         self.task_id, self.task = task_id, task
         self._episode_active = False
@@ -376,8 +379,11 @@ class LiberoEnv:
             )
         elif init_state is None and self._stream_resets != trial_id:
             self._replay_stream(trial_id)
+        if self.seeding == "once_per_task":
+            np.random.set_state(self._stream_state)
         env.reset()
         self._stream_resets += 1
+        self._stream_state = np.random.get_state()
         if not self.hard_reset:
             # A soft reset keeps the gripper model object, whose speed-limited command
             # (robosuite models/grippers/panda_gripper.py format_action: current_action) would carry over
@@ -414,13 +420,15 @@ class LiberoEnv:
 
         openpi / OFT seed a task's env once and reset it for trials 0, 1, ... in order; resets draw
         placement noise, stepping draws nothing, and a hard reset rebuilds the model whatever the state, so
-        re-seeding and resetting ``trial_id`` times reproduces the stream exactly (~2.5 s per hard reset).
+        re-seeding and resetting ``trial_id`` times reproduces the stream exactly (~2.5 s per hard reset;
+        the env's camera observables are re-created by the next reset).
         Needed when trials run out of order: a resumed evaluation, a task split over envs, re-simulation.
         """
         self._env.seed(self.seed)
         for _ in range(trial_id):
             self._env.reset()
         self._stream_resets = trial_id
+        self._stream_state = np.random.get_state()
 
     @property
     def protocol_settle_action(self) -> np.ndarray:
