@@ -4,13 +4,18 @@ Measures, on libero_spatial task 0 with the no-op-like random actions of a polic
   * raw LIBERO (``OffScreenRenderEnv``, cameras rendered every step) in 1 and W processes: the baseline;
   * physics only (no cameras): the limit;
   * vlarl ``LiberoEnv`` (1 process) and ``LiberoVectorEnv`` (1 and W workers), chunk sizes C;
-  * reset time (soft, vlarl default; hard, robosuite default).
+  * reset time (soft, vlarl default; hard, robosuite default);
+  * with ``--rlinf``: RLinf 0.3.0's own ``LiberoEnv`` (training mode: every reset rebuilds the simulator
+    process's env, both cameras rendered every control step) beside vlarl's vector env with the same
+    task, image size, env count and chunk sizes: steps/s, reset time, RSS per env process, ours / RLinf.
+    Needs ``bash scripts/reference/rlinf_env.sh``; the RLinf side runs in that interpreter.
 Ratios against the targets of issue 3: with C = 1 vlarl within 5 % of raw at the same process count;
 with chunk C at least 0.8 x the bound C / (C x t_physics + cameras x t_render).
 
     python benchmarks/env_throughput.py                 # default: 128 px, C in {1, 5}, W = 2 (a few minutes)
     python benchmarks/env_throughput.py --full          # 128 and 224 px, C in {1, 5, 10}
     python benchmarks/env_throughput.py --resolutions 224 --chunks 1 5 10 --steps 40
+    python benchmarks/env_throughput.py --rlinf --rlinf-only --chunks 1 5 --workers 2   # just the RLinf table
 
 Numbers are wall-clock on a shared machine: the JSON includes the load average at start and end.
 """
@@ -21,11 +26,26 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 SUITE, TASK, TRIAL = "libero_spatial", 0, 0
+ROOT = Path(__file__).resolve().parents[1]
+REF = ROOT / ".reference" / "rlinf_env"
+SHIM_DIR = ROOT / "tests" / "conformance" / "rlinf_env"  # rlinf_shim: rlinf.utils.logging without ray
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident set size of a process in MiB (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def _actions(steps: int, seed: int = 0) -> np.ndarray:
@@ -83,7 +103,8 @@ def raw_steps_per_s(resolution: int, steps: int, processes: int) -> float:
 def single_env(resolution: int, chunks: list[int], steps: int, cameras: tuple[str, ...]) -> dict:
     from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
 
-    env = LiberoEnv(SUITE, TASK, EnvOptions(resolution=resolution, cameras=cameras, max_episode_steps=10_000))
+    env = LiberoEnv(SUITE, TASK, EnvOptions(resolution=resolution, cameras=cameras, max_episode_steps=10_000,
+                                            hard_reset=False))
     out: dict = {"construct_s": round(env.timings["construct_s"], 2)}
     env.reset(TRIAL)
     out["reset_soft_s"] = round(env.timings["reset_s"], 2)
@@ -107,7 +128,7 @@ def paired_c1(resolution: int, steps: int, block: int = 3) -> dict:
     """
     from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv, close_libero_env
 
-    ours = LiberoEnv(SUITE, TASK, EnvOptions(resolution=resolution, max_episode_steps=10_000))
+    ours = LiberoEnv(SUITE, TASK, EnvOptions(resolution=resolution, max_episode_steps=10_000, hard_reset=False))
     raw = _raw_env(resolution)
     ours.reset(TRIAL)
     actions = _actions(steps)
@@ -145,7 +166,7 @@ def vector_env(resolution: int, chunks: list[int], steps: int, workers: int) -> 
 
     spec = VectorEnvSpec(
         suite=SUITE, task_ids=(TASK,), num_envs=workers, num_workers=workers, resolution=resolution,
-        max_episode_steps=10_000,
+        max_episode_steps=10_000, hard_reset=False,
     )  # fmt: skip
     out: dict = {}
     with LiberoVectorEnv(spec) as vec:
@@ -163,6 +184,94 @@ def vector_env(resolution: int, chunks: list[int], steps: int, workers: int) -> 
     return out
 
 
+def vector_env_table(resolution: int, chunks: list[int], steps: int, envs: int) -> dict:
+    """vlarl's vector env (rlinf protocol, one env per worker) measured like :func:`rlinf_side_table`."""
+    from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec
+
+    spec = VectorEnvSpec(suite=SUITE, task_ids=(TASK,), num_envs=envs, num_workers=envs, resolution=resolution,
+                         protocol="rlinf", max_episode_steps=10_000, init_state_order="random")
+    out: dict = {}
+    with LiberoVectorEnv(spec) as vec:
+        start = time.perf_counter()
+        vec.reset()
+        out["first_reset_s"] = round(time.perf_counter() - start, 2)  # includes simulator construction
+        start = time.perf_counter()
+        vec.reset()
+        out["reset_s"] = round(time.perf_counter() - start, 2)
+        for chunk in chunks:
+            n = max(steps // chunk, 1) * chunk
+            actions = np.broadcast_to(_actions(n).reshape(-1, 1, chunk, 7), (n // chunk, envs, chunk, 7))
+            start = time.perf_counter()
+            for a in actions:
+                vec.step_chunk(np.ascontiguousarray(a))
+            out[f"C{chunk}_steps_per_s"] = round(envs * n / (time.perf_counter() - start), 2)
+        out["rss_per_env_process_mb"] = round(float(np.mean([_rss_mb(p) for p in vec.worker_pids()])), 0)
+    return out
+
+
+def rlinf_side_table(resolution: int, chunks: list[int], steps: int, envs: int) -> dict:
+    """RLinf's LiberoEnv (training mode) with ``envs`` env processes; runs in the reference interpreter."""
+    sys.path.insert(0, str(SHIM_DIR))
+    import rlinf_shim  # noqa: F401
+    from omegaconf import OmegaConf
+    from rlinf.envs.libero.libero_env import LiberoEnv
+
+    cfg = OmegaConf.create({
+        "task_suite_name": SUITE, "task_id_filter": [TASK], "seed": 0, "group_size": 1,
+        "use_fixed_reset_state_ids": True, "use_ordered_reset_state_ids": False, "specific_reset_id": None,
+        "ignore_terminations": False, "auto_reset": False, "is_eval": False, "max_episode_steps": 10_000,
+        "use_rel_reward": True, "use_step_penalty": False, "reward_coef": 1.0, "reset_gripper_open": True,
+        "init_params": {"camera_heights": resolution, "camera_widths": resolution}, "video_cfg": {"save_video": False},
+    })  # fmt: skip
+    out: dict = {}
+    start = time.perf_counter()
+    env = LiberoEnv(cfg, num_envs=envs, seed_offset=0, total_num_processes=1, worker_info=None)
+    env.reset()
+    out["first_reset_s"] = round(time.perf_counter() - start, 2)
+    start = time.perf_counter()
+    env.reset()  # training mode: rebuilds every env (ReconfigureSubprocEnv reconfigure), then 15 settle steps
+    out["reset_s"] = round(time.perf_counter() - start, 2)
+    for chunk in chunks:
+        n = max(steps // chunk, 1) * chunk
+        actions = np.broadcast_to(_actions(n).reshape(-1, 1, chunk, 7), (n // chunk, envs, chunk, 7))
+        start = time.perf_counter()
+        for a in actions:
+            env.chunk_step(np.ascontiguousarray(a))
+        out[f"C{chunk}_steps_per_s"] = round(envs * n / (time.perf_counter() - start), 2)
+    out["rss_per_env_process_mb"] = round(float(np.mean([_rss_mb(w.process.pid) for w in env.env.workers])), 0)
+    env.env.close()
+    return out
+
+
+def rlinf_table(resolution: int, chunks: list[int], steps: int, envs: int) -> dict:
+    """RLinf's row (subprocess in .reference/rlinf_env) and vlarl's row, then ours / RLinf."""
+    python = REF / "bin" / "python"
+    if not python.is_file():
+        return {"error": "RLinf reference env missing: run `bash scripts/reference/rlinf_env.sh`"}
+    from vlarl_cli.envs.libero.setup import prepare_libero
+
+    gl = prepare_libero(check_assets=False).mujoco_gl
+    (package,) = REF.glob("lib/python3*/site-packages/libero/libero")
+    with tempfile.TemporaryDirectory() as config:
+        entries = {"benchmark_root": package, "bddl_files": package / "bddl_files",
+                   "init_states": package / "init_files", "datasets": package.parent / "datasets",
+                   "assets": package / "assets"}  # fmt: skip
+        Path(config, "config.yaml").write_text("".join(f"{k}: {v}\n" for k, v in entries.items()))
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        env.update(LIBERO_CONFIG_PATH=config, MUJOCO_GL=gl, OMP_NUM_THREADS="1")
+        args = [str(python), __file__, "--rlinf-side", "--resolutions", str(resolution), "--steps", str(steps),
+                "--workers", str(envs), "--chunks", *map(str, chunks)]
+        proc = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-2000:]}
+    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    ours = vector_env_table(resolution, chunks, steps, envs)
+    ratios = {f"C{c}_steps_per_s": round(ours[f"C{c}_steps_per_s"] / theirs[f"C{c}_steps_per_s"], 2) for c in chunks}
+    ratios["reset_s"] = round(ours["reset_s"] / theirs["reset_s"], 3)
+    ratios["rss_per_env_process"] = round(ours["rss_per_env_process_mb"] / theirs["rss_per_env_process_mb"], 3)
+    return {"envs": envs, "rlinf": theirs, "vlarl": ours, "ours_over_rlinf": ratios}
+
+
 def physics_steps_per_s(steps: int) -> float:
     res = single_env(128, [steps], steps * 4, cameras=())
     return res[f"C{steps}"]
@@ -178,7 +287,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="policy steps per measurement")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--skip-vector", action="store_true")
+    parser.add_argument("--rlinf", action="store_true", help="add RLinf's LiberoEnv beside vlarl's vector env")
+    parser.add_argument("--rlinf-only", action="store_true", help="with --rlinf: only that table")
+    parser.add_argument("--rlinf-side", action="store_true", help=argparse.SUPPRESS)  # inside the reference env
     args = parser.parse_args()
+    if args.rlinf_side:
+        res = (args.resolutions or [128])[0]
+        print(json.dumps(rlinf_side_table(res, args.chunks or [1, 5], args.steps, args.workers)))
+        return
     resolutions = args.resolutions or ([128, 224] if args.full else [128])
     chunks = args.chunks or ([1, 5, 10] if args.full else [1, 5])
     w = args.workers
@@ -193,7 +309,12 @@ def main() -> None:
         "cameras": cams,
         "workers": w,
     }
-    result["reset_hard_s"] = hard_reset_s(resolutions[0])
+    if args.rlinf:
+        result["rlinf_vs_vlarl"] = {str(r): rlinf_table(r, chunks, args.steps, w) for r in resolutions}
+    if args.rlinf_only:
+        resolutions = []
+    else:
+        result["reset_hard_s"] = hard_reset_s(resolutions[0])
     per_res: dict = {}
     for res in resolutions:
         entry: dict = {}

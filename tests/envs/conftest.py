@@ -43,9 +43,10 @@ def libero_ready() -> None:
 
 @pytest.fixture(scope="module")
 def spatial_env(libero_ready):
-    """libero_spatial task 0, both cameras at 128 px, standard protocol (220 steps, 10 settle steps)."""
+    """libero_spatial task 0, both cameras at 128 px, standard protocol (220 steps, 10 settle steps), but
+    seeded before every reset with soft resets, so every episode is reproducible on its own."""
     from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
 
-    env = LiberoEnv("libero_spatial", 0, EnvOptions(resolution=128))
+    env = LiberoEnv("libero_spatial", 0, EnvOptions(resolution=128, seeding="every_reset", hard_reset=False))
     yield env
     env.close()

@@ -97,3 +97,54 @@ def test_spec_validation_messages(fields, message):
     spec = VectorEnvSpec(**{"suite": "libero_spatial", **fields})
     with pytest.raises(EnvError, match=message):
         spec.validate()
+
+
+def test_protocol_facts_per_upstream():
+    std, rlinf = get_protocol("standard"), get_protocol("rlinf")
+    # openpi examples/libero/main.py: seed 7 once per task, replan 5, Pi0Config num_steps 10; OFT: seed 0, 8
+    assert (std.seeding, std.hard_reset, std.eval_order, std.redraw_on_auto_reset) == (
+        "once_per_task", True, "task_major", False)
+    assert (std.seed_for("pi0"), std.seed_for("openpi"), std.seed_for("openvla_oft"), std.seed_for("gr00t")) == (7, 7, 0, 7)
+    assert (std.family("pi05").replan_steps, std.family("pi05").denoising_steps) == (5, 10)
+    assert std.family("openvla_oft").replan_steps == 8 and std.family("gr00t") is None
+    # RLinf 0.3.0 LiberoEnv: seeded before every reset, trial-major eval, new ids on auto-reset
+    assert (rlinf.seeding, rlinf.eval_order, rlinf.redraw_on_auto_reset, rlinf.seed) == (
+        "every_reset", "trial_major", True, 0)
+
+
+def test_rlinf_reset_seeds_and_reward_rule():
+    from vlarl_cli.envs.libero.protocol import rlinf_reset_seeds, rlinf_step_reward
+
+    # seed * len(env_idx) + i over the instance's envs (i = position, whichever envs reset)
+    assert rlinf_reset_seeds(3, [0, 1, 2, 3], 4) == [12, 13, 14, 15]
+    assert rlinf_reset_seeds(3, [1, 3], 2) == [7, 9]
+    # use_step_penalty + use_rel_reward: -1 on the first step, then 0, +coef on success, 0 while it holds
+    prev, got = 0.0, []
+    for success in (False, False, True, True, False):
+        r, prev = rlinf_step_reward(success, prev, reward_coef=5.0, step_penalty=1.0, use_rel_reward=True)
+        got.append(r)
+    assert got == [-1.0, 0.0, 5.0, 0.0, -5.0]
+    # without rel reward: the level itself every step
+    assert rlinf_step_reward(True, 0.0, reward_coef=5.0, step_penalty=1.0, use_rel_reward=False) == (4.0, 4.0)
+
+
+def test_libero130_order_is_libero_benchmark_suites_order(libero_ready):
+    """RLinf builds libero_130 from LIBERO's ``benchmark.libero_suites`` (de-duplicated by task name)."""
+    from libero.libero import benchmark
+
+    from vlarl_cli.envs.libero import suites
+    from vlarl_cli.envs.libero.protocol import SUITE_ORDER
+
+    assert tuple(benchmark.libero_suites[:5]) == SUITE_ORDER
+    names = [t.name for s in benchmark.libero_suites for t in benchmark.task_maps[s].values()]
+    assert len(dict.fromkeys(names)) == 130 == len(names)  # no duplicates: RLinf's de-duplication is a no-op
+    assert [t.name for t in suites.suite_tasks("libero_130")] == names
+
+
+def test_eval_plan_orders():
+    from vlarl_cli.training.evaluation.plan import plan_episodes
+
+    task_major = plan_episodes("libero_spatial", (0, 1), 2)
+    trial_major = plan_episodes("libero_spatial", (0, 1), 2, "trial_major")
+    assert [(k.task, k.trial) for k in task_major] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [(k.task, k.trial) for k in trial_major] == [(0, 0), (1, 0), (0, 1), (1, 1)]  # RLinf interleaved

@@ -31,7 +31,7 @@ def _run_expert(env: LiberoEnv, trial: int) -> tuple[np.ndarray, np.ndarray, dic
 
 @pytest.fixture(scope="module")
 def physics_env(libero_ready):
-    env = LiberoEnv("libero_spatial", 0, EnvOptions(cameras=(), reward_coef=5.0))
+    env = LiberoEnv("libero_spatial", 0, EnvOptions(cameras=(), reward_coef=5.0, seeding="every_reset", hard_reset=False))
     yield env
     env.close()
 
@@ -63,11 +63,15 @@ def test_relative_reward_with_step_penalty_ignoring_terminations(physics_env):
     assert len(rewards) == 200  # ran to the limit despite succeeding
     assert episode[keys.SUCCESS_ONCE] is True
     assert episode[keys.SUCCESS_AT_END] == bool(success[-1])
-    # hand formula (RLinf _calc_step_reward): r_t = 5 * s_t - 5 * s_{t-1}, minus the penalty
-    level = 5.0 * success.astype(np.float64)
-    expected = np.diff(np.concatenate([[0.0], level])) - 0.01
+    # hand formula (RLinf _calc_step_reward): level_t = 5 * s_t - penalty, r_t = level_t - level_{t-1}
+    # (level_{-1} = 0): the penalty shows only on the first step
+    level = 5.0 * success.astype(np.float64) - 0.01
+    expected = np.diff(np.concatenate([[0.0], level]))
+    assert expected[0] == pytest.approx(-0.01) and not np.any(np.isclose(expected[1:], -0.01))
     np.testing.assert_allclose(rewards, expected, atol=1e-6)
-    assert episode[keys.RETURN] == pytest.approx(expected.sum(), abs=1e-4)
+    # RLinf _record_metrics: the return accumulates up to and including the first success step
+    first = int(np.argmax(success))
+    assert episode[keys.RETURN] == pytest.approx(expected[: first + 1].sum(), abs=1e-4)
 
 
 def test_one_task_of_every_suite_constructs_resets_and_steps(libero_ready):
@@ -78,18 +82,18 @@ def test_one_task_of_every_suite_constructs_resets_and_steps(libero_ready):
             ("libero_goal", 9),
             ("libero_10", 0),
             ("libero_90", 89),
-            ("libero_130", 129),
+            ("libero_130", 129),  # libero_10 task 9 (libero_130 order: spatial, object, goal, 90, 10)
         ]:
             if env is not None:
                 env.close()
-            env = LiberoEnv(suite, task_id, EnvOptions(cameras=(), settle_steps=2))
+            env = LiberoEnv(suite, task_id, EnvOptions(cameras=(), settle_steps=2, hard_reset=False))
             obs = env.reset(49)
             result = env.step_chunk(np.zeros((2, 7)))
             assert result.executed == 2 and not result.dones.any()
             assert np.isfinite(result.obs[keys.STATES]).all()
             assert isinstance(obs[keys.TASK_DESCRIPTIONS], str) and obs[keys.TASK_DESCRIPTIONS]
             assert env.max_episode_steps == {
-                "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400, "libero_130": 400,
+                "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400, "libero_130": 520,
             }[suite]  # fmt: skip
     finally:
         if env is not None:

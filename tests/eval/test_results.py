@@ -51,8 +51,9 @@ def test_plan_counts_and_order() -> None:
 
 def test_plan_libero130_maps_to_original_suites() -> None:
     plan = plan_episodes("libero_130", (0, 10, 39, 40, 129), 1)
-    assert [(k.suite, k.task) for k in plan] == [("libero_spatial", 0), ("libero_object", 0), ("libero_10", 9),
-                                                ("libero_90", 0), ("libero_90", 89)]
+    # RLinf's libero_130 order: spatial, object, goal, 90, 10
+    assert [(k.suite, k.task) for k in plan] == [("libero_spatial", 0), ("libero_object", 0), ("libero_90", 9),
+                                                ("libero_90", 10), ("libero_10", 9)]
     # and back: the vector env (suite libero_130) gets the right flat reset-state ids
     assert [k.libero130_task for k in plan] == [0, 10, 39, 40, 129]
     assert EpisodeKey("libero_goal", 2, 7).libero130_reset_state_id == 22 * 50 + 7
@@ -227,3 +228,41 @@ def test_training_eval_maps_the_eval_split(monkeypatch: pytest.MonkeyPatch) -> N
     assert metrics["eval/success_rate"] == pytest.approx(1 / 8)
     assert metrics["eval/libero_spatial/num_episodes"] == 8.0
     assert policy.training  # restored
+
+
+class _Pi0:
+    """pi0 as the RL recipes build it: a 10-action chunk, 4 denoising steps."""
+
+    num_action_chunks = 10
+    cameras = ("main", "wrist")
+
+    class cfg:
+        num_steps = 4
+
+
+def test_card_follows_the_family_entry_of_the_protocol() -> None:
+    plan = plan_episodes("libero_spatial", (0,), 50)
+    pi0 = EvalSettings(suite="libero_spatial", model_type="pi0")
+    card = make_card(pi0, _Pi0(), None, plan)
+    # openpi examples/libero/main.py: replan every 5 (the runner executes the first 5 of the 10), seed 7
+    assert card["replan_size"] == 5 and pi0.replan(10) == 5 and card["env_seed"] == 7
+    assert card["denoising_steps"] == 4
+    assert card["deviations"] == ["4 denoising steps (protocol: 10, openpi examples/libero/main.py "
+                                  "(replan_steps=5) with Pi0Config num_steps=10)"]
+    assert card["env_seed_applied"].startswith("once") and card["reset"] == "hard" and card["eval_order"] == "task_major"
+    # a chunk shorter than the protocol's replan size cannot be fixed: it is a deviation
+    short = make_card(pi0, type("P", (_Pi0,), {"num_action_chunks": 4})(), None, plan)
+    assert short["replan_size"] == 4 and any("replans every 4 steps (protocol: 5" in d for d in short["deviations"])
+    # OFT: seed 0 and 8 actions open loop; an explicit --env-seed 7 is a deviation for it
+    oft = EvalSettings(suite="libero_spatial", model_type="openvla_oft")
+    assert oft.effective_env_seed == 0 and oft.replan(8) == 8
+    assert EvalSettings(suite="libero_spatial", model_type="openvla_oft", env_seed=7).deviations(["libero_spatial"]) \
+        == ["env_seed=7 (protocol: 0)"]
+    # soft resets under standard break openpi's random stream: a deviation
+    assert "soft resets (protocol: hard)" in EvalSettings(suite="libero_spatial", hard_reset=False).deviations()
+    # rlinf: no family entry, the whole chunk; its seed is a parameter (no deviation), trial-major order
+    rl = make_card(EvalSettings(suite="libero_spatial", protocol="rlinf", env_seed=3, model_type="pi0"),
+                   _Pi0(), None, plan)
+    assert rl["replan_size"] == 10 and rl["env_seed"] == 3 and rl["eval_order"] == "trial_major"
+    assert not any("seed" in d for d in rl["deviations"])
+

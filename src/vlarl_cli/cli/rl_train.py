@@ -34,11 +34,14 @@ def command(
     master_port: int = typer.Option(29500, "--master-port", min=1, max=65535, help="Rendezvous port."),
     world_size: int | None = typer.Option(None, "--world-size", min=1, help="With --dry-run: plan for this many "
                                           "devices instead of nnodes x nproc-per-node."),
+    env_seed: int | None = typer.Option(None, "--env-seed", help="Env seed of the train and eval envs (RLinf "
+                                        "env.*.seed: seed + rank offset, applied before every reset)."),
 ) -> None:
     """Train a policy with online RL (PPO or GRPO) in LIBERO."""
     from vlarl_cli.training.entry import launch
 
-    launch(config=config, overrides=list(overrides or []), print_config=print_config, dry_run=dry_run,
+    seeds = [f"env.train.seed={env_seed}", f"env.eval.seed={env_seed}"] if env_seed is not None else []
+    launch(config=config, overrides=list(overrides or []) + seeds, print_config=print_config, dry_run=dry_run,
            resume=resume, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
            master_addr=master_addr, master_port=master_port,
            plan_world_size=world_size, output=Path.cwd())

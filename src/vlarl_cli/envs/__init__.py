@@ -3,7 +3,8 @@
 - ``envs.libero.setup``: ``prepare_libero`` (config without a prompt, MUJOCO_GL choice, asset checks);
   ``python -m vlarl_cli.envs.libero.install`` links and verifies the assets at install time.
 - ``envs.libero.suites``: suites, tasks, languages, the 50 init states per task, episode addressing.
-- ``envs.libero.protocol``: the ``standard`` and ``rlinf`` evaluation protocols as data.
+- ``envs.libero.protocol``: the ``standard`` (openpi / OFT) and ``rlinf`` (RLinf 0.3.0 LiberoEnv) episode
+  protocols as data: limits, settle steps, seeding, reset mode, eval order, per-family replan size.
 - ``envs.libero.conventions``: gripper conventions per model family, clipping, the 8-d state.
 - ``envs.libero.env``: ``LiberoEnv``, one simulator executing ``[C, 7]`` chunks, rendering only at chunk
   boundaries.

@@ -6,10 +6,17 @@ shared-memory arrays ``[N, ...]`` owned by the parent, so no image is ever pickl
 
 Init states (GRPO groups): envs ``[g * group_size, (g + 1) * group_size)`` form group ``g`` and share one
 reset state. :meth:`LiberoVectorEnv.reset` assigns a new reset state to every group, either the next ones
-of the pool in order (``ordered``: task-major, trial 0..49 for each task, wrapping) or drawn from a
-generator seeded with ``spec.seed`` (``random``). Auto-reset restarts an env from its group's current
-state (as RLinf does with fixed reset-state ids), so a group keeps sharing its state until the next
-:meth:`reset`.
+of the pool in order (``ordered``: task-major, trial 0..49 for each task, wrapping) or drawn as RLinf's
+``LiberoEnv._get_random_reset_state_ids`` does (``random``: ``default_rng(seed + rank * stages)``,
+``integers(0, len(pool))``; ``specific_reset_id`` pins every draw). On auto-reset the protocol decides:
+``rlinf`` draws NEW ids (RLinf ``_handle_train_auto_reset``: with fixed reset-state ids a new id for every
+group, of which the finished envs take theirs; without, one per finished env), ``standard`` restarts the
+env's current state.
+
+Env seeds (``every_reset`` seeding): the k envs of a pipeline stage reset together get ``base * k + i``
+(``i`` = position in the stage, ``base = env_seed + rank * stages + stage``), RLinf's rule
+(``protocol.rlinf_reset_seeds``); so the finished envs of one chunk are reset together, by the parent,
+after the chunk. ``once_per_task`` seeding leaves seeds to each simulator.
 
 Pipelining: env ``e`` belongs to stage ``e % stages``; every worker hosts envs of every stage, so while
 the workers step stage ``s`` the policy can compute actions for stage ``s + 1``
@@ -49,6 +56,7 @@ from vlarl_cli.envs.libero.env import (
     UNSTABLE,
     EnvOptions,
 )
+from vlarl_cli.envs.libero.protocol import get_protocol, rlinf_reset_seeds
 from vlarl_cli.errors import EnvError
 
 #: Info keys returned by step_chunk beyond vlarl_cli.keys.
@@ -85,15 +93,21 @@ class VectorEnvSpec:
         max_episode_steps: policy steps per episode; None = protocol limit of the task's suite.
         settle_steps: None = protocol's.
         protocol: ``standard`` or ``rlinf``.
-        seed: seeds the init-state generator (``random`` order).
-        env_seed: ``env.seed`` before each reset; None = protocol's (7).
-        auto_reset: restart finished envs inside ``step_chunk`` (from the group's current state).
+        seed: seeds the init-state generator (``random`` order; RLinf ``cfg.seed``).
+        env_seed: base env seed (RLinf ``cfg.seed``); None = the protocol's.
+        seeding: ``once_per_task`` / ``every_reset``; None = the protocol's.
+        rank: this env rank (RLinf ``seed_offset = rank * stages + stage``).
+        auto_reset: restart finished envs inside ``step_chunk`` (see the module docstring for which state).
         group_size: consecutive envs sharing one init state (GRPO); must divide N.
         init_state_order: ``ordered`` or ``random``.
-        reward_coef, use_rel_reward, step_penalty, ignore_terminations: see ``EnvOptions``.
+        fixed_reset_state_ids: groups share drawn states (RLinf ``use_fixed_reset_state_ids``); False =
+            every env draws its own state.
+        specific_reset_id: every draw returns this flat reset-state id (RLinf ``specific_reset_id``).
+        redraw_on_auto_reset: draw new states on auto-reset; None = the protocol's.
+        reward_coef, use_rel_reward, step_penalty, reset_gripper_open, ignore_terminations: see ``EnvOptions``.
         record_video: render every step and keep both cameras' frames per episode.
         stages: pipeline stages; must divide N.
-        hard_reset: robosuite hard reset (slower; default False, checked bit-identical to hard).
+        hard_reset: robosuite hard reset; None = the protocol's.
         cache_dir: vlarl cache root (LIBERO config); None = default.
     """
 
@@ -108,17 +122,40 @@ class VectorEnvSpec:
     protocol: str = "standard"
     seed: int = 0
     env_seed: int | None = None
+    seeding: str | None = None
+    rank: int = 0
     auto_reset: bool = True
     group_size: int = 1
     init_state_order: Literal["ordered", "random"] = "ordered"
+    fixed_reset_state_ids: bool = True
+    specific_reset_id: int | None = None
+    redraw_on_auto_reset: bool | None = None
     reward_coef: float = 1.0
     use_rel_reward: bool = False
     step_penalty: float = 0.0
+    reset_gripper_open: bool = True
     ignore_terminations: bool = False
     record_video: bool = False
     stages: int = 1
-    hard_reset: bool = False
+    hard_reset: bool | None = None
     cache_dir: str | None = None
+
+    @property
+    def every_reset_seeding(self) -> bool:
+        """True when the parent seeds every reset (RLinf's rule), else each simulator seeds itself."""
+        return (self.seeding or get_protocol(self.protocol).seeding) == "every_reset"
+
+    @property
+    def redraws(self) -> bool:
+        """Auto-reset draws new reset-state ids (the protocol's rule unless overridden)."""
+        if self.redraw_on_auto_reset is not None:
+            return self.redraw_on_auto_reset
+        return get_protocol(self.protocol).redraw_on_auto_reset
+
+    def stage_base_seed(self, stage: int) -> int:
+        """RLinf ``cfg.seed + seed_offset`` with ``seed_offset = rank * stages + stage`` (env_worker.py)."""
+        env_seed = self.env_seed if self.env_seed is not None else get_protocol(self.protocol).seed
+        return env_seed + self.rank * self.stages + stage
 
     def env_options(self) -> EnvOptions:
         return EnvOptions(
@@ -128,9 +165,11 @@ class VectorEnvSpec:
             max_episode_steps=self.max_episode_steps,
             settle_steps=self.settle_steps,
             seed=self.env_seed,
+            seeding=self.seeding,
             reward_coef=self.reward_coef,
             use_rel_reward=self.use_rel_reward,
             step_penalty=self.step_penalty,
+            reset_gripper_open=self.reset_gripper_open,
             ignore_terminations=self.ignore_terminations,
             hard_reset=self.hard_reset,
             record_video=self.record_video,
@@ -143,6 +182,8 @@ class VectorEnvSpec:
         for t in self.task_ids:
             if not 0 <= t < n_tasks:
                 raise EnvError(f"task id {t} is out of range for {self.suite} ({n_tasks} tasks).")
+        if self.specific_reset_id is not None:
+            suites.address(self.suite, self.specific_reset_id)  # range check with a clear message
         rules = [
             (self.num_envs >= 1, f"num_envs must be >= 1, got {self.num_envs}"),
             (1 <= self.num_workers <= self.num_envs, f"num_workers must be in [1, num_envs], got {self.num_workers}"),
@@ -159,6 +200,26 @@ class VectorEnvSpec:
                 raise EnvError(message + ".", fix="Adjust the env section of the config.")
 
 
+def split_spec_fields(split: Any, rank: int) -> dict[str, Any]:
+    """The :class:`VectorEnvSpec` fields an RLinf env split (``config.schema.EnvSplitConfig``) sets beyond the
+    plain ones: seeds (RLinf uses ``cfg.seed`` for the env and the reset-state generator alike), the rank,
+    the reset-state switches and the step penalty.
+
+    The penalty: RLinf subtracts exactly 1 when ``use_step_penalty`` (``_calc_step_reward``); vlarl's
+    ``step_penalty`` sets another size, and its default 0 means RLinf's 1.
+    """
+    penalty = (split.step_penalty or 1.0) if split.use_step_penalty else 0.0
+    return {
+        "seed": split.seed,
+        "env_seed": split.seed,
+        "rank": rank,
+        "fixed_reset_state_ids": split.use_fixed_reset_state_ids,
+        "specific_reset_id": split.specific_reset_id,
+        "reset_gripper_open": split.reset_gripper_open,
+        "step_penalty": penalty,
+    }
+
+
 def draw_group_states(
     pool: np.ndarray, num_groups: int, order: str, rng: np.random.Generator, cursor: int
 ) -> tuple[np.ndarray, int]:
@@ -168,7 +229,8 @@ def draw_group_states(
         pool: ``[P]`` flat reset-state ids to draw from.
         num_groups: how many groups need a state.
         order: ``ordered`` takes the next ``num_groups`` ids after ``cursor`` (wrapping around the pool);
-            ``random`` draws uniformly with replacement from ``rng``.
+            ``random`` draws uniformly with replacement from ``rng`` as RLinf does
+            (``rng.integers(0, len(pool), num_groups)``, then the pool's entries).
         rng: seeded generator (used only by ``random``).
         cursor: position in the pool for ``ordered``.
 
@@ -176,7 +238,7 @@ def draw_group_states(
         ``([num_groups] ids, new cursor)``.
     """
     if order == "random":
-        return rng.choice(pool, size=num_groups, replace=True), cursor
+        return pool[rng.integers(low=0, high=len(pool), size=(num_groups,))], cursor
     idx = (cursor + np.arange(num_groups)) % len(pool)
     return pool[idx], int((cursor + num_groups) % len(pool))
 
@@ -234,13 +296,13 @@ def _worker_main(conn: Any, env_ids: list[int], spec_fields: dict, shm_names: di
         for k in layout:
             arrays[k][gid] = obs[k]
 
-    def start(gid: int, task_id: int, trial_id: int) -> str:
+    def start(gid: int, task_id: int, trial_id: int, seed: int | None = None) -> str:
         env = envs.get(gid)
         if env is None:
             env = envs[gid] = LiberoEnv(spec.suite, task_id, options, cache_dir=None)
         else:
             env.set_task(task_id)
-        obs = env.reset(trial_id)
+        obs = env.reset(trial_id, seed=seed)
         write(gid, obs)
         return obs[keys.TASK_DESCRIPTIONS]
 
@@ -250,7 +312,7 @@ def _worker_main(conn: Any, env_ids: list[int], spec_fields: dict, shm_names: di
             if cmd == "close":
                 break
             if cmd == "reset":
-                descriptions = {gid: start(gid, task_id, trial_id) for gid, task_id, trial_id in payload}
+                descriptions = {gid: start(gid, task_id, trial_id, seed) for gid, task_id, trial_id, seed in payload}
                 conn.send((tag, descriptions))
             elif cmd == "step":
                 reply: dict[int, dict[str, Any]] = {}
@@ -362,9 +424,11 @@ class LiberoVectorEnv:
         self.pool = np.array(
             [t * suites.TRIALS_PER_TASK + i for t in task_ids for i in range(suites.TRIALS_PER_TASK)]
         )
-        self._rng = np.random.default_rng(spec.seed)
+        # RLinf LiberoEnv: np.random.default_rng(seed=cfg.seed + seed_offset) (one per rank with one stage)
+        self._rng = np.random.default_rng(spec.seed + spec.rank * spec.stages)
         self._cursor = 0
         self._reset_state_ids = np.full(n, -1, dtype=np.int64)
+        self._seeds = np.full(n, -1, dtype=np.int64)  # env seed of each env's current episode (-1: its own)
         self._task_descriptions = [""] * n
         self._active = np.zeros(n, bool)
         self._lost: dict[int, str] = {}  # env id -> error for episodes lost in a worker restart
@@ -375,6 +439,9 @@ class LiberoVectorEnv:
         self._workers = [_Worker(w, list(range(w * per, (w + 1) * per))) for w in range(spec.num_workers)]
         self._env_worker = {e: w.index for w in self._workers for e in w.env_ids}
         self._closed = False
+        #: finished envs are reset by the parent after the chunk (new ids drawn, or seeds that depend on
+        #: how many envs reset together) instead of inside their worker
+        self._parent_resets = spec.auto_reset and (spec.redraws or spec.every_reset_seeding)
         self.restarts = 0
         for worker in self._workers:
             self._start_worker(worker)
@@ -463,7 +530,7 @@ class LiberoVectorEnv:
         except Exception:
             pass
         self._start_worker(worker)
-        items = [(e, *self._assignment(e)) for e in worker.env_ids if self._reset_state_ids[e] >= 0]
+        items = [(e, *self._assignment(e), self._seed_of(e)) for e in worker.env_ids if self._reset_state_ids[e] >= 0]
         if items:
             tag = self._send(worker, "reset", items)
             try:
@@ -484,7 +551,7 @@ class LiberoVectorEnv:
         for tag, (cmd, payload) in pending.items():
             reply: dict[int, Any] = {}
             if cmd == "reset":
-                reply = {gid: self._task_descriptions[gid] for gid, _, _ in payload}
+                reply = {gid: self._task_descriptions[gid] for gid, _, _, _ in payload}
             elif cmd == "step":
                 for gid, actions, _, _ in payload:
                     stepped.add(gid)
@@ -520,25 +587,62 @@ class LiberoVectorEnv:
     # ------------------------------------------------------------------ reset
 
     def _draw_group_states(self, num_groups: int) -> np.ndarray:
+        if self.spec.specific_reset_id is not None:
+            return np.full(num_groups, self.spec.specific_reset_id, dtype=np.int64)
         ids, self._cursor = draw_group_states(
             self.pool, num_groups, self.spec.init_state_order, self._rng, self._cursor
         )
         return ids
 
+    def _draw_env_states(self) -> np.ndarray:
+        """``[N]`` new states: one per group (fixed reset-state ids) or one per env."""
+        n, g = self.spec.num_envs, self.spec.group_size
+        if self.spec.fixed_reset_state_ids:
+            return group_reset_state_ids(self._draw_group_states(n // g), g)
+        return self._draw_group_states(n)
+
+    def _seed_of(self, env_id: int) -> int | None:
+        seed = int(self._seeds[env_id])
+        return seed if seed >= 0 else None
+
+    def _assign_seeds(self, env_ids: list[int]) -> None:
+        """RLinf's seeds for envs reset together: per stage, ``base * k + position`` (k = resets in it)."""
+        if not self.spec.every_reset_seeding:
+            return
+        for stage in range(self.spec.stages):
+            members = self.stage_ids(stage)
+            resetting = [e for e in env_ids if e in members]
+            seeds = rlinf_reset_seeds(
+                self.spec.stage_base_seed(stage), [members.index(e) for e in resetting], len(resetting)
+            )
+            self._seeds[resetting] = seeds
+
+    def _start(self, env_ids: list[int]) -> None:
+        """Reset ``env_ids`` from their assigned states with their seeds (one request per worker)."""
+        self._assign_seeds(env_ids)
+        sends = []
+        for w in self._workers:
+            items = [(e, *self._assignment(e), self._seed_of(e)) for e in w.env_ids if e in env_ids]
+            if items:
+                sends.append((w, "reset", items))
+        for e, d in self._request(sends).items():
+            self._task_descriptions[e] = d
+            self._active[e] = True
+
     def reset(self, reset_state_ids: np.ndarray | list[int] | None = None) -> dict[str, Any]:
         """Start a new episode in every env.
 
         Args:
-            reset_state_ids: explicit ``[N]`` flat reset-state ids (evaluation); None = one new state per
-                group from the pool (ordered or random).
+            reset_state_ids: explicit ``[N]`` flat reset-state ids (evaluation); None = new states drawn
+                (see the module docstring).
 
         Returns:
             observation batch: image tensors ``[N, H, W, 3]`` uint8, ``states`` ``[N, 8]`` float32, raw
             state parts, ``task_descriptions`` list[str].
         """
-        n, g = self.spec.num_envs, self.spec.group_size
+        n = self.spec.num_envs
         if reset_state_ids is None:
-            ids = group_reset_state_ids(self._draw_group_states(n // g), g)
+            ids = self._draw_env_states()
         else:
             ids = np.asarray(reset_state_ids, dtype=np.int64).reshape(-1)
             if ids.shape != (n,):
@@ -547,12 +651,19 @@ class LiberoVectorEnv:
                 suites.address(self.spec.suite, int(i))  # range check with a clear message
         self._reset_state_ids[:] = ids
         self._lost.clear()
-        sends = [(w, "reset", [(e, *self._assignment(e)) for e in w.env_ids]) for w in self._workers]
-        replies = self._request(sends)
-        for e, d in replies.items():
-            self._task_descriptions[e] = d
-        self._active[:] = True
+        self._start(list(range(n)))
         return self._observation(list(range(n)))
+
+    def _redraw_auto_reset(self, env_ids: list[int]) -> None:
+        """RLinf ``_handle_train_auto_reset`` for the envs whose episode ended in this chunk."""
+        if self.spec.fixed_reset_state_ids:
+            # update_reset_state_ids: a new state for EVERY group; only the finished envs start theirs now
+            fresh = group_reset_state_ids(self._draw_group_states(self.spec.num_envs // self.spec.group_size),
+                                          self.spec.group_size)  # fmt: skip
+            self._reset_state_ids[env_ids] = fresh[env_ids]
+        else:
+            self._reset_state_ids[env_ids] = self._draw_group_states(len(env_ids))
+        self._start(env_ids)
 
     def _observation(self, env_ids: list[int]) -> dict[str, Any]:
         import torch
@@ -589,7 +700,7 @@ class LiberoVectorEnv:
             if e in self._lost:
                 lost_now[e] = self._lost.pop(e)
                 continue
-            item = (e, a[row], self._assignment(e), self.spec.auto_reset)
+            item = (e, a[row], self._assignment(e), self.spec.auto_reset and not self._parent_resets)
             per_worker.setdefault(self._env_worker[e], []).append(item)
         tags = [
             (self._workers[w], self._send(self._workers[w], "step", items)) for w, items in per_worker.items()
@@ -644,6 +755,13 @@ class LiberoVectorEnv:
                     self._active[e] = False
             if "task_description" in out:
                 self._task_descriptions[e] = out["task_description"]
+        if self._parent_resets:
+            finished = [e for row, e in enumerate(ids) if ep_done[row] and e not in lost_now]
+            if finished:
+                if self.spec.redraws:
+                    self._redraw_auto_reset(finished)
+                else:
+                    self._start(finished)
         infos: dict[str, Any] = {
             keys.SUCCESS: torch.from_numpy(success),
             keys.TRUNCATED: torch.from_numpy(truncated),

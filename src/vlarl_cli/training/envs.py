@@ -57,7 +57,7 @@ def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank:
 
         return make_maniskill_env(split, num_envs=num_envs, rank=rank, group_size=group_size, cameras=cameras,
                                   record_video=record_video, stages=stages)
-    from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec, workers_for
+    from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec, split_spec_fields, workers_for
 
     spec = VectorEnvSpec(
         suite=split.task_suite_name,
@@ -69,13 +69,12 @@ def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank:
         max_episode_steps=split.max_episode_steps,
         settle_steps=split.settle_steps,
         protocol=split.protocol,
-        seed=split.seed + 1000 * rank,
+        **split_spec_fields(split, rank),  # seeds, reset-state switches, step penalty as RLinf (envs/vector.py)
         auto_reset=split.auto_reset,
         group_size=group_size,
         init_state_order="ordered" if split.use_ordered_reset_state_ids else "random",
         reward_coef=split.reward_coef,
         use_rel_reward=split.use_rel_reward,
-        step_penalty=split.step_penalty if split.use_step_penalty else 0.0,
         ignore_terminations=split.ignore_terminations,
         record_video=record_video,
         stages=stages,

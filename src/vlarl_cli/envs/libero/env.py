@@ -17,8 +17,12 @@ The gate is open during the last control step of each chunk (whose observation t
 the last settle step of a reset, and on every step while recording video. Observations are therefore
 bit-identical to rendering every step (``tests/envs/test_env.py`` checks it).
 
-Determinism: ``env.seed(seed)`` (LIBERO seeds numpy's global RNG) is called before every reset, because
-resets re-sample fixture placements that the init state does not fix.
+Seeding follows the protocol (``protocol.py``): ``once_per_task`` seeds a task's simulator once when it is
+built and lets every reset continue numpy's global stream (openpi / OFT), so trial i is the (i+1)-th reset
+(out of order, the stream is replayed first: :meth:`LiberoEnv._replay_stream`); ``every_reset`` seeds right
+before every reset (RLinf), with the seed the caller passes to :meth:`LiberoEnv.reset`. Resets draw
+object-placement noise from that stream, which the init state does not fix. Measured: seeded right before
+a soft reset, an episode is bit-identical to a freshly built, seeded, hard-reset simulator.
 """
 
 from __future__ import annotations
@@ -26,14 +30,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from vlarl_cli import keys
 from vlarl_cli.envs.libero import suites
 from vlarl_cli.envs.libero.conventions import ACTION_DIM, make_state, rotate_180
-from vlarl_cli.envs.libero.protocol import get_protocol
+from vlarl_cli.envs.libero.protocol import Seeding, get_protocol, rlinf_step_reward
 from vlarl_cli.errors import EnvError, did_you_mean
 
 #: Policy-facing camera names -> LIBERO camera names and observation keys.
@@ -62,16 +66,21 @@ class EnvOptions:
     Attributes:
         resolution: square image size (128, 224 or 256).
         cameras: subset of ``("main", "wrist")`` rendered for the policy; ``()`` = physics only.
-        protocol: ``standard`` or ``rlinf`` (step limits, settle steps, seed).
+        protocol: ``standard`` or ``rlinf`` (step limits, settle steps, seeding, reset mode).
         max_episode_steps: policy steps per episode; None = the protocol's limit for the task's suite.
         settle_steps: no-op steps after ``set_init_state``; None = the protocol's.
-        seed: ``env.seed`` before every reset; None = the protocol's seed.
+        seed: the env seed (applied as ``seeding`` says); None = the protocol's seed.
+        seeding: ``once_per_task`` or ``every_reset`` (see ``protocol.Seeding``); None = the protocol's.
+            ``every_reset`` makes every episode reproducible on its own (training, tests, demos).
         reward_coef: sparse success reward scale (RLinf ``reward_coef``).
-        use_rel_reward: reward is the change of ``reward_coef * success`` (RLinf ``use_rel_reward``).
-        step_penalty: subtracted from every step's reward.
+        use_rel_reward: reward is the change of the step's reward level (RLinf ``use_rel_reward``).
+        step_penalty: subtracted from the reward level of every step before the change is taken (RLinf
+            ``use_step_penalty`` = 1.0; with ``use_rel_reward`` it shows only on the first step).
+        reset_gripper_open: settle with the gripper commanded open (-1), else 0 (RLinf
+            ``reset_gripper_open``).
         ignore_terminations: keep stepping after success until the step limit (RLinf
             ``ignore_terminations``); then ``success_at_end`` can differ from ``success_once``.
-        hard_reset: rebuild the MuJoCo model on every reset (robosuite default, ~2.5 s slower).
+        hard_reset: rebuild the MuJoCo model on every reset (~2.5 s slower); None = the protocol's.
         record_video: render both cameras on every step and keep the frames of the current episode.
         clip_actions: clip actions to [-1, 1] before executing them.
     """
@@ -82,11 +91,13 @@ class EnvOptions:
     max_episode_steps: int | None = None
     settle_steps: int | None = None
     seed: int | None = None
+    seeding: str | None = None
     reward_coef: float = 1.0
     use_rel_reward: bool = False
     step_penalty: float = 0.0
+    reset_gripper_open: bool = True
     ignore_terminations: bool = False
-    hard_reset: bool = False
+    hard_reset: bool | None = None
     record_video: bool = False
     clip_actions: bool = True
 
@@ -103,6 +114,11 @@ class EnvOptions:
                 )
         if self.max_episode_steps is not None and self.max_episode_steps < 1:
             raise EnvError(f"max_episode_steps must be >= 1, got {self.max_episode_steps}.")
+        if self.seeding is not None and self.seeding not in get_args(Seeding):
+            raise EnvError(
+                f'Unknown seeding "{self.seeding}".{did_you_mean(self.seeding, list(get_args(Seeding)))}',
+                fix=f"Use one of {list(get_args(Seeding))}.",
+            )
         if self.settle_steps is not None and self.settle_steps < 0:
             raise EnvError(f"settle_steps must be >= 0, got {self.settle_steps}.")
 
@@ -271,6 +287,14 @@ class LiberoEnv:
         return self.protocol.seed if self.options.seed is None else self.options.seed
 
     @property
+    def seeding(self) -> str:
+        return self.protocol.seeding if self.options.seeding is None else self.options.seeding
+
+    @property
+    def hard_reset(self) -> bool:
+        return self.protocol.hard_reset if self.options.hard_reset is None else self.options.hard_reset
+
+    @property
     def raw_env(self) -> Any:
         """LIBERO's ``ControlEnv`` (``.env`` is the robosuite environment)."""
         return self._env
@@ -288,6 +312,13 @@ class LiberoEnv:
         self.close()
         start = time.perf_counter()
         self._env = self._construct(task)
+        if self.seeding == "once_per_task":
+            # openpi _get_libero_env / OFT get_libero_env: env.seed(seed) right after building a task's env
+            self._env.seed(self.seed)
+        self._stream_resets = 0  # resets since the seed (once_per_task: trial i must be the (i+1)-th)
+        # LIBERO seeds numpy's process-global generator; several envs in one worker process would share
+        # (and interleave) one stream, so each env keeps its own stream state between its resets
+        self._stream_state = np.random.get_state()
         self.timings["construct_s"] = time.perf_counter() - start
         self.task_id, self.task = task_id, task
         self._episode_active = False
@@ -307,7 +338,7 @@ class LiberoEnv:
             camera_names=cams or ["agentview"],
             camera_heights=res,
             camera_widths=res,
-            hard_reset=self.options.hard_reset,
+            hard_reset=self.hard_reset,
             # robosuite raises past its horizon; leave room for settle steps and the policy's limit.
             horizon=max(1000, settle + max_steps + 1),
         )
@@ -317,11 +348,15 @@ class LiberoEnv:
 
     # ------------------------------------------------------------------ episodes
 
-    def reset(self, trial_id: int = 0, *, init_state: np.ndarray | None = None) -> dict[str, Any]:
+    def reset(
+        self, trial_id: int = 0, *, init_state: np.ndarray | None = None, seed: int | None = None
+    ) -> dict[str, Any]:
         """Start an episode from init state ``trial_id`` of the current task (or an explicit state).
 
-        Sequence (openpi/OpenVLA evaluators): ``seed`` -> ``reset()`` -> ``set_init_state`` -> settle
-        steps with the no-op action. Cameras render only during the last of these.
+        Sequence (openpi/OpenVLA evaluators, RLinf ``_reconfigure`` + ``reset``): [``seed``] ->
+        ``reset()`` -> ``set_init_state`` -> settle steps. Cameras render only during the last of these.
+        ``seed``: with ``every_reset`` seeding, the seed for this reset (None = :attr:`seed`); refused with
+        ``once_per_task``, whose stream must not be re-seeded.
 
         Returns:
             the first observation the policy sees.
@@ -334,9 +369,22 @@ class LiberoEnv:
         env = self._env
         settle = self.settle_steps
         self._gate.open = False
-        env.seed(self.seed)
+        if self.seeding == "every_reset":
+            env.seed(self.seed if seed is None else seed)
+        elif seed is not None:
+            raise EnvError(
+                f"Seeding once_per_task seeds a task's simulator once; a per-reset seed ({seed}) would break "
+                "its random stream.",
+                fix="Pass no seed to reset() (use EnvOptions.seed), or use seeding every_reset.",
+            )
+        elif init_state is None and self._stream_resets != trial_id:
+            self._replay_stream(trial_id)
+        if self.seeding == "once_per_task":
+            np.random.set_state(self._stream_state)
         env.reset()
-        if not self.options.hard_reset:
+        self._stream_resets += 1
+        self._stream_state = np.random.get_state()
+        if not self.hard_reset:
             # A soft reset keeps the gripper model object, whose speed-limited command
             # (robosuite models/grippers/panda_gripper.py format_action: current_action) would carry over
             # from the previous episode; a hard reset rebuilds it as zeros(dof). Measured: without this,
@@ -355,7 +403,7 @@ class LiberoEnv:
         self._warnings = _physics_warnings(env.sim)
         self._elapsed = 0
         self._return = 0.0
-        self._prev_success_reward = 0.0
+        self._prev_reward_level = 0.0
         self._success_once = False
         self._last_success = False
         self._error = ""
@@ -367,9 +415,27 @@ class LiberoEnv:
         self.timings["reset_s"] = time.perf_counter() - start
         return obs
 
+    def _replay_stream(self, trial_id: int) -> None:
+        """Bring numpy's stream to where openpi's evaluator has it before trial ``trial_id``'s reset.
+
+        openpi / OFT seed a task's env once and reset it for trials 0, 1, ... in order; resets draw
+        placement noise, stepping draws nothing, and a hard reset rebuilds the model whatever the state, so
+        re-seeding and resetting ``trial_id`` times reproduces the stream exactly (~2.5 s per hard reset;
+        the env's camera observables are re-created by the next reset).
+        Needed when trials run out of order: a resumed evaluation, a task split over envs, re-simulation.
+        """
+        self._env.seed(self.seed)
+        for _ in range(trial_id):
+            self._env.reset()
+        self._stream_resets = trial_id
+        self._stream_state = np.random.get_state()
+
     @property
     def protocol_settle_action(self) -> np.ndarray:
-        return np.asarray(self.protocol.settle_action, dtype=np.float64)
+        action = np.asarray(self.protocol.settle_action, dtype=np.float64)
+        if not self.options.reset_gripper_open:
+            action[-1] = 0.0  # RLinf LiberoEnv.reset: zero actions, gripper -1 only with reset_gripper_open
+        return action
 
     def observation(self) -> dict[str, Any]:
         """The policy observation built from the last raw observation.
@@ -472,16 +538,15 @@ class LiberoEnv:
                 )
             succ = bool(ok)
             success[c] = succ
+            reward, self._prev_reward_level = rlinf_step_reward(
+                succ, self._prev_reward_level, reward_coef=opts.reward_coef,
+                step_penalty=opts.step_penalty, use_rel_reward=opts.use_rel_reward,
+            )  # fmt: skip
+            rewards[c] = reward
+            if not self._success_once:  # RLinf _record_metrics: the return stops at the first success
+                self._return += reward
             self._success_once |= succ
             self._last_success = succ
-            # RLinf rlinf/envs/libero/libero_env.py _calc_step_reward: reward = coef * success, or its
-            # change since the previous step with use_rel_reward.
-            reward = opts.reward_coef * float(succ)
-            if opts.use_rel_reward:
-                reward, self._prev_success_reward = reward - self._prev_success_reward, reward
-            reward -= opts.step_penalty
-            rewards[c] = reward
-            self._return += reward
             if opts.record_video:
                 self._capture(self._raw_obs)
             terminated = succ and not opts.ignore_terminations

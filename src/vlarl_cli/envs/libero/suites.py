@@ -3,7 +3,7 @@
 Task lists and init states come from the installed ``libero`` package (its ``benchmark`` module and
 ``init_files/<suite>/<task>.pruned_init``, byte-identical to the official repository per REFERENCE.md
 section 1), with task order index 0 as every evaluator uses. ``libero_130`` is our name for all 130 tasks
-in the order spatial, object, goal, 10, 90.
+in the order spatial, object, goal, 90, 10 (RLinf's, see protocol.SUITE_ORDER).
 
 Addressing: an episode start is ``(suite, task_id, trial_id)`` with ``trial_id`` in ``[0, 50)`` selecting
 init state ``trial_id`` of the task. The flat reset-state id is ``task_id * 50 + trial_id`` (task ids are

@@ -131,7 +131,8 @@ def training_eval_metrics(policy: Any, config: Any, *, rank: int = 0, world_size
         suite=split.task_suite_name, tasks=tuple(split.task_ids) if split.task_ids else None, trials=trials,
         protocol=split.protocol, deterministic=True, num_envs=max(1, total // world_size),
         num_workers=split.num_workers, resolution=split.resolution, max_steps=split.max_episode_steps,
-        settle_steps=split.settle_steps, policy_seed=config.actor.seed,
+        settle_steps=split.settle_steps, policy_seed=config.actor.seed, env_seed=split.seed,
+        model_type=config.actor.model.model_type,
     )
     was_training = bool(getattr(policy, "training", False))
     policy.eval()

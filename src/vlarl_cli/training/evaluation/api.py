@@ -5,6 +5,7 @@ resume or discard) and the gathering of records over ranks when nothing is writt
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,10 @@ def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | N
     """
     from vlarl_cli.checkpoints.atomic import atomic_write_json
     from vlarl_cli.distributed import dist
+    from vlarl_cli.envs.libero.protocol import get_protocol
 
     settings.validate()
-    plan = plan_episodes(settings.suite, settings.tasks, settings.trials)
+    plan = plan_episodes(settings.suite, settings.tasks, settings.trials, get_protocol(settings.protocol).eval_order)
     card = make_card(settings, policy, info, plan)
     log = EpisodeLog(out_dir / EPISODES) if out_dir is not None else None
     if out_dir is not None and rank == 0:
@@ -116,6 +118,8 @@ def evaluate(checkpoint: Path | None = None, config: str | None = None, override
     ctx = dist.init_distributed()
     try:
         policy, info, _ = load_policy(checkpoint, config, overrides or [], ctx.device)
+        if settings.model_type is None:
+            settings = dataclasses.replace(settings, model_type=info.model_type)
         if out_dir is None:
             path = Path(info.path)
             # runs/<run>/checkpoints/global_step_<k> -> <run>_global_step_<k>

@@ -18,6 +18,8 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
     from vlarl_cli.envs.libero.protocol import get_protocol
 
     p = get_protocol(settings.protocol)
+    chunk = int(getattr(policy, "num_action_chunks", 0))
+    denoising = policy_denoising_steps(policy)
     suites = sorted({k.suite for k in plan}, key=lambda s: expand_suite("libero_130").index(s))
     temperature = settings.temperature if not settings.deterministic else None
     mode = "deterministic" if settings.deterministic else "sampled"
@@ -29,18 +31,22 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
         "settle_steps": settings.effective(suites[0])[1] if suites else p.settle_steps,
         "settle_action": list(p.settle_action),
         "env_seed": settings.effective(suites[0])[2] if suites else p.seed,
-        "env_seed_applied": "before every reset",
-        "reset": "hard" if settings.hard_reset else "soft (checked bit-identical to hard)",
+        "env_seed_applied": {"once_per_task": "once when a task's simulator is built (resets continue the stream)",
+                             "every_reset": "before every reset (RLinf: seed * k + i)"}[p.seeding],
+        "reset": "hard" if settings.effective_hard_reset else "soft (checked bit-identical to hard)",
+        "eval_order": p.eval_order,
         "action_mode": mode if temperature is None else f"{mode} (temperature {temperature})",
         "temperature": temperature,
-        "replan_size": int(getattr(policy, "num_action_chunks", 0)),
+        "replan_size": settings.replan(chunk) if chunk else 0,
+        "denoising_steps": denoising,
+        "model_type": settings.model_type,
         "resolution": settings.resolution,
         "cameras": list(getattr(policy, "cameras", ("main", "wrist"))),
         "policy_seed": settings.policy_seed,
         "checkpoint": asdict(info) if info is not None else None,
         # the prompt tokenizer (path, sha256, vocab_size, source) of policies that read a real one
         "tokenizer": getattr(policy, "tokenizer_record", None),
-        "deviations": settings.deviations(suites),
+        "deviations": settings.deviations(suites) + settings.policy_deviations(chunk, denoising),
         "vlarl_version": __version__,
         "plan": {
             "suite": settings.suite,
@@ -49,6 +55,12 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
             "episodes": len(plan),
         },
     }
+
+
+def policy_denoising_steps(policy: Any) -> int | None:
+    """Denoising steps of a flow policy (pi0 / pi0.5 ``cfg.num_steps``), None for other policies."""
+    steps = getattr(getattr(policy, "cfg", None), "num_steps", None)
+    return int(steps) if isinstance(steps, int) else None
 
 
 def card_conflicts(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

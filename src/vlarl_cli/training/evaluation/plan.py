@@ -26,7 +26,7 @@ class EpisodeKey:
 
     @property
     def libero130_task(self) -> int:
-        """The task's id in libero_130 (spatial, object, goal, 10, 90 concatenated)."""
+        """The task's id in libero_130 (spatial, object, goal, 90, 10 concatenated, RLinf's order)."""
         from vlarl_cli.envs.libero.protocol import SUITE_ORDER
         from vlarl_cli.envs.libero.suites import SUITE_SIZES
 
@@ -50,8 +50,11 @@ def expand_suite(suite: str) -> tuple[str, ...]:
     return tuple(SUITE_ORDER) if suite == "libero_130" else (suite,)
 
 
-def plan_episodes(suite: str, tasks: tuple[int, ...] | None, trials: int) -> list[EpisodeKey]:
-    """Every (original suite, task, trial) to evaluate, task-major.
+def plan_episodes(suite: str, tasks: tuple[int, ...] | None, trials: int,
+                  order: str = "task_major") -> list[EpisodeKey]:
+    """Every (original suite, task, trial) to evaluate, ``task_major`` (openpi / OFT: task 0 trials
+    0..n-1, task 1, ...) or ``trial_major`` (RLinf ``build_interleaved_eval_reset_state_ids``: trial 0 of
+    every task, then trial 1, ...).
 
     ``tasks`` index the requested suite (``libero_130`` ids 0..129 for libero_130; with ``all`` they
     select the same task ids in each of the four suites). Out-of-range ids raise EnvError.
@@ -75,6 +78,8 @@ def plan_episodes(suite: str, tasks: tuple[int, ...] | None, trials: int) -> lis
                     raise EnvError(f"task id {t} is out of range for {s} ({n} tasks).", fix=f"Use 0..{n - 1}.")
                 pairs.append((s, t))
     ordered = list(dict.fromkeys(pairs))  # keep order, drop repeats
+    if order == "trial_major":
+        return [EpisodeKey(s, t, i) for i in range(trials) for s, t in ordered]
     return [EpisodeKey(s, t, i) for s, t in ordered for i in range(trials)]
 
 
@@ -105,7 +110,9 @@ class EvalSettings:
         max_steps / settle_steps / env_seed: overrides of the protocol (recorded as deviations).
         policy_seed: seeds the policy's sampling noise.
         live_video: record this many episodes' frames live (renders every step; slower).
-        hard_reset: robosuite hard resets (rebuild the model every episode).
+        hard_reset: robosuite hard resets (rebuild the model every episode); None = the protocol's.
+        model_type: the policy family (``actor.model.model_type``): selects the protocol's family entry
+            (replan size, denoising steps, env seed); filled in once the policy is known.
     """
 
     suite: str = "libero_10"
@@ -122,7 +129,8 @@ class EvalSettings:
     env_seed: int | None = None
     policy_seed: int = 0
     live_video: int = 0
-    hard_reset: bool = False
+    hard_reset: bool | None = None
+    model_type: str | None = None
 
     def validate(self) -> None:
         from vlarl_cli.envs.libero.env import RESOLUTIONS
@@ -149,7 +157,7 @@ class EvalSettings:
         p = get_protocol(self.protocol)
         return (self.max_steps if self.max_steps is not None else p.max_steps_for(suite),
                 self.settle_steps if self.settle_steps is not None else p.settle_steps,
-                self.env_seed if self.env_seed is not None else p.seed)
+                self.env_seed if self.env_seed is not None else p.seed_for(self.model_type))
 
     def deviations(self, suites: list[str] | tuple[str, ...] = ()) -> list[str]:
         """How these settings depart from the named protocol for ``suites`` (printed on the card)."""
@@ -162,12 +170,47 @@ class EvalSettings:
             out.append(f"max_steps={self.max_steps} (protocol: {limits})")
         if self.settle_steps is not None and self.settle_steps != p.settle_steps:
             out.append(f"settle_steps={self.settle_steps} (protocol: {p.settle_steps})")
-        if self.env_seed is not None and self.env_seed != p.seed:
-            out.append(f"env_seed={self.env_seed} (protocol: {p.seed})")
+        # RLinf's seed is a parameter of its rule (cfg.seed); openpi / OFT fix theirs
+        if p.seeding == "once_per_task" and self.env_seed is not None and self.env_seed != p.seed_for(self.model_type):
+            out.append(f"env_seed={self.env_seed} (protocol: {p.seed_for(self.model_type)})")
         if self.trials != p.trials_per_task:
             out.append(f"trials={self.trials} per task (protocol: {p.trials_per_task})")
         if self.resolution != p.render_resolution:
             out.append(f"render resolution {self.resolution} (protocol: {p.render_resolution})")
-        if self.hard_reset:
-            out.append("hard resets")
+        if self.hard_reset is not None and self.hard_reset != p.hard_reset:
+            out.append(f"{'hard' if self.hard_reset else 'soft'} resets (protocol: {'hard' if p.hard_reset else 'soft'})")
+        return out
+
+    @property
+    def effective_env_seed(self) -> int:
+        from vlarl_cli.envs.libero.protocol import get_protocol
+
+        return self.env_seed if self.env_seed is not None else get_protocol(self.protocol).seed_for(self.model_type)
+
+    @property
+    def effective_hard_reset(self) -> bool:
+        from vlarl_cli.envs.libero.protocol import get_protocol
+
+        return get_protocol(self.protocol).hard_reset if self.hard_reset is None else self.hard_reset
+
+    def replan(self, chunk: int) -> int:
+        """Actions executed per predicted chunk: the family's replan size under the protocol (openpi
+        executes 5 of pi0's chunk), else the whole chunk."""
+        from vlarl_cli.envs.libero.protocol import get_protocol
+
+        fam = get_protocol(self.protocol).family(self.model_type or "")
+        return min(chunk, fam.replan_steps) if fam is not None and fam.replan_steps else chunk
+
+    def policy_deviations(self, chunk: int, denoising_steps: int | None) -> list[str]:
+        """Where the policy's chunk size or denoising steps depart from the protocol's family entry."""
+        from vlarl_cli.envs.libero.protocol import get_protocol
+
+        fam = get_protocol(self.protocol).family(self.model_type or "")
+        out: list[str] = []
+        if fam is None:
+            return out
+        if fam.replan_steps and chunk < fam.replan_steps:
+            out.append(f"replans every {chunk} steps (protocol: {fam.replan_steps}; the policy predicts only {chunk})")
+        if fam.denoising_steps and denoising_steps is not None and denoising_steps != fam.denoising_steps:
+            out.append(f"{denoising_steps} denoising steps (protocol: {fam.denoising_steps}, {fam.source})")
         return out

@@ -88,14 +88,15 @@ def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *
             raise ConfigError(f"{type(policy).__name__} has no sampling temperature (a flow policy samples "
                               "with its configured noise).",
                               "Use --temperature 1 to sample with the configured noise, or --deterministic.")
-    chunk = int(policy.num_action_chunks)
+    predicted = int(policy.num_action_chunks)
+    chunk = settings.replan(predicted)  # openpi executes the first 5 of pi0's chunk, then replans
     n = min(settings.num_envs, len(items))
     spec = VectorEnvSpec(
         suite="libero_130", num_envs=n, num_workers=workers_for(n, settings.num_workers),
         resolution=settings.resolution, cameras=tuple(getattr(policy, "cameras", ("main", "wrist"))),
         max_episode_steps=settings.max_steps, settle_steps=settings.settle_steps, protocol=settings.protocol,
-        env_seed=settings.env_seed, auto_reset=False, record_video=settings.live_video > 0,
-        hard_reset=settings.hard_reset,
+        env_seed=settings.effective_env_seed, auto_reset=False, record_video=settings.live_video > 0,
+        hard_reset=settings.effective_hard_reset,
     )
     blocks = split_blocks(items, n)
     queue = [[b[k] if k < len(b) else None for b in blocks] for k in range(len(blocks[0]))]
@@ -141,10 +142,10 @@ def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *
                         out = policy.sample(_subset(obs, rows), deterministic=settings.deterministic, **kwargs)
                     stats.policy_time_s += time.perf_counter() - t0
                     a = out.actions.detach().to("cpu", torch.float32).numpy()
-                    if a.shape != (len(rows), chunk, 7):
+                    if a.shape != (len(rows), predicted, 7):
                         raise ConfigError(f"The policy returned actions of shape {list(a.shape)}, expected "
-                                          f"[{len(rows)}, {chunk}, 7].", "Check actor.model.num_action_chunks.")
-                    actions[rows] = a
+                                          f"[{len(rows)}, {predicted}, 7].", "Check actor.model.num_action_chunks.")
+                    actions[rows] = a[:, :chunk]
                 first = False
                 t0 = time.perf_counter()
                 obs, _, _, info = vec.step_chunk(actions)
