@@ -15,7 +15,7 @@ EXPECTED_BILLIONS = {
 
 
 TINY_PRESETS = ("quickstart", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach",  # CPU demos, tiny on purpose
-                "sft_learning_run")
+                "sft_learning_run", "maniskill_pickcube_ppo_openpi")
 
 
 @pytest.mark.parametrize("name", [p for p in list_presets() if p not in TINY_PRESETS])

@@ -7,6 +7,7 @@ inside those functions so that ``vlarl --help`` is instant.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -65,6 +66,9 @@ _register()
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point; exits with the code of :func:`run`."""
+    if argv is None and os.environ.get("_VLARL_COMPLETE"):
+        # a shell asking for completions: click's own main answers it (run() bypasses that main)
+        app(prog_name="vlarl")
     sys.exit(run(sys.argv[1:] if argv is None else argv))
 
 

@@ -269,10 +269,11 @@ class EnvSplitConfig(Section):
     @field_validator("env_type", mode="before")
     @classmethod
     def _supported_env(cls, value: Any) -> Any:
-        if value not in ("libero", "toy_reach"):
+        if value not in ("libero", "maniskill", "toy_reach"):
             raise ValueError(f'env_type "{value}" is a simulator vlarl does not run (RLinf recipes also cover '
-                             "ManiSkill, RoboTwin, CALVIN, BEHAVIOR, IsaacLab, real robots, ...); vlarl runs libero "
-                             "(libero_spatial, libero_object, libero_goal, libero_10, libero_90, libero_130) and the "
+                             "RoboTwin, CALVIN, BEHAVIOR, IsaacLab, real robots, ...); vlarl runs libero "
+                             "(libero_spatial, libero_object, libero_goal, libero_10, libero_90, libero_130), "
+                             "maniskill (ManiSkill3 built-in tasks such as PickCube-v1, CPU backend) and the "
                              "CPU toy_reach task")
         return value
 

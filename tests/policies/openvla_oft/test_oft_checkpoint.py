@@ -228,8 +228,9 @@ def test_shared_detector_agrees(make_policy, tmp_path):
 
 
 def _header_only_safetensors(path, shapes: dict[str, tuple[int, ...]]) -> None:
-    """A safetensors file whose header declares ``shapes`` (bf16) but holds no data: enough for
-    detection / describe / architecture inference, which read headers only."""
+    """A safetensors file whose header declares ``shapes`` (bf16) and whose data is a sparse hole of the
+    declared size (a header-only file is refused as truncated): enough for detection / describe /
+    architecture inference, which read headers only."""
     import struct
 
     header, offset = {}, 0
@@ -238,7 +239,9 @@ def _header_only_safetensors(path, shapes: dict[str, tuple[int, ...]]) -> None:
         header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
         offset += n
     raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.truncate(8 + len(raw) + offset)
 
 
 def test_full_size_upstream_folder_is_recognised_from_headers(tmp_path):
