@@ -235,7 +235,8 @@ _TINY_COMMON: dict[str, Any] = dict(
     image_size=32, patch_size=8,
     llm_hidden_size=64, llm_intermediate_size=128, llm_num_heads=4, llm_num_kv_heads=2, llm_head_dim=16,
     vocab_size=320, image_token_id=300, pad_token_id=0, max_position_embeddings=512, select_layer=2,
-    max_text_tokens=48, prompt_style="plain", hidden_size=32, input_embedding_dim=48, backbone_embedding_dim=64,
+    max_text_tokens=160,  # the byte-level tiny tokenizer: every LIBERO instruction (<= ~120 chars) fits
+    prompt_style="plain", hidden_size=32, input_embedding_dim=48, backbone_embedding_dim=64,
     dit_num_layers=4, dit_num_heads=4, dit_head_dim=12, vl_num_heads=4, vl_head_dim=16,
     max_seq_len=64, num_timestep_buckets=1000)
 
