@@ -189,6 +189,30 @@ def test_eval_sampling_follows_the_protocol(make_policy, make_obs):
         policy.configure_eval("lerobot")
 
 
+@pytest.mark.parametrize(("protocol", "expected"), [("rlinf", (True, 1.6)), ("standard", (False, None))])
+def test_evaluation_configures_the_protocols_sampling_and_the_card_records_it(make_policy, monkeypatch,
+                                                                              protocol, expected):
+    """evaluate_policy sets the policy up for its protocol before planning; the card says what ran."""
+    from vlarl_cli.training.evaluation import EvalSettings, api
+
+    policy = make_policy()
+    cards, real_make_card = [], api.make_card
+
+    class Stop(Exception):
+        pass
+
+    def capture(settings, pol, info, plan):
+        cards.append(real_make_card(settings, pol, info, plan))
+        raise Stop
+
+    monkeypatch.setattr(api, "make_card", capture)
+    with pytest.raises(Stop):
+        api.evaluate_policy(policy, EvalSettings(suite="libero_10", trials=1, resolution=128, protocol=protocol))
+    sampling = cards[0]["eval_sampling"]
+    want_temperature = expected[1] if expected[1] is not None else policy.cfg.temperature
+    assert (sampling["do_sample"], sampling["temperature"]) == (expected[0], want_temperature)
+
+
 def test_l1_head_reads_each_chunk_step_from_its_seven_hidden_states():
     """openvla-oft L1RegressionActionHead: hidden [B, C*A, D] -> [B, C, A*D] (step c takes tokens 7c..7c+6)
     -> MLP-ResNet (LayerNorm, fc1, ReLU, blocks x + ReLU(W LN(x) + b), LayerNorm, fc2), by hand."""

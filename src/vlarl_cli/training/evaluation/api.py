@@ -34,6 +34,8 @@ def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | N
     from vlarl_cli.envs.libero.protocol import get_protocol
 
     settings.validate()
+    if hasattr(policy, "configure_eval"):  # OpenVLA-OFT: rlinf samples at temperature 1.6, standard takes argmax
+        policy.configure_eval(settings.protocol)
     plan = plan_episodes(settings.suite, settings.tasks, settings.trials, get_protocol(settings.protocol).eval_order)
     card = make_card(settings, policy, info, plan)
     log = EpisodeLog(out_dir / EPISODES) if out_dir is not None else None

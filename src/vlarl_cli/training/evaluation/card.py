@@ -37,6 +37,9 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
         "eval_order": p.eval_order,
         "action_mode": mode if temperature is None else f"{mode} (temperature {temperature})",
         "temperature": temperature,
+        # what the policy's deterministic mode means under this protocol (OpenVLA-OFT's configure_eval)
+        "eval_sampling": ({"do_sample": policy.eval_do_sample, "temperature": policy.eval_temperature}
+                          if hasattr(policy, "eval_do_sample") else None),
         "replan_size": settings.replan(chunk) if chunk else 0,
         "denoising_steps": denoising,
         "model_type": settings.model_type,
