@@ -10,16 +10,16 @@ with the flattened state token (2048 + 1536 = 3584), or the VL mean alone with `
 
 Initialisation (``ValueHead._init_weights``, which RLinf's ``get_model`` calls again right after loading a
 pretrained policy): Kaiming-normal ``fan_out`` for the hidden layers, N(0, 0.02) for the last one, zero
-biases. This module is separate from the family-shared :mod:`vlarl_cli.policies.value_head` on purpose:
-its layout is RLinf's, not ours.
+biases: the shared :class:`vlarl_cli.policies.value_head.MLPCritic` with these settings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-from torch import Tensor, nn
+from torch import Tensor
+
+from vlarl_cli.policies.value_head import MLPCritic
 
 __all__ = ["RLINF_HIDDEN", "Gr00tCritic"]
 
@@ -27,38 +27,13 @@ __all__ = ["RLINF_HIDDEN", "Gr00tCritic"]
 RLINF_HIDDEN = (1024, 512, 256)
 
 
-class Gr00tCritic(nn.Module):
-    """``features [B, in_dim] -> values [B]`` (float32), parameters named as RLinf's ``value_head``."""
+class Gr00tCritic(MLPCritic):
+    """``features [B, in_dim] -> values [B]`` (float32): RLinf's ``value_head`` layout and initialisation,
+    which is :class:`~vlarl_cli.policies.value_head.MLPCritic` with ReLU, ``rlinf`` init and a biased last
+    layer (the same parameter names ``mlp.{0,2,4,6}``)."""
 
     def __init__(self, in_dim: int, hidden: Sequence[int] = RLINF_HIDDEN) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        width = in_dim
-        for h in hidden:
-            layers += [nn.Linear(width, h), nn.ReLU()]
-            width = h
-        layers.append(nn.Linear(width, 1, bias=True))
-        self.mlp = nn.Sequential(*layers)
-        self.in_dim = in_dim
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        """RLinf ``ValueHead._init_weights("relu")``."""
-        last = self.mlp[-1]
-        for m in self.mlp:
-            if isinstance(m, nn.Linear):
-                if m is last:
-                    nn.init.normal_(m.weight, mean=0.0, std=0.02)
-                else:
-                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-
-    def forward(self, features: Tensor) -> Tensor:
-        if features.dim() != 2 or features.shape[1] != self.in_dim:
-            raise ValueError(f"Gr00tCritic expects features [B, {self.in_dim}], got {tuple(features.shape)}")
-        x = features.to(next(self.mlp.parameters()).dtype)
-        return self.mlp(x)[:, 0].to(torch.float32)
+        super().__init__(in_dim, hidden, activation="relu", init="rlinf", bias_last=True)
 
 
 def pool_vl(vl: Tensor) -> Tensor:
