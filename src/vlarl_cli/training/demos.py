@@ -244,28 +244,14 @@ def record_expert_demos(out_dir: str | Path, n: int, *, suite: str = "libero_spa
                 if progress is not None:
                     progress(f"skipping {suite} task {task}: {err.problem}")
                 continue
-            states, actions = [], []
-            frames: dict[str, list[np.ndarray]] = {k: [] for k in CAMERA_KEYS if k in obs}
-            result = None
-            while env.episode_active:
-                action = np.clip(np.asarray(expert.act(), dtype=np.float64), -1.0, 1.0)
-                states.append(np.asarray(obs[keys.STATES], np.float32))
-                actions.append(action.astype(np.float32))
-                for k in frames:
-                    frames[k].append(np.asarray(obs[k], np.uint8))
-                result = env.step_chunk(action[None])
-                obs = result.obs
-            success = bool(result is not None and result.episode and result.episode.get(keys.SUCCESS_ONCE))
+            ep = _expert_episode(env, obs, expert, meta={"env_type": "libero", "suite": suite, "task_id": task,
+                                                          "trial_id": trial, "expert": "PickPlaceExpert",
+                                                          "resolution": resolution, "protocol": protocol})
             if progress is not None:
                 progress(f"demo attempt {attempt}: task {task} trial {trial}: "
-                         f"{'success' if success else 'failure'} in {len(actions)} steps")
-            if not success:
+                         f"{'success' if ep.success else 'failure'} in {len(ep.actions)} steps")
+            if not ep.success:
                 continue
-            ep = Episode(states=np.stack(states), actions=np.stack(actions),
-                         task_description=str(obs[keys.TASK_DESCRIPTIONS]), success=True,
-                         images={k: np.stack(v) for k, v in frames.items()},
-                         meta={"env_type": "libero", "suite": suite, "task_id": task, "trial_id": trial,
-                               "expert": "PickPlaceExpert", "resolution": resolution, "protocol": protocol})
             paths.append(save_episode(out / f"episode_{index:05d}.npz", ep))
             index += 1
     finally:
@@ -343,6 +329,14 @@ def _run_expert_episode(env: Any, task: int, trial: int, init: str, attempt: int
     else:
         obs = env.reset(trial)
     expert = PickPlaceExpert(env.raw_env.env)
+    ep = _expert_episode(env, obs, expert, meta={"env_type": "libero", "task_id": task, "trial_id": trial,
+                                                 "init": init, "attempt": attempt, "expert": "PickPlaceExpert"})
+    return ep, ep.success
+
+
+def _expert_episode(env: Any, obs: dict[str, Any], expert: Any, *, meta: dict[str, Any]) -> Episode:
+    """Run ``expert`` closed loop (one action per env step) from observation ``obs`` until the episode
+    ends; observation ``t`` and action ``t`` are stored together (module docstring)."""
     states, actions = [], []
     frames: dict[str, list[np.ndarray]] = {k: [] for k in CAMERA_KEYS if k in obs}
     result = None
@@ -355,11 +349,9 @@ def _run_expert_episode(env: Any, task: int, trial: int, init: str, attempt: int
         result = env.step_chunk(action[None])
         obs = result.obs
     success = bool(result is not None and result.episode and result.episode.get(keys.SUCCESS_ONCE))
-    ep = Episode(states=np.stack(states), actions=np.stack(actions), task_description=str(obs[keys.TASK_DESCRIPTIONS]),
-                 success=success, images={k: np.stack(v) for k, v in frames.items()},
-                 meta={"env_type": "libero", "task_id": task, "trial_id": trial, "init": init, "attempt": attempt,
-                       "expert": "PickPlaceExpert"})
-    return ep, success
+    return Episode(states=np.stack(states), actions=np.stack(actions),
+                   task_description=str(obs[keys.TASK_DESCRIPTIONS]), success=success,
+                   images={k: np.stack(v) for k, v in frames.items()}, meta=meta)
 
 
 def _record_worker(job: _RecordJob) -> dict[str, Any]:
