@@ -152,7 +152,8 @@ def test_init_states_equal_libero(suite):
         assert ours.shape == theirs.shape and ours.shape[0] == 50
         np.testing.assert_array_equal(ours, theirs)
     # libero_130 addresses the same arrays
-    offset = {"libero_spatial": 0, "libero_object": 10, "libero_goal": 20, "libero_10": 30, "libero_90": 40}[
+    # RLinf order: spatial, object, goal, 90, 10
+    offset = {"libero_spatial": 0, "libero_object": 10, "libero_goal": 20, "libero_90": 30, "libero_10": 120}[
         suite
     ]
     np.testing.assert_array_equal(suites.init_states("libero_130", offset), suites.init_states(suite, 0))

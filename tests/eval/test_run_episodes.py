@@ -137,4 +137,5 @@ def test_worker_crash_reruns_lost_episodes(fake_env: type[FakeVectorEnv]) -> Non
     records, stats = run_episodes(EchoPolicy(), settings, plan, log=False)
     assert sorted(r.trial for r in records) == [0, 1, 2, 3] and all(r.error == "" for r in records)
     assert stats.worker_restarts == 1
-    assert fake_env.instances[0].resets[-1][0] == 30 * 50 + 0  # trial 0 ran again in a final wave
+    # trial 0 ran again in a final wave; libero_10 task 0 is libero_130 task 120 (RLinf order)
+    assert fake_env.instances[0].resets[-1][0] == 120 * 50 + 0
