@@ -51,6 +51,8 @@ CASES: dict[str, Case] = {
     "steps 0": Case(("sft", "-c", "quickstart", "--steps", "0"), ("'--steps'",)),
     "nproc 0": Case((*QUICK, "--nproc-per-node", "0"), ("'--nproc-per-node'",)),
     "world size -4": Case((*DRY, "--world-size", "-4"), ("'--world-size'",)),
+    "env seed -3": Case((*DRY, "--env-seed", "-3"), ("'--env-seed'",)),
+    "eval env seed -1": Case(("eval", "--env-seed", "-1"), ("'--env-seed'",)),
     "master port": Case((*QUICK, "--master-port", "70000"), ("'--master-port'",)),
     "episode -1": Case(("video", "x.jsonl", "--episode", "-1"), ("'--episode'",)),
     "convert without args": Case(("convert",), ("Missing argument",)),
