@@ -114,3 +114,28 @@ def test_unstable_physics_fails_episode_and_rebuild_recovers(physics_env):
     env.reset(2)
     ok = env.step_chunk(np.zeros((2, 7)))
     assert ok.executed == 2 and ok.episode is None
+
+
+def test_state_obs_mode_appends_the_goal_positions(libero_ready):
+    """``obs_mode: state``: 8-d proprio + the bowl's and the plate's world positions (libero_spatial task 0),
+    read from the simulator, no image; cameras with it are refused."""
+    from vlarl_cli.errors import EnvError
+
+    env = LiberoEnv("libero_spatial", 0, EnvOptions(cameras=(), obs_mode="state", hard_reset=False))
+    try:
+        obs = env.reset(0)
+        state = obs[keys.STATES]
+        assert state.shape == (14,) and state.dtype == np.float32
+        assert not any(k in obs for k in (keys.MAIN_IMAGES, keys.WRIST_IMAGES))
+        raw = env._raw_obs  # robosuite's own object sensors name the same bodies
+        np.testing.assert_allclose(state[:3], raw["robot0_eef_pos"], atol=1e-6)
+        np.testing.assert_allclose(state[8:11], raw["akita_black_bowl_1_pos"], atol=1e-6)
+        np.testing.assert_allclose(state[11:14], raw["plate_1_pos"], atol=1e-6)
+        moved = env.step_chunk(np.array([[0, 0, 0, 0, 0, 0, -1.0]] * 3, dtype=np.float32)).obs[keys.STATES]
+        np.testing.assert_allclose(moved[8:], state[8:], atol=2e-3)  # the objects rest while the arm idles
+    finally:
+        env.close()
+    with pytest.raises(EnvError, match="renders no camera"):
+        EnvOptions(cameras=("main",), obs_mode="state").validate()
+    with pytest.raises(EnvError, match="obs_mode"):
+        EnvOptions(obs_mode="pixels").validate()

@@ -55,6 +55,7 @@ from vlarl_cli.envs.libero.env import (
     RAW_STATE_KEYS,
     UNSTABLE,
     EnvOptions,
+    state_dim,
 )
 from vlarl_cli.envs.libero.protocol import get_protocol, rlinf_reset_seeds
 from vlarl_cli.errors import EnvError
@@ -90,6 +91,7 @@ class VectorEnvSpec:
         num_workers: W subprocesses; N must be divisible by W.
         resolution: square image size (128 / 224 / 256).
         cameras: policy cameras, subset of ("main", "wrist"); () = physics only.
+        obs_mode: the policy's LIBERO observation mode (``rgb`` or ``state``, ``EnvOptions.obs_mode``).
         max_episode_steps: policy steps per episode; None = protocol limit of the task's suite.
         settle_steps: None = protocol's.
         protocol: ``standard`` or ``rlinf``.
@@ -117,6 +119,7 @@ class VectorEnvSpec:
     num_workers: int = 1
     resolution: int = 128
     cameras: tuple[str, ...] = ("main", "wrist")
+    obs_mode: str = "rgb"
     max_episode_steps: int | None = None
     settle_steps: int | None = None
     protocol: str = "standard"
@@ -161,6 +164,7 @@ class VectorEnvSpec:
         return EnvOptions(
             resolution=self.resolution,
             cameras=tuple(self.cameras),
+            obs_mode=self.obs_mode,
             protocol=self.protocol,
             max_episode_steps=self.max_episode_steps,
             settle_steps=self.settle_steps,
@@ -259,7 +263,7 @@ def _obs_layout(spec: VectorEnvSpec) -> dict[str, tuple[tuple[int, ...], str]]:
     layout: dict[str, tuple[tuple[int, ...], str]] = {}
     for cam in spec.cameras:
         layout[CAMERAS[cam][1]] = ((n, r, r, 3), "uint8")
-    layout[keys.STATES] = ((n, 8), "float32")
+    layout[keys.STATES] = ((n, state_dim(spec.obs_mode)), "float32")
     for name, dim in RAW_STATE_KEYS.items():
         layout[name] = ((n, dim), "float32")
     return layout

@@ -399,7 +399,8 @@ def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_s
                           cameras: Sequence[str] = ("main", "wrist"), max_episode_steps: int | None = None,
                           settle_steps: int | None = None, protocol: str = "standard", first_trial: int = 0,
                           init: str = "fixed", workers: int = 1, keep_failures: bool = False,
-                          max_attempts: int | None = None, fps: int = 20, progress: Any = None) -> RecordReport:
+                          max_attempts: int | None = None, fps: int = 20, progress: Any = None,
+                          obs_mode: str = "rgb") -> RecordReport:
     """Record ``n`` successful episodes of LIBERO's scripted expert as a LeRobot v3.0 dataset at ``out_dir``.
 
     ``workers`` simulator processes (spawned; one runs in this process) share the attempts: attempt ``a``
@@ -410,7 +411,8 @@ def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_s
     ``<out_dir>.staging/`` (an interrupted recording resumes there), then written as one LeRobot dataset;
     the staging folder, made by this function, is removed afterwards. Failed episodes are dropped unless
     ``keep_failures`` (they are then kept, ``success`` False, and training skips them). Tasks the expert does
-    not script are skipped. The report gives the expert's success rate over its attempts.
+    not script are skipped. The report gives the expert's success rate over its attempts. ``obs_mode``
+    ``state`` (with no ``cameras``) records the env's 14-d privileged state (``EnvOptions.obs_mode``).
     """
     import multiprocessing as mp
     import shutil
@@ -430,7 +432,7 @@ def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_s
     staging.mkdir(parents=True, exist_ok=True)
     tasks = tuple(task_ids) if task_ids else tuple(range(suites.num_tasks(suite)))
     options = {"resolution": resolution, "cameras": tuple(cameras), "protocol": protocol,
-               "max_episode_steps": max_episode_steps, "settle_steps": settle_steps}
+               "max_episode_steps": max_episode_steps, "settle_steps": settle_steps, "obs_mode": obs_mode}
     workers = max(1, min(workers, n))
     quotas = [n // workers + (w < n % workers) for w in range(workers)]
     jobs = [_RecordJob(w, workers, quotas[w], max_attempts or 3 * quotas[w] + 3, str(staging), suite, tasks,

@@ -45,7 +45,7 @@ def sampling_generator(seed: int, epoch_index: int, env_ids: range) -> Any:
 
 
 def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank: int, group_size: int,
-             cameras: tuple[str, ...], record_video: bool, stages: int) -> VectorEnv:
+             cameras: tuple[str, ...], record_video: bool, stages: int, obs_mode: str = "rgb") -> VectorEnv:
     """This rank's vector env for ``split`` (LIBERO subprocess workers)."""
     if split.env_type == "toy_reach":
         from vlarl_cli.envs.toy import ToyVectorEnv
@@ -66,6 +66,7 @@ def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank:
         num_workers=workers_for(num_envs, split.num_workers),
         resolution=split.resolution,
         cameras=cameras,
+        obs_mode=obs_mode,
         max_episode_steps=split.max_episode_steps,
         settle_steps=split.settle_steps,
         protocol=split.protocol,

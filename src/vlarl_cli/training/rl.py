@@ -44,7 +44,7 @@ from vlarl_cli.config.schema import VlarlConfig
 from vlarl_cli.distributed import dist
 from vlarl_cli.distributed.placement import Cluster
 from vlarl_cli.envs.base import VectorEnv
-from vlarl_cli.policies.base import Policy
+from vlarl_cli.policies.base import Policy, policy_cameras, policy_obs_mode
 from vlarl_cli.training import checkpoint as ckpt
 from vlarl_cli.training.actor import (
     Actor,
@@ -231,16 +231,16 @@ class Trainer:
         roles, split, stages = cluster.roles, config.env.train, config.rollout.pipeline_stage_num
         if cluster.is_env:
             # an env-only rank has no policy: its rollout rank says which cameras to render
-            cameras = (_cameras(self.policy) if cluster.is_rollout
-                       else tuple(remote_env.receive_setup(roles.rollout_of_env(cluster.rank))["cameras"]))
+            view = (_env_view(self.policy) if cluster.is_rollout
+                    else remote_env.receive_setup(roles.rollout_of_env(cluster.rank)))
             self.env = make_env(config, split, num_envs=roles.envs_per_env_rank, rank=cluster.rank,
-                                group_size=config.train_group_size, cameras=cameras,
+                                group_size=config.train_group_size, cameras=tuple(view["cameras"]),
+                                obs_mode=view["obs_mode"],
                                 record_video=split.video_cfg.save_video and cluster.is_first_env, stages=stages)
             if cluster.is_env_only:
                 remote_env.send_hello(self.env, roles.rollout_of_env(cluster.rank), stages)
         elif cluster.is_rollout:
-            self.env = remote_env.RemoteVectorEnv(roles.env_ranks_of(cluster.rank),
-                                                  {"cameras": list(_cameras(self.policy))})
+            self.env = remote_env.RemoteVectorEnv(roles.env_ranks_of(cluster.rank), _env_view(self.policy))
 
     # ---- one iteration
     def running(self) -> bool:
@@ -413,8 +413,9 @@ class Trainer:
                            checkpoint=self.last_checkpoint)
 
 
-def _cameras(policy: torch.nn.Module | None) -> tuple[str, ...]:
-    return tuple(getattr(policy, "cameras", ("main", "wrist")))
+def _env_view(policy: torch.nn.Module | None) -> dict[str, Any]:
+    """What the env renders for ``policy``: its cameras and LIBERO observation mode (sent to env-only ranks)."""
+    return {"cameras": list(policy_cameras(policy)), "obs_mode": policy_obs_mode(policy)}
 
 
 def _task_name(config: VlarlConfig) -> str:

@@ -59,6 +59,7 @@ from vlarl_cli.config.loading import LoadedConfig
 from vlarl_cli.config.schema import VlarlConfig
 from vlarl_cli.distributed import dist
 from vlarl_cli.errors import ConfigError, VlarlError
+from vlarl_cli.policies.base import policy_obs_mode
 from vlarl_cli.training.demos import ChunkDataset
 
 __all__ = ["SftResult", "SftState", "default_record_count", "export_policy", "record_demos", "run_sft",
@@ -136,7 +137,7 @@ def check_dataset(dataset: ChunkDataset, policy: torch.nn.Module, config: VlarlC
             raise ConfigError(f"The demonstrations in {demos} have {dataset.state_dim}-d states but the toy "
                               f"policies read the {ReachEnv.state_dim}-d toy reach state.",
                               "Train toy policies on toy reach demonstrations (env.train.env_type toy_reach).")
-    elif not dataset.cameras:
+    elif not dataset.cameras and policy_obs_mode(policy) == "rgb":
         raise ConfigError(f"The demonstrations in {demos} have no camera images; "
                           f"{config.actor.model.model_type} policies need them.",
                           "Record LIBERO demonstrations (env.train.env_type libero) for image policies.")

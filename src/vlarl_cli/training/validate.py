@@ -12,7 +12,7 @@ from typing import Any, cast
 import torch
 
 from vlarl_cli.config.schema import VlarlConfig
-from vlarl_cli.policies.base import Policy
+from vlarl_cli.policies.base import Policy, policy_cameras, policy_obs_mode
 from vlarl_cli.training.batch import rollout_metrics
 from vlarl_cli.training.envs import make_env, sampling_generator
 from vlarl_cli.training.rollout import collect
@@ -28,7 +28,7 @@ def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, iteration
         return training_eval_metrics(policy, config, rank=ranks.index(rank), world_size=len(ranks),
                                      out_dir=run_dir / "eval" / f"iter_{iteration:05d}", group=group)
     env = make_env(config, split, num_envs=max(1, split.total_num_envs or 1), rank=rank, group_size=1,
-                   cameras=tuple(getattr(policy, "cameras", ("main", "wrist"))), record_video=False,
+                   cameras=policy_cameras(policy), obs_mode=policy_obs_mode(policy), record_video=False,
                    stages=1)  # toy_reach ignores cameras; ManiSkill renders the policy's
     try:
         policy.eval()

@@ -132,7 +132,7 @@ class EpisodeData:
 
     Attributes:
         actions: ``[K, C, 7]`` float32, the K chunks sent to the env (steps after the end are not executed).
-        robot_states: ``[K + 1, 8]`` float32 policy state at the start and after every chunk.
+        robot_states: ``[K + 1, 8]`` float32 policy state (14 with ``obs_mode: state``) at the start and after every chunk.
         joint_pos: ``[K + 1, 7]`` float32 joint positions at the same points.
     """
 
@@ -145,7 +145,7 @@ class EpisodeData:
 
         k = self.actions.shape[0]
         assert self.actions.ndim == 3 and self.actions.shape[2] == 7, self.actions.shape
-        assert self.robot_states.shape == (k + 1, 8), (self.robot_states.shape, k)
+        assert self.robot_states.shape[0] == k + 1 and self.robot_states.shape[1] in (8, 14), (self.robot_states.shape, k)
         buf = io.BytesIO()
         np.savez_compressed(buf, actions=self.actions.astype(np.float32, copy=False),
                             robot_states=self.robot_states, joint_pos=self.joint_pos)

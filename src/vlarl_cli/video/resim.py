@@ -89,6 +89,7 @@ def _options(card: dict[str, Any], record: EpisodeRecord, resolution: int | None
     from vlarl_cli.envs.libero.env import EnvOptions
 
     return EnvOptions(resolution=resolution or int(card["resolution"]), cameras=tuple(card["cameras"]),
+                      obs_mode=str(card.get("obs_mode", "rgb")),
                       protocol=card["protocol"], max_episode_steps=record.max_steps,
                       settle_steps=record.settle_steps, seed=record.seed,
                       hard_reset=str(card.get("reset", "soft")).startswith("hard"), record_video=True)
@@ -159,6 +160,7 @@ def live_episode(policy: Any, suite: str, task: int, trial: int, *, protocol: st
     from vlarl_cli.envs.libero.env import EnvOptions
 
     options = EnvOptions(resolution=resolution, cameras=tuple(getattr(policy, "cameras", ("main", "wrist"))),
+                         obs_mode=str(getattr(policy, "obs_mode", "rgb")),
                          protocol=protocol, max_episode_steps=max_steps, settle_steps=settle_steps, seed=env_seed,
                          record_video=True)
     gen = torch.Generator().manual_seed(policy_seed)

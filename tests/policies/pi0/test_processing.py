@@ -93,3 +93,29 @@ def test_pi05_discrete_state_prompt_depends_on_state():
     assert text == "Task: go, State: " + " ".join(["192"] * 8) + ";\nAction: "
     with pytest.raises(ConfigError, match=r"pi0\.5 option"):
         preset("tiny", "pi0", discrete_state_input=True)
+
+
+def test_state_obs_mode_masks_every_camera_and_needs_the_privileged_state():
+    """``obs_mode: state``: no image is read (every slot zeros and masked, so the model skips them all), the
+    14-d state is normalised like any other, and an 8-d (image-mode) state is refused, not cut."""
+    from vlarl_cli.policies.pi0.policy import Pi0Policy
+
+    cfg = preset("tiny", obs_mode="state", state_env_dim=14)
+    f64 = lambda *v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    stats = {"state": NormStats(mean=f64(*[1.0] * 14), std=f64(*[2.0] * 14)),
+             "actions": NormStats(mean=f64(*[0.0] * 7), std=f64(*[1.0] * 7))}
+    proc = Pi0Processor(cfg, ByteTokenizer(), Normalizer(stats, "mean_std"))
+    obs = {keys.STATES: torch.full((2, 14), 5.0), keys.TASK_DESCRIPTIONS: ["ab", "c"]}
+    inp = proc.prepare(obs)
+    assert inp["images"].shape == (2, 2, 32, 32, 3) and not inp["images"].any()
+    assert not inp["image_masks"].any()
+    assert torch.allclose(inp["state"][:, :14], torch.full((2, 14), 2.0)) and not inp["state"][:, 14:].any()
+    with pytest.raises(ConfigError, match="14"):
+        proc.prepare({**obs, keys.STATES: torch.zeros(2, 8)})
+    policy = Pi0Policy(cfg, norm_stats=stats)
+    assert policy.cameras == () and policy.obs_mode == "state"
+    torch.manual_seed(0)
+    out = policy.sample(obs, deterministic=True)
+    assert out.actions.shape == (2, cfg.num_action_chunks, 7) and torch.isfinite(out.actions).all()
+    with pytest.raises(ConfigError, match="obs_mode"):
+        preset("tiny", obs_mode="pixels")

@@ -36,7 +36,7 @@ import numpy as np
 
 from vlarl_cli import keys
 from vlarl_cli.envs.libero import suites
-from vlarl_cli.envs.libero.conventions import ACTION_DIM, make_state, rotate_180
+from vlarl_cli.envs.libero.conventions import ACTION_DIM, STATE_DIM, make_state, rotate_180
 from vlarl_cli.envs.libero.protocol import Seeding, get_protocol, rlinf_step_reward
 from vlarl_cli.errors import EnvError, did_you_mean
 
@@ -46,6 +46,13 @@ CAMERAS: dict[str, tuple[str, str]] = {
     "wrist": ("robot0_eye_in_hand", keys.WRIST_IMAGES),
 }
 RESOLUTIONS = (128, 224, 256)
+#: ``rgb``: cameras + 8-d proprio (every published protocol); ``state``: no camera, 14-d privileged state.
+OBS_MODES = ("rgb", "state")
+
+
+def state_dim(obs_mode: str) -> int:
+    """Size of ``states`` in ``obs_mode``: the 8-d proprio, plus the goal's object and target positions."""
+    return STATE_DIM + (6 if obs_mode == "state" else 0)
 
 # Raw proprio parts, exposed next to the 8-d state (keys of the observation dict).
 EEF_POS = "eef_pos"  # [3]
@@ -83,6 +90,9 @@ class EnvOptions:
         hard_reset: rebuild the MuJoCo model on every reset (~2.5 s slower); None = the protocol's.
         record_video: render both cameras on every step and keep the frames of the current episode.
         clip_actions: clip actions to [-1, 1] before executing them.
+        obs_mode: ``rgb`` (the standard observation: cameras + the 8-d proprio state) or ``state``
+            (no camera: the state is the 8-d proprio followed by the world positions of the goal's two
+            objects, 14-d; privileged like ManiSkill's ``state`` mode, for CPU learning runs).
     """
 
     resolution: int = 128
@@ -100,6 +110,7 @@ class EnvOptions:
     hard_reset: bool | None = None
     record_video: bool = False
     clip_actions: bool = True
+    obs_mode: str = "rgb"
 
     def validate(self) -> None:
         get_protocol(self.protocol)
@@ -121,6 +132,12 @@ class EnvOptions:
             )
         if self.settle_steps is not None and self.settle_steps < 0:
             raise EnvError(f"settle_steps must be >= 0, got {self.settle_steps}.")
+        if self.obs_mode not in OBS_MODES:
+            raise EnvError(f'Unknown LIBERO obs_mode "{self.obs_mode}".{did_you_mean(self.obs_mode, OBS_MODES)}',
+                           fix=f"Use one of {list(OBS_MODES)}.")
+        if self.obs_mode == "state" and self.cameras:
+            raise EnvError(f"obs_mode state renders no camera, but cameras {list(self.cameras)} were asked for.",
+                           fix="Use obs_mode rgb for image policies, or no cameras with obs_mode state.")
 
 
 @dataclass
@@ -453,6 +470,10 @@ class LiberoEnv:
         obs[keys.STATES] = make_state(
             raw["robot0_eef_pos"], raw["robot0_eef_quat"], raw["robot0_gripper_qpos"]
         )
+        if self.options.obs_mode == "state":
+            from vlarl_cli.envs.libero.expert import goal_positions
+
+            obs[keys.STATES] = np.concatenate([obs[keys.STATES], goal_positions(self.raw_env.env)]).astype(np.float32)
         obs[keys.TASK_DESCRIPTIONS] = self.task.language
         obs[EEF_POS] = np.asarray(raw["robot0_eef_pos"], np.float32)
         obs[EEF_QUAT] = np.asarray(raw["robot0_eef_quat"], np.float32)

@@ -43,6 +43,28 @@ def _quat_conj(q: np.ndarray) -> np.ndarray:
     return np.array([-q[0], -q[1], -q[2], q[3]])
 
 
+def goal_positions(inner_env: Any) -> np.ndarray:
+    """World positions of the single on/in goal's object and target, ``[6]`` float32 (``obs_mode: state``).
+
+    The target is a body (plate, basket) or a region site (``basket_1_contain_region``), as in the expert.
+    """
+    goals = inner_env.parsed_problem["goal_state"]
+    if len(goals) != 1 or goals[0][0].lower() not in ("on", "in"):
+        raise EnvError(f"obs_mode state needs one on/in goal (an object and its target); this task has {goals}.",
+                       fix="Use obs_mode rgb for this task (libero_spatial and libero_object tasks have one).")
+    _, obj, target = goals[0]
+    sim = inner_env.sim
+    registry = {**inner_env.objects_dict, **inner_env.fixtures_dict}
+
+    def pos(name: str) -> np.ndarray:
+        if name in registry:
+            return np.array(sim.data.body_xpos[sim.model.body_name2id(registry[name].root_body)])
+        site = inner_env.object_sites_dict[name]
+        return np.array(sim.data.site_xpos[sim.model.site_name2id(site.name)])
+
+    return np.concatenate([pos(obj), pos(target)]).astype(np.float32)
+
+
 class PickPlaceExpert:
     """Closed-loop scripted expert; call :meth:`act` once per control step.
 

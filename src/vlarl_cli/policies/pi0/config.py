@@ -93,6 +93,9 @@ class Pi0Config:
     # uniformly to every key, so RLinf's after-VLM value (its mean includes those rows) is reproduced
     # exactly only with 3
     camera_slots: int = 2
+    # "rgb": camera images (every real checkpoint); "state": no image at all, every camera slot masked, the
+    # LIBERO env's privileged 14-d state instead (EnvOptions.obs_mode; CPU learning runs)
+    obs_mode: str = "rgb"
     noise_hidden: tuple[int, ...] = (128, 64)
     train_expert_only: bool = False
     is_lora: bool = False
@@ -160,6 +163,8 @@ class Pi0Config:
         if self.camera_slots not in (2, 3):
             bad(f"camera_slots must be 2 (main, wrist) or 3 (openpi's base, left, right wrist), got "
                 f"{self.camera_slots}.", "Use 2, or 3 to reproduce RLinf's after-VLM value exactly.")
+        if self.obs_mode not in ("rgb", "state"):
+            bad(f'Unknown obs_mode "{self.obs_mode}".', "Use rgb (images) or state (no camera, privileged state).")
         if self.sft_loss_reduction not in ("executed", "openpi"):
             bad(f'Unknown sft_loss_reduction "{self.sft_loss_reduction}".', "Use executed (default) or openpi.")
         if self.value_pooling not in VALUE_POOLINGS:

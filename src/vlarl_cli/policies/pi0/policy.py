@@ -57,6 +57,9 @@ class Pi0Policy(Pi0Model):
         super().__init__(cfg)
         self.num_action_chunks = cfg.num_action_chunks
         self.action_dim = cfg.action_env_dim
+        #: what the env renders for this policy (policies.base.policy_cameras / policy_obs_mode)
+        self.obs_mode = cfg.obs_mode
+        self.cameras: tuple[str, ...] = ("main", "wrist") if cfg.obs_mode == "rgb" else ()
         self.norm_stats = dict(norm_stats or {})
         #: what :func:`~vlarl_cli.policies.pi0.checkpoint.load_policy` loaded, skipped and initialised
         self.load_report: dict[str, Any] = {}

@@ -102,29 +102,23 @@ class Pi0Processor:
         ``token_mask`` bool ``[B, L]``, ``state`` float32 ``[B, max_state_dim]`` (normalised, padded),
         ``raw_state`` float32 ``[B, state_env_dim]``.
         """
-        for k in (keys.MAIN_IMAGES, keys.STATES, keys.TASK_DESCRIPTIONS):
+        needed = (keys.STATES, keys.TASK_DESCRIPTIONS) + ((keys.MAIN_IMAGES,) if self.cfg.obs_mode == "rgb" else ())
+        for k in needed:
             if k not in obs:
                 raise KeyError(f"observation lacks {k!r} (has {sorted(obs)})")
-        s = self.cfg.image_size
-        main = resize_with_pad(obs[keys.MAIN_IMAGES], s, s)
-        b = main.shape[0]
-        wrist_in = obs.get(keys.WRIST_IMAGES)
-        if wrist_in is not None:
-            wrist = resize_with_pad(wrist_in, s, s)
-            wrist_mask = torch.ones(b, dtype=torch.bool)
-        else:
-            wrist = torch.zeros_like(main)
-            wrist_mask = torch.zeros(b, dtype=torch.bool)
-        slots = [main, wrist] + [torch.zeros_like(main)] * (self.cfg.camera_slots - 2)  # openpi: empty = zeros
-        images = torch.stack(slots, dim=1)
-        masks = [torch.ones(b, dtype=torch.bool), wrist_mask] + [torch.zeros(b, dtype=torch.bool)] * (len(slots) - 2)
-        image_masks = torch.stack(masks, dim=1)
         texts = list(obs[keys.TASK_DESCRIPTIONS])
+        images, image_masks = self._images(obs, len(texts))
+        b = images.shape[0]
+        if len(texts) != b:
+            raise ValueError(f"{len(texts)} task descriptions for a batch of {b} observations")
         if len(texts) != b:
             raise ValueError(f"{len(texts)} task descriptions for a batch of {b} observations")
         raw = torch.as_tensor(np.asarray(obs[keys.STATES]), dtype=torch.float32)
         if raw.dim() != 2 or raw.shape[0] != b:
             raise ValueError(f"states must be [B={b}, D], got {tuple(raw.shape)}")
+        if raw.shape[1] < self.cfg.state_env_dim:
+            raise ConfigError(f"The env gives {raw.shape[1]}-d states but the policy reads {self.cfg.state_env_dim}.",
+                              "Use the observation mode the policy was trained with (obs_mode state: 14-d).")
         raw = raw[:, : self.cfg.state_env_dim]
         state = self.normalizer.normalize(raw, "state")
         if self.cfg.discrete_state_input:
@@ -141,6 +135,22 @@ class Pi0Processor:
         state = torch.nn.functional.pad(state, (0, self.cfg.max_state_dim - state.shape[-1]))
         return {"images": images, "image_masks": image_masks, "tokens": tokens, "token_mask": token_mask,
                 "state": state, "raw_state": raw}
+
+    def _images(self, obs: dict[str, Any], batch: int) -> tuple[Tensor, Tensor]:
+        """``images`` uint8 ``[B, slots, S, S, 3]`` and ``image_masks`` bool ``[B, slots]``; openpi: an empty
+        slot is zeros and masked. ``obs_mode: state`` masks every slot (the model then skips them all)."""
+        s, slots_n = self.cfg.image_size, self.cfg.camera_slots
+        if self.cfg.obs_mode == "state":
+            return (torch.zeros(batch, slots_n, s, s, 3, dtype=torch.uint8),
+                    torch.zeros(batch, slots_n, dtype=torch.bool))
+        main = resize_with_pad(obs[keys.MAIN_IMAGES], s, s)
+        b = main.shape[0]
+        wrist_in = obs.get(keys.WRIST_IMAGES)
+        wrist = resize_with_pad(wrist_in, s, s) if wrist_in is not None else torch.zeros_like(main)
+        slots = [main, wrist] + [torch.zeros_like(main)] * (slots_n - 2)
+        masks = [torch.ones(b, dtype=torch.bool), torch.full((b,), wrist_in is not None, dtype=torch.bool)]
+        masks += [torch.zeros(b, dtype=torch.bool)] * (slots_n - 2)
+        return torch.stack(slots, dim=1), torch.stack(masks, dim=1)
 
     def actions_to_env(self, chunk: Tensor, raw_state: Tensor) -> Tensor:
         """Model-space chunk ``[B, H, max_action_dim]`` -> env actions ``[B, C, A]`` float32."""

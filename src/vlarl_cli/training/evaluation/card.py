@@ -45,11 +45,14 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
         "model_type": settings.model_type,
         "resolution": settings.resolution,
         "cameras": list(getattr(policy, "cameras", ("main", "wrist"))),
+        # "state": no camera, privileged 14-d state (envs/libero/env.py EnvOptions.obs_mode), not a protocol's
+        "obs_mode": str(getattr(policy, "obs_mode", "rgb")),
         "policy_seed": settings.policy_seed,
         "checkpoint": asdict(info) if info is not None else None,
         # the prompt tokenizer (path, sha256, vocab_size, source) of policies that read a real one
         "tokenizer": getattr(policy, "tokenizer_record", None),
-        "deviations": settings.deviations(suites) + settings.policy_deviations(chunk, denoising),
+        "deviations": (settings.deviations(suites) + settings.policy_deviations(chunk, denoising)
+                       + _observation_deviations(policy)),
         "vlarl_version": __version__,
         "plan": {
             "suite": settings.suite,
@@ -82,3 +85,11 @@ def card_conflicts(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         elif a != b:
             out.append(k)
     return out
+
+
+def _observation_deviations(policy: Any) -> list[str]:
+    """Every published protocol gives the policy camera images; a state-mode policy sees none."""
+    if str(getattr(policy, "obs_mode", "rgb")) == "state":
+        return ["obs_mode state: no camera; the policy reads the 8-d proprio state plus the positions of the "
+                "goal's object and target (privileged, 14-d) instead of images"]
+    return []

@@ -24,6 +24,7 @@ import numpy as np
 from vlarl_cli import keys
 from vlarl_cli.envs.vector import workers_for
 from vlarl_cli.errors import ConfigError
+from vlarl_cli.policies.base import policy_cameras, policy_obs_mode
 from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings, split_blocks
 from vlarl_cli.video.episodes import EpisodeData, EpisodeRecord, episode_paths, save_frames
 
@@ -93,7 +94,7 @@ def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *
     n = min(settings.num_envs, len(items))
     spec = VectorEnvSpec(
         suite="libero_130", num_envs=n, num_workers=workers_for(n, settings.num_workers),
-        resolution=settings.resolution, cameras=tuple(getattr(policy, "cameras", ("main", "wrist"))),
+        resolution=settings.resolution, cameras=policy_cameras(policy), obs_mode=policy_obs_mode(policy),
         max_episode_steps=settings.max_steps, settle_steps=settings.settle_steps, protocol=settings.protocol,
         env_seed=settings.effective_env_seed, auto_reset=False, record_video=settings.live_video > 0,
         hard_reset=settings.effective_hard_reset,
