@@ -24,8 +24,8 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import lerobot
+import numpy as np
 from lerobot.datasets.lerobot_dataset import CODEBASE_VERSION, LeRobotDataset
 
 
