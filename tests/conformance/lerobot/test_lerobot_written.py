@@ -5,8 +5,9 @@ write_with_lerobot.py), in its isolated reference venvs: lerobot 0.3.3 writes co
 writes v3.0 (``bash scripts/reference/lerobot.sh``). Layouts: lerobot's names with MP4 camera videos
 (lerobot's default encoder: AV1 ``libsvtav1``, ``yuv420p``, crf 30, through PyAV), and openpi's LIBERO
 conversion (``state`` / ``actions`` / ``image`` / ``wrist_image``, PNG images inside the parquet). The v3.0
-video dataset is also written with lerobot's file-size limits so low that its 3 episodes span 3 data files,
-3 video files per camera and 2 chunks.
+video dataset is written with lerobot's data file-size limit so low that its 3 episodes span 3 data files in
+2 chunks, while each camera's episodes are concatenated in one MP4 (episodes 1 and 2 start mid-file, read
+by seeking to their ``from_timestamp``), as in real v3.0 datasets.
 
 Frames are two-colour images (a 16x16 top-left square and the rest in another colour) that encode
 (episode, step, camera): the colour of frame ``t`` differs from its neighbours' by 24 grey levels in
@@ -84,7 +85,7 @@ def _action(ep: int) -> np.ndarray:
     return a
 
 
-def _write(version: str, layout: str, root: Path, *, small_files: bool = False) -> Path:
+def _write(version: str, layout: str, root: Path, *, small_data_files: bool = False) -> Path:
     """Write the episodes above with lerobot ``version``'s writer into ``root``; return ``root``."""
     python = _reference_python(version)
     source = root.parent / f"{root.name}_source.npz"
@@ -94,7 +95,7 @@ def _write(version: str, layout: str, root: Path, *, small_files: bool = False) 
                        f"wrist_{ep}": _frames(ep, 1), f"task_{ep}": np.asarray(TASKS[ep])})
     np.savez(source, **arrays)  # type: ignore[arg-type]
     cmd = [str(python), str(HERE / "write_with_lerobot.py"), str(source), str(root), layout]
-    cmd += ["--small-files"] if small_files else []
+    cmd += ["--small-data-files"] if small_data_files else []
     # offline, with the hub caches inside tmp; SVT-AV1 prints its whole configuration at its default level
     env = {**os.environ, "HF_HOME": str(root.parent / "hf_home"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "SVT_LOG": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
@@ -107,7 +108,7 @@ def _write(version: str, layout: str, root: Path, *, small_files: bool = False) 
 
 CASES = {  # id -> (lerobot codebase version, layout, small files)
     "v2.1_video": ("v2.1", "video", False),
-    "v3.0_video_many_files": ("v3.0", "video", True),
+    "v3.0_video_data_in_files": ("v3.0", "video", True),
     "v2.1_openpi_images": ("v2.1", "openpi", False),
     "v3.0_openpi_images": ("v3.0", "openpi", False),
 }
@@ -121,7 +122,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     class Lazy(dict):
         def __missing__(self, case: str) -> Path:
             version, layout, small = CASES[case]
-            self[case] = _write(version, layout, base / case, small_files=small)
+            self[case] = _write(version, layout, base / case, small_data_files=small)
             return self[case]
 
     return Lazy()
@@ -158,9 +159,10 @@ def test_vlarl_reads_what_lerobot_wrote(written, case):
     root = written[case]
     info = json.loads((root / "meta" / "info.json").read_text())
     assert info["codebase_version"] == version
-    if small:  # lerobot really spread the episodes over files and chunks
+    if small:  # lerobot really spread the frames over files and chunks, and the videos not
         assert len(list((root / "data").glob("chunk-*/file-*.parquet"))) == len(LENGTHS)
         assert len(list((root / "data").glob("chunk-*"))) == 2
+        assert len(list((root / "videos").glob("*/chunk-*/file-*.mp4"))) == 2
     episodes, fmt = load_demonstrations(root)
     assert fmt == "lerobot"
     assert [len(e) for e in episodes] == list(LENGTHS)
@@ -189,7 +191,7 @@ def _lerobot_state_stats(root: Path, version: str) -> dict[str, np.ndarray]:
     return {"mean": mean, "std": np.sqrt(var)}
 
 
-@pytest.mark.parametrize("case", ["v2.1_video", "v3.0_video_many_files"])
+@pytest.mark.parametrize("case", ["v2.1_video", "v3.0_video_data_in_files"])
 def test_vlarl_sft_trains_on_what_lerobot_wrote(written, case, tmp_path):
     """`vlarl sft --demos <lerobot-written dataset>` trains a tiny pi0; its norm stats are the data's."""
     from typer.testing import CliRunner

@@ -2,7 +2,7 @@
 lerobot's own recording API (``LeRobotDataset.create`` / ``add_frame`` / ``save_episode`` / ``finalize``),
 the way lerobot's record script and openpi's ``examples/libero/convert_libero_data_to_lerobot.py`` do.
 
-    python write_with_lerobot.py SOURCE.npz ROOT LAYOUT [--small-files]
+    python write_with_lerobot.py SOURCE.npz ROOT LAYOUT [--small-data-files]
 
 SOURCE.npz holds, per episode ``e``: ``state_e`` float32 [T, 8], ``action_e`` float32 [T, 7], ``main_e`` /
 ``wrist_e`` uint8 [T, H, W, 3], ``task_e`` (str); and ``fps``. LAYOUT:
@@ -12,8 +12,10 @@ SOURCE.npz holds, per episode ``e``: ``state_e`` float32 [T, 8], ``action_e`` fl
 * ``openpi``: openpi's LIBERO conversion (``state``, ``actions``, ``image``, ``wrist_image``), cameras as
   ``image`` features (PNG bytes inside the parquet).
 
-``--small-files`` (v3.0 only): lerobot's file-size limits set so low that every episode starts a new data
-and video file, and ``chunks_size`` 2, so the dataset spans several files and chunks as large ones do.
+``--small-data-files`` (v3.0 only): lerobot's data file-size limit set so low that every episode starts a
+new data file, and ``chunks_size`` 2, so the frames span several files and chunks as large datasets' do;
+the videos keep lerobot's default limit, so each camera's episodes are concatenated in one MP4 (episode k
+starting at its ``from_timestamp``), as in every real v3.0 dataset.
 Prints one JSON line: the lerobot version and the codebase version it wrote.
 """
 
@@ -51,7 +53,7 @@ def features(layout: str, h: int, w: int) -> tuple[dict, dict[str, str]]:
 
 def main() -> None:
     source, root, layout = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-    small_files = "--small-files" in sys.argv[4:]
+    small_data_files = "--small-data-files" in sys.argv[4:]
     data = np.load(source)
     fps = int(data["fps"])
     n_episodes = sum(1 for k in data.files if k.startswith("state_"))
@@ -59,10 +61,10 @@ def main() -> None:
     feats, cols = features(layout, h, w)
     ds = LeRobotDataset.create(repo_id="vlarl/conformance", fps=fps, features=feats, root=root, robot_type="panda",
                                use_videos=layout == "video")
-    if small_files:
+    if small_data_files:
         if CODEBASE_VERSION != "v3.0":
-            raise SystemExit("--small-files needs a v3.0 writer")
-        ds.meta.info.update(chunks_size=2, data_files_size_in_mb=1e-6, video_files_size_in_mb=1e-6)
+            raise SystemExit("--small-data-files needs a v3.0 writer")
+        ds.meta.info.update(chunks_size=2, data_files_size_in_mb=1e-6)
     task_is_argument = "task" in inspect.signature(ds.add_frame).parameters  # lerobot 0.3: add_frame(frame, task)
     for e in range(n_episodes):
         task = str(data[f"task_{e}"])
