@@ -85,28 +85,29 @@ def _action(ep: int) -> np.ndarray:
     return a
 
 
-def _write(version: str, layout: str, root: Path, *, small_data_files: bool = False) -> Path:
-    """Write the episodes above with lerobot ``version``'s writer into ``root``; return ``root``."""
+def _write(version: str, jobs: dict[str, Path], base: Path) -> None:
+    """Write the episodes above with lerobot ``version``'s writer, once per ``jobs`` case -> folder."""
     python = _reference_python(version)
-    source = root.parent / f"{root.name}_source.npz"
+    source = base / f"source_{version}.npz"
     arrays: dict[str, np.ndarray] = {"fps": np.asarray(FPS)}
     for ep in range(len(LENGTHS)):
         arrays.update({f"state_{ep}": _state(ep), f"action_{ep}": _action(ep), f"main_{ep}": _frames(ep, 0),
                        f"wrist_{ep}": _frames(ep, 1), f"task_{ep}": np.asarray(TASKS[ep])})
     np.savez(source, **arrays)  # type: ignore[arg-type]
-    cmd = [str(python), str(HERE / "write_with_lerobot.py"), str(source), str(root), layout]
-    cmd += ["--small-data-files"] if small_data_files else []
+    spec = base / f"jobs_{version}.json"
+    spec.write_text(json.dumps([{"root": str(root), "layout": CASES[case][1], "small_data_files": CASES[case][2]}
+                                for case, root in jobs.items()]))
     # offline, with the hub caches inside tmp; SVT-AV1 prints its whole configuration at its default level
-    env = {**os.environ, "HF_HOME": str(root.parent / "hf_home"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+    env = {**os.environ, "HF_HOME": str(base / "hf_home"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "SVT_LOG": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
+    cmd = [str(python), str(HERE / "write_with_lerobot.py"), str(source), str(spec)]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     written = json.loads(done.stdout.strip().splitlines()[-1])
     assert written == {"lerobot": LEROBOT_VERSIONS[version], "codebase_version": version}
-    return root
 
 
-CASES = {  # id -> (lerobot codebase version, layout, small files)
+CASES = {  # id -> (lerobot codebase version, layout, small data files)
     "v2.1_video": ("v2.1", "video", False),
     "v3.0_video_data_in_files": ("v3.0", "video", True),
     "v2.1_openpi_images": ("v2.1", "openpi", False),
@@ -116,13 +117,15 @@ CASES = {  # id -> (lerobot codebase version, layout, small files)
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each case's dataset, written once by lerobot on first use."""
+    """Each case's dataset; on first use of a version, lerobot writes all of that version's cases."""
     base = tmp_path_factory.mktemp("lerobot_written")
 
     class Lazy(dict):
         def __missing__(self, case: str) -> Path:
-            version, layout, small = CASES[case]
-            self[case] = _write(version, layout, base / case, small_data_files=small)
+            version = CASES[case][0]
+            jobs = {c: base / c for c, spec in CASES.items() if spec[0] == version}
+            _write(version, jobs, base)
+            self.update(jobs)
             return self[case]
 
     return Lazy()
@@ -176,13 +179,13 @@ def test_vlarl_reads_what_lerobot_wrote(written, case):
         assert e.meta["codebase_version"] == version and e.meta["episode_index"] == ep
 
 
-def _lerobot_state_stats(root: Path, version: str) -> dict[str, np.ndarray]:
+def _lerobot_state_stats(root: Path, version: str, column: str) -> dict[str, np.ndarray]:
     """lerobot's own mean / std of the state over the dataset (v3.0 ``meta/stats.json``; v2.1: its
     per-episode ``meta/episodes_stats.jsonl`` pooled by count, as lerobot's ``aggregate_stats`` does)."""
     if version == "v3.0":
-        stats = json.loads((root / "meta" / "stats.json").read_text())["observation.state"]
+        stats = json.loads((root / "meta" / "stats.json").read_text())[column]
         return {"mean": np.asarray(stats["mean"]), "std": np.asarray(stats["std"])}
-    rows = [json.loads(line)["stats"]["observation.state"]
+    rows = [json.loads(line)["stats"][column]
             for line in (root / "meta" / "episodes_stats.jsonl").read_text().splitlines() if line.strip()]
     counts = np.array([r["count"][0] for r in rows], np.float64)[:, None]
     means, stds = np.array([r["mean"] for r in rows]), np.array([r["std"] for r in rows])
@@ -191,14 +194,14 @@ def _lerobot_state_stats(root: Path, version: str) -> dict[str, np.ndarray]:
     return {"mean": mean, "std": np.sqrt(var)}
 
 
-@pytest.mark.parametrize("case", ["v2.1_video", "v3.0_video_data_in_files"])
+@pytest.mark.parametrize("case", ["v2.1_video", "v3.0_video_data_in_files", "v3.0_openpi_images"])
 def test_vlarl_sft_trains_on_what_lerobot_wrote(written, case, tmp_path):
     """`vlarl sft --demos <lerobot-written dataset>` trains a tiny pi0; its norm stats are the data's."""
     from typer.testing import CliRunner
 
     from vlarl_cli.cli.main import app
 
-    version = CASES[case][0]
+    version, layout, _ = CASES[case]
     root, out = written[case], tmp_path / "ckpt"
     result = CliRunner().invoke(app, ["sft", "--config", "sft_quickstart", "--demos", str(root), "--steps", "3",
                                       "-o", str(out), f"runner.logger.log_path={tmp_path / 'run'}",
@@ -212,7 +215,7 @@ def test_vlarl_sft_trains_on_what_lerobot_wrote(written, case, tmp_path):
     np.testing.assert_allclose(stats["actions"]["std"], actions.std(0), rtol=1e-6)
     np.testing.assert_allclose(stats["actions"]["q01"], np.quantile(actions, 0.01, axis=0), rtol=1e-6, atol=1e-7)
     # the state statistics agree with lerobot's own (float32 sums on lerobot's side: 1e-5)
-    theirs = _lerobot_state_stats(root, version)
+    theirs = _lerobot_state_stats(root, version, "observation.state" if layout == "video" else "state")
     np.testing.assert_allclose(stats["state"]["mean"], theirs["mean"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(stats["state"]["std"], theirs["std"], rtol=1e-5, atol=1e-6)
     rows = [json.loads(line) for line in (tmp_path / "run" / "sft_metrics.jsonl").read_text().splitlines()]

@@ -2,7 +2,10 @@
 lerobot's own recording API (``LeRobotDataset.create`` / ``add_frame`` / ``save_episode`` / ``finalize``),
 the way lerobot's record script and openpi's ``examples/libero/convert_libero_data_to_lerobot.py`` do.
 
-    python write_with_lerobot.py SOURCE.npz ROOT LAYOUT [--small-data-files]
+    python write_with_lerobot.py SOURCE.npz JOBS.json
+
+JOBS.json: a list of ``{"root": folder, "layout": LAYOUT, "small_data_files": bool}``, each written from the
+same episodes (one interpreter for all: importing torch and lerobot is most of the time).
 
 SOURCE.npz holds, per episode ``e``: ``state_e`` float32 [T, 8], ``action_e`` float32 [T, 7], ``main_e`` /
 ``wrist_e`` uint8 [T, H, W, 3], ``task_e`` (str); and ``fps``. LAYOUT:
@@ -12,7 +15,7 @@ SOURCE.npz holds, per episode ``e``: ``state_e`` float32 [T, 8], ``action_e`` fl
 * ``openpi``: openpi's LIBERO conversion (``state``, ``actions``, ``image``, ``wrist_image``), cameras as
   ``image`` features (PNG bytes inside the parquet).
 
-``--small-data-files`` (v3.0 only): lerobot's data file-size limit set so low that every episode starts a
+``small_data_files`` (v3.0 only): lerobot's data file-size limit set so low that every episode starts a
 new data file, and ``chunks_size`` 2, so the frames span several files and chunks as large datasets' do;
 the videos keep lerobot's default limit, so each camera's episodes are concatenated in one MP4 (episode k
 starting at its ``from_timestamp``), as in every real v3.0 dataset.
@@ -51,10 +54,7 @@ def features(layout: str, h: int, w: int) -> tuple[dict, dict[str, str]]:
     return feats, cols
 
 
-def main() -> None:
-    source, root, layout = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-    small_data_files = "--small-data-files" in sys.argv[4:]
-    data = np.load(source)
+def write(data: np.lib.npyio.NpzFile, root: Path, layout: str, small_data_files: bool) -> None:
     fps = int(data["fps"])
     n_episodes = sum(1 for k in data.files if k.startswith("state_"))
     h, w = data["main_0"].shape[1:3]
@@ -63,7 +63,7 @@ def main() -> None:
                                use_videos=layout == "video")
     if small_data_files:
         if CODEBASE_VERSION != "v3.0":
-            raise SystemExit("--small-data-files needs a v3.0 writer")
+            raise SystemExit("small_data_files needs a v3.0 writer")
         ds.meta.info.update(chunks_size=2, data_files_size_in_mb=1e-6)
     task_is_argument = "task" in inspect.signature(ds.add_frame).parameters  # lerobot 0.3: add_frame(frame, task)
     for e in range(n_episodes):
@@ -78,6 +78,12 @@ def main() -> None:
         ds.save_episode()
     if hasattr(ds, "finalize"):  # lerobot 0.4: closes the parquet writers (footers)
         ds.finalize()
+
+
+def main() -> None:
+    data = np.load(sys.argv[1])
+    for job in json.loads(Path(sys.argv[2]).read_text()):
+        write(data, Path(job["root"]), job["layout"], bool(job["small_data_files"]))
     print(json.dumps({"lerobot": lerobot.__version__, "codebase_version": CODEBASE_VERSION}))
 
 
