@@ -338,6 +338,28 @@ def _feature(dtype: str, shape: Sequence[int], names: Any) -> dict[str, Any]:
     return {"dtype": dtype, "shape": list(shape), "names": names}
 
 
+def _tasks_table(tasks: Sequence[str]) -> Any:
+    """``meta/tasks.parquet`` as lerobot writes it: a pandas DataFrame with column ``task_index``, indexed by
+    the task string (lerobot ``datasets/utils.py`` ``write_tasks``; its reader takes ``tasks.iloc[i].name``
+    as the task). Without pandas here, the index is the column ``__index_level_0__`` plus the ``pandas``
+    schema metadata that makes ``pandas.read_parquet`` restore it (Arrow's pandas metadata spec)."""
+    import pyarrow as pa
+
+    index = "__index_level_0__"
+    pandas_meta = {
+        "index_columns": [index],
+        "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
+                            "metadata": {"encoding": "UTF-8"}}],
+        "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
+                     "metadata": None},
+                    {"name": None, "field_name": index, "pandas_type": "unicode", "numpy_type": "object",
+                     "metadata": None}],
+        "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": "2.2.3",
+    }
+    table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), index: pa.array(list(tasks), pa.string())})
+    return table.replace_schema_metadata({"pandas": json.dumps(pandas_meta)})
+
+
 def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, robot_type: str = "panda",
                   codec: str = "libsvtav1", extra_meta: dict[str, Any] | None = None) -> Path:
     """Write ``episodes`` (:class:`~vlarl_cli.training.demos.Episode`) as a LeRobot v3.0 dataset at ``root``.
@@ -411,7 +433,7 @@ def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, r
         pq.write_table(pa.table(data), tmp / "data" / "chunk-000" / "file-000.parquet")
         (tmp / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
         pq.write_table(pa.table(ep_rows), tmp / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
-        pq.write_table(pa.table({"task_index": list(range(len(tasks))), "task": tasks}), tmp / "meta" / "tasks.parquet")
+        pq.write_table(_tasks_table(tasks), tmp / "meta" / "tasks.parquet")
         info = {"codebase_version": "v3.0", "robot_type": robot_type, "total_episodes": len(episodes),
                 "total_frames": int(starts[-1]), "total_tasks": len(tasks), "chunks_size": 1000,
                 "data_files_size_in_mb": 100, "video_files_size_in_mb": 200, "fps": fps,

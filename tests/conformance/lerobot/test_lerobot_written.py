@@ -223,3 +223,40 @@ def test_vlarl_sft_trains_on_what_lerobot_wrote(written, case, tmp_path):
     state = json.loads((out / "sft_state.json").read_text())
     assert state["demos_format"] == "lerobot" and state["episodes"] == len(LENGTHS)
     assert (out / "model.safetensors").is_file()
+
+
+def test_lerobot_reads_what_vlarl_wrote(tmp_path):
+    """The other direction: a v3.0 dataset from vlarl's writer (what `vlarl sft --record` / the demo recorder
+    produce) served frame by frame by lerobot 0.4.4's own ``LeRobotDataset`` (read_with_lerobot.py)."""
+    from vlarl_cli.datasets.episodes import Episode
+    from vlarl_cli.datasets.lerobot import read_lerobot, write_lerobot
+
+    python = _reference_python("v3.0")
+    episodes = [Episode(states=_state(ep), actions=_action(ep), task_description=TASKS[ep],
+                        images={keys.MAIN_IMAGES: _frames(ep, 0), keys.WRIST_IMAGES: _frames(ep, 1)})
+                for ep in range(len(LENGTHS))]
+    root = write_lerobot(tmp_path / "ds", episodes, fps=FPS)
+    out = tmp_path / "served.npz"
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": ""}
+    done = subprocess.run([str(python), str(HERE / "read_with_lerobot.py"), str(root), str(out)], capture_output=True,
+                          text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    served = np.load(out)
+    n = sum(LENGTHS)
+    episode_of = np.repeat(np.arange(len(LENGTHS)), LENGTHS)
+    np.testing.assert_array_equal(served["episode_index"], episode_of)
+    np.testing.assert_array_equal(served["frame_index"], np.concatenate([np.arange(k) for k in LENGTHS]))
+    np.testing.assert_array_equal(served["state"], np.concatenate([_state(ep) for ep in range(len(LENGTHS))]))
+    np.testing.assert_array_equal(served["action"], np.concatenate([_action(ep) for ep in range(len(LENGTHS))]))
+    # lerobot takes the task string from meta/tasks.parquet's pandas index
+    assert [str(served[f"task_{i}"]) for i in range(n)] == [TASKS[ep] for ep in episode_of]
+    ours = read_lerobot(root)
+    for ep, e in enumerate(ours):
+        rows = episode_of == ep
+        for cam, (name, col) in enumerate(((keys.MAIN_IMAGES, "observation.images.image"),
+                                           (keys.WRIST_IMAGES, "observation.images.wrist_image"))):
+            # lerobot picks the same frames from the shared MP4 as vlarl (the same PyAV decode: bit-exact) ...
+            np.testing.assert_array_equal(served[col][rows], e.images[name])
+            # ... and they are the frames written
+            _check_images(served[col][rows], ep, cam, video=True)
