@@ -1,4 +1,5 @@
-"""LeRobot datasets written by huggingface's own ``lerobot`` library, read by vlarl and trained on by ``vlarl sft``.
+"""LeRobot datasets written by huggingface's own ``lerobot`` library, read by vlarl and trained on by ``vlarl sft``;
+and the other direction, a dataset written by vlarl served by lerobot's own ``LeRobotDataset``.
 
 The writer is lerobot itself (``LeRobotDataset.create`` / ``add_frame`` / ``save_episode``, see
 write_with_lerobot.py), in its isolated reference venvs: lerobot 0.3.3 writes codebase v2.1 and 0.4.4
@@ -15,7 +16,7 @@ two channels, so a decoded frame identifies which frame the reader picked even a
 square catches a flip or transpose. States and actions are random float32: they must come back bit-exact.
 
 Needs the reference venvs; skips with the build command without them, fails under
-``VLARL_REQUIRE_REFERENCE=1``. About a minute on 2 cores.
+``VLARL_REQUIRE_REFERENCE=1``. About a minute on 2 cores (mostly the reference interpreters' imports).
 """
 
 from __future__ import annotations
