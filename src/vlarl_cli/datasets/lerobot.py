@@ -367,7 +367,8 @@ def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, r
     One data file, one video file per camera and one episodes file (fine for the few hundred episodes
     recorded here); columns ``observation.state``, ``action``, ``observation.images.image`` /
     ``observation.images.wrist_image`` (the GR00T / lerobot LIBERO names), plus the bookkeeping columns;
-    ``meta/stats.json`` holds min / max / mean / std / count per numeric feature (and q01 / q99). The folder
+    ``meta/stats.json`` holds min / max / mean / std / count per numeric feature (and q01 / q99), and per
+    camera the per-channel [3, 1, 1] statistics of its pixels in [0, 1] that lerobot keeps. The folder
     must not exist yet (written under a temporary name, renamed at the end). ``extra_meta``: file name ->
     JSON content written into ``meta/`` as well (e.g. how the episodes were recorded).
     """
@@ -375,7 +376,7 @@ def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, r
     import pyarrow.parquet as pq
 
     from vlarl_cli.checkpoints.atomic import atomic_directory
-    from vlarl_cli.datasets.stats import feature_stats
+    from vlarl_cli.datasets.stats import feature_stats, image_stats
 
     root = Path(root).expanduser()
     if root.exists():
@@ -420,6 +421,7 @@ def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, r
             col = cam_cols[cam]
             frames = np.concatenate([e.images[cam] for e in episodes])
             encode_frames(tmp / "videos" / col / "chunk-000" / "file-000.mp4", frames, fps, codec=codec)
+            stats[col] = image_stats(frames)
             h, w = frames.shape[1:3]
             features[col] = {**_feature("video", [int(h), int(w), 3], ["height", "width", "channels"]),
                              "info": {"video.fps": fps, "video.codec": codec.removeprefix("lib").replace("svtav1", "av1"),

@@ -10,7 +10,8 @@ contract (lerobot ``video_utils.decode_video_frames_torchvision`` with the pyav 
 to the query timestamps, refused beyond ``tolerance_s``; float32 CHW in [0, 1]). Everything else is
 lerobot's: metadata loading, episode / file resolution, ``from_timestamp`` shifting, the parquet reading.
 Arrays in OUT.npz, per frame i: ``state``, ``action``, ``episode_index``, ``frame_index``, ``task_i``,
-``<camera>`` uint8 [N, H, W, 3].
+``<camera>`` uint8 [N, H, W, 3]; and ``stats/<feature>/<name>``: the statistics lerobot loaded from
+``meta/stats.json`` (``dataset.meta.stats``, what its policies normalise with).
 """
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ def main() -> None:
         arrays[f"task_{i}"] = [item["task"]]
         for k in cams:  # back to the uint8 HWC that was decoded (exact: x / 255 * 255 rounds back)
             cams[k].append((item[k].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8))
+    stats = {f"stats/{feature}/{name}": np.asarray(value) for feature, values in ds.meta.stats.items()
+             for name, value in values.items()}
     np.savez(out, **{k: np.asarray(v) if not k.startswith("task_") else np.asarray(v[0]) for k, v in arrays.items()},
-             **{k: np.stack(v) for k, v in cams.items()})
+             **{k: np.stack(v) for k, v in cams.items()}, **stats)
     print(len(ds))
 
 

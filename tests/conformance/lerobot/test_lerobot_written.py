@@ -261,3 +261,12 @@ def test_lerobot_reads_what_vlarl_wrote(tmp_path):
             np.testing.assert_array_equal(served[col][rows], e.images[name])
             # ... and they are the frames written
             _check_images(served[col][rows], ep, cam, video=True)
+    # lerobot's normalisation statistics: the data's, cameras per channel [3, 1, 1] in [0, 1]
+    states = np.concatenate([_state(ep) for ep in range(len(LENGTHS))]).astype(np.float64)
+    np.testing.assert_allclose(served["stats/observation.state/mean"], states.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(served["stats/observation.state/std"], states.std(0), rtol=1e-12)
+    for cam, col in enumerate(("observation.images.image", "observation.images.wrist_image")):
+        pixels = np.concatenate([_frames(ep, cam) for ep in range(len(LENGTHS))]).reshape(-1, 3) / 255
+        assert served[f"stats/{col}/mean"].shape == (3, 1, 1)
+        np.testing.assert_allclose(served[f"stats/{col}/mean"].reshape(3), pixels.mean(0), rtol=1e-12)
+        np.testing.assert_allclose(served[f"stats/{col}/std"].reshape(3), pixels.std(0), rtol=1e-12, atol=1e-12)
