@@ -304,3 +304,28 @@ def test_vlarl_sft_trains_on_an_independent_v30_dataset(tmp_path):
                                      "-o", str(out), f"runner.logger.log_path={tmp_path / 'run2'}"])
     assert again.exit_code != 0 and "already exists" in str(again.exception)
     assert json.loads((out / "sft_state.json").read_text()) == state
+
+
+def test_decode_frames_decodes_only_the_window(tmp_path):
+    """A v3.0 MP4 holds many episodes: an episode's window is decoded alone (seek to the keyframe before it),
+    with the same pixels a decode of the whole file gives at those times."""
+    from vlarl_cli.datasets.video import decode_frames, encode_frames
+
+    frames = np.concatenate([_frames(0, 0), _frames(1, 1), _frames(0, 1)])  # 19 frames, 0.1 s apart
+    path = encode_frames(tmp_path / "v.mp4", frames, FPS)
+    all_frames, all_times = decode_frames(path)
+    np.testing.assert_allclose(all_times, np.arange(len(frames)) / FPS, atol=1e-9)
+    got, times = decode_frames(path, 0.7, 1.2)  # frames 7..12 (the end frame is the next episode's first)
+    np.testing.assert_allclose(times, np.arange(7, 13) / FPS, atol=1e-9)
+    np.testing.assert_array_equal(got, all_frames[7:13])
+    with pytest.raises(VlarlError, match="no frames between"):
+        decode_frames(path, 5.0, 6.0)
+
+
+def test_lerobot_libero_camera_names_resolve(tmp_path):
+    """lerobot's LIBERO datasets call the wrist camera observation.images.image2 (lerobot envs/libero.py)."""
+    from vlarl_cli.datasets.lerobot import resolve_keys
+
+    feats = _features(cameras={"observation.images.image": "video", "observation.images.image2": "video"})
+    k = resolve_keys(tmp_path, {"features": feats})
+    assert (k.main_camera, k.wrist_camera) == ("observation.images.image", "observation.images.image2")

@@ -94,3 +94,21 @@ def test_oft_dataset_statistics_round_trip(tmp_path):
     written = json.loads((tmp_path / "o" / "dataset_statistics.json").read_text())
     assert written["my_demos"]["action"]["q01"] == stats["action"]["q01"]
     assert load_policy(tmp_path / "o").dataset_statistics["my_demos"]["action"]["mean"] == stats["action"]["mean"]
+
+
+def test_image_stats_are_numpys_per_channel_statistics_in_lerobot_shape():
+    """Histogram statistics of uint8 frames equal numpy's over every pixel (scaled to [0, 1]), quantiles
+    included (numpy's linear interpolation), each shaped [3, 1, 1] as lerobot keeps camera stats."""
+    from vlarl_cli.datasets.stats import image_stats
+
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (7, 5, 6, 3), dtype=np.uint8)
+    frames[..., 1] = rng.integers(40, 60, (7, 5, 6))  # a narrow channel: min / max / quantiles inside it
+    got = image_stats(frames)
+    x = frames.reshape(-1, 3).astype(np.float64) / 255
+    want = {"min": x.min(0), "max": x.max(0), "mean": x.mean(0), "std": x.std(0),
+            "q01": np.quantile(x, 0.01, axis=0), "q99": np.quantile(x, 0.99, axis=0)}
+    for key, value in want.items():
+        assert np.asarray(got[key]).shape == (3, 1, 1), key
+        np.testing.assert_allclose(np.asarray(got[key]).reshape(3), value, rtol=1e-12, atol=1e-15, err_msg=key)
+    assert got["count"] == [7]

@@ -52,8 +52,11 @@ _STATE_NAMES = ("observation.state", "state", "observation.states")
 _ACTION_NAMES = ("action", "actions")
 _MAIN_NAMES = ("observation.images.image", "image", "observation.images.agentview", "observation.images.front",
                "observation.image", "agentview_image", "observation.images.agentview_image")
+# lerobot's own LIBERO datasets and env name the eye-in-hand camera "image2" (lerobot src/lerobot/envs/libero.py
+# camera_name_mapping: agentview_image -> image, robot0_eye_in_hand_image -> image2)
 _WRIST_NAMES = ("observation.images.wrist_image", "wrist_image", "observation.images.wrist",
-                "observation.images.eye_in_hand", "robot0_eye_in_hand_image", "observation.images.wrist_image_left")
+                "observation.images.eye_in_hand", "robot0_eye_in_hand_image", "observation.images.wrist_image_left",
+                "observation.images.image2")
 _FIX_KEYS = "Name the columns with sft.state_key / sft.action_key / sft.main_camera_key / sft.wrist_camera_key."
 
 
@@ -187,18 +190,12 @@ def _decode_image_column(table: Any, name: str, root: Path) -> np.ndarray:
     return np.stack(out)
 
 
-class _VideoCache:
-    """One decoded MP4 at a time (v3.0 files hold many episodes in order, so each is decoded once)."""
-
-    def __init__(self) -> None:
-        self.path: Path | None = None
-        self.frames = self.times = np.zeros(0)
-
-    def get(self, path: Path) -> tuple[np.ndarray, np.ndarray]:
-        if path != self.path:
-            self.frames, self.times = decode_frames(path)
-            self.path = path
-        return self.frames, self.times
+def _episode_video(table: Any, ref: _EpisodeRef, col: str, where: str) -> np.ndarray:
+    """The frames of camera ``col`` at the episode's timestamps (v3.0: only its window of the file is decoded)."""
+    window = ref.video_windows[col]
+    frames, times = decode_frames(ref.video_files[col], *(window or (None, None)))
+    ts = np.asarray(table.column("timestamp").to_pylist(), np.float64) + (window[0] if window else 0.0)
+    return frames_at(frames, times, ts, where=f"{where} camera {col}")
 
 
 @dataclass
@@ -206,7 +203,7 @@ class _EpisodeRef:
     index: int
     data_file: Path
     video_files: dict[str, Path]
-    video_offsets: dict[str, float]
+    video_windows: dict[str, tuple[float, float] | None]  # v3.0: (from, to) seconds in the file; v2: whole file
     success: bool = True  # vlarl's own recordings mark kept failures ("vlarl/success"); others are demonstrations
 
 
@@ -222,7 +219,7 @@ def _episode_refs_v2(root: Path, info: dict[str, Any], cams: Sequence[str]) -> l
         data = root / info["data_path"].format(episode_chunk=chunk, episode_index=ep)
         videos = {c: root / info["video_path"].format(episode_chunk=chunk, video_key=c, episode_index=ep)
                   for c in cams}
-        refs.append(_EpisodeRef(ep, data, videos, dict.fromkeys(cams, 0.0)))
+        refs.append(_EpisodeRef(ep, data, videos, dict.fromkeys(cams)))
     return refs
 
 
@@ -249,12 +246,13 @@ def _episode_refs_v3(root: Path, info: dict[str, Any], cams: Sequence[str]) -> l
     refs = []
     for row in sorted(rows, key=lambda r: r["episode_index"]):
         data = root / info["data_path"].format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
-        videos, offsets = {}, {}
+        videos: dict[str, Path] = {}
+        windows: dict[str, tuple[float, float] | None] = {}
         for c in cams:
             videos[c] = root / info["video_path"].format(video_key=c, chunk_index=row[f"videos/{c}/chunk_index"],
                                                          file_index=row[f"videos/{c}/file_index"])
-            offsets[c] = float(row[f"videos/{c}/from_timestamp"])
-        refs.append(_EpisodeRef(int(row["episode_index"]), data, videos, offsets, bool(row.get("vlarl/success", True))))
+            windows[c] = (float(row[f"videos/{c}/from_timestamp"]), float(row[f"videos/{c}/to_timestamp"]))
+        refs.append(_EpisodeRef(int(row["episode_index"]), data, videos, windows, bool(row.get("vlarl/success", True))))
     return refs
 
 
@@ -297,7 +295,6 @@ def read_lerobot(root: str | Path, *, state_key: str | None = None, action_key: 
         wanted = set(int(e) for e in episodes)
         refs = [r for r in refs if r.index in wanted]
     tasks = _tasks(root, version)
-    cache = _VideoCache()
     tables: dict[Path, Any] = {}
     out = []
     for ref in refs:
@@ -321,9 +318,7 @@ def read_lerobot(root: str | Path, *, state_key: str | None = None, action_key: 
             if info["features"][col]["dtype"] == "image":
                 images[ours] = _decode_image_column(table, col, root)
             else:
-                frames, times = cache.get(ref.video_files[col])
-                ts = np.asarray(table.column("timestamp").to_pylist(), np.float64) + ref.video_offsets[col]
-                images[ours] = frames_at(frames, times, ts, where=f"{where} camera {col}")
+                images[ours] = _episode_video(table, ref, col, where)
         ep = Episode(states=_sliced(table, k.state, k.state_slices, where),
                      actions=_sliced(table, k.action, k.action_slices, where),
                      task_description=tasks[task_ids[0]], success=ref.success, images=images,
@@ -343,6 +338,28 @@ def _feature(dtype: str, shape: Sequence[int], names: Any) -> dict[str, Any]:
     return {"dtype": dtype, "shape": list(shape), "names": names}
 
 
+def _tasks_table(tasks: Sequence[str]) -> Any:
+    """``meta/tasks.parquet`` as lerobot writes it: a pandas DataFrame with column ``task_index``, indexed by
+    the task string (lerobot ``datasets/utils.py`` ``write_tasks``; its reader takes ``tasks.iloc[i].name``
+    as the task). Without pandas here, the index is the column ``__index_level_0__`` plus the ``pandas``
+    schema metadata that makes ``pandas.read_parquet`` restore it (Arrow's pandas metadata spec)."""
+    import pyarrow as pa
+
+    index = "__index_level_0__"
+    pandas_meta = {
+        "index_columns": [index],
+        "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
+                            "metadata": {"encoding": "UTF-8"}}],
+        "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
+                     "metadata": None},
+                    {"name": None, "field_name": index, "pandas_type": "unicode", "numpy_type": "object",
+                     "metadata": None}],
+        "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": "2.2.3",
+    }
+    table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), index: pa.array(list(tasks), pa.string())})
+    return table.replace_schema_metadata({"pandas": json.dumps(pandas_meta)})
+
+
 def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, robot_type: str = "panda",
                   codec: str = "libsvtav1", extra_meta: dict[str, Any] | None = None) -> Path:
     """Write ``episodes`` (:class:`~vlarl_cli.training.demos.Episode`) as a LeRobot v3.0 dataset at ``root``.
@@ -350,7 +367,8 @@ def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, r
     One data file, one video file per camera and one episodes file (fine for the few hundred episodes
     recorded here); columns ``observation.state``, ``action``, ``observation.images.image`` /
     ``observation.images.wrist_image`` (the GR00T / lerobot LIBERO names), plus the bookkeeping columns;
-    ``meta/stats.json`` holds min / max / mean / std / count per numeric feature (and q01 / q99). The folder
+    ``meta/stats.json`` holds min / max / mean / std / count per numeric feature (and q01 / q99), and per
+    camera the per-channel [3, 1, 1] statistics of its pixels in [0, 1] that lerobot keeps. The folder
     must not exist yet (written under a temporary name, renamed at the end). ``extra_meta``: file name ->
     JSON content written into ``meta/`` as well (e.g. how the episodes were recorded).
     """
@@ -358,7 +376,7 @@ def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, r
     import pyarrow.parquet as pq
 
     from vlarl_cli.checkpoints.atomic import atomic_directory
-    from vlarl_cli.datasets.stats import feature_stats
+    from vlarl_cli.datasets.stats import feature_stats, image_stats
 
     root = Path(root).expanduser()
     if root.exists():
@@ -403,6 +421,7 @@ def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, r
             col = cam_cols[cam]
             frames = np.concatenate([e.images[cam] for e in episodes])
             encode_frames(tmp / "videos" / col / "chunk-000" / "file-000.mp4", frames, fps, codec=codec)
+            stats[col] = image_stats(frames)
             h, w = frames.shape[1:3]
             features[col] = {**_feature("video", [int(h), int(w), 3], ["height", "width", "channels"]),
                              "info": {"video.fps": fps, "video.codec": codec.removeprefix("lib").replace("svtav1", "av1"),
@@ -416,7 +435,7 @@ def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, r
         pq.write_table(pa.table(data), tmp / "data" / "chunk-000" / "file-000.parquet")
         (tmp / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
         pq.write_table(pa.table(ep_rows), tmp / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
-        pq.write_table(pa.table({"task_index": list(range(len(tasks))), "task": tasks}), tmp / "meta" / "tasks.parquet")
+        pq.write_table(_tasks_table(tasks), tmp / "meta" / "tasks.parquet")
         info = {"codebase_version": "v3.0", "robot_type": robot_type, "total_episodes": len(episodes),
                 "total_frames": int(starts[-1]), "total_tasks": len(tasks), "chunks_size": 1000,
                 "data_files_size_in_mb": 100, "video_files_size_in_mb": 200, "fps": fps,

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["feature_stats", "gr00t_statistics", "oft_dataset_statistics", "openpi_norm_stats",
+__all__ = ["feature_stats", "gr00t_statistics", "image_stats", "oft_dataset_statistics", "openpi_norm_stats",
            "pi0_model_actions"]
 
 
@@ -37,6 +37,39 @@ def feature_stats(x: np.ndarray) -> dict[str, list[float]]:
     q01, q99 = np.quantile(x, [0.01, 0.99], axis=0)
     return {"min": x.min(0).tolist(), "max": x.max(0).tolist(), "mean": x.mean(0).tolist(),
             "std": x.std(0).tolist(), "q01": q01.tolist(), "q99": q99.tolist(), "count": [int(x.shape[0])]}
+
+
+def _histogram_quantile(cumulative: np.ndarray, q: float) -> float:
+    """``numpy.quantile(x, q)`` (linear interpolation) of integer data given by ``cumulative`` counts per value."""
+    position = q * (int(cumulative[-1]) - 1)
+    k = int(np.floor(position))
+    low = int(np.searchsorted(cumulative, k, side="right"))  # the value of the k-th smallest element
+    high = int(np.searchsorted(cumulative, min(k + 1, int(cumulative[-1]) - 1), side="right"))
+    return low + (position - k) * (high - low)
+
+
+def image_stats(frames: np.ndarray) -> dict[str, Any]:
+    """Per-channel statistics of uint8 ``frames [N, H, W, 3]`` over every pixel, as lerobot stores camera
+    stats in ``meta/stats.json``: values scaled to [0, 1], each statistic shaped ``[3, 1, 1]``, ``count`` the
+    number of frames (lerobot ``datasets/compute_stats.py``; lerobot estimates them from a sample of frames,
+    here they are exact: 256-bin histograms of the integer pixel values)."""
+    frames = np.asarray(frames)
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or frames.shape[0] < 1:
+        raise ValueError(f"frames must be uint8 [N >= 1, H, W, 3], got {frames.dtype} {list(frames.shape)}")
+    values = np.arange(256, dtype=np.float64)
+    out: dict[str, list[Any]] = {k: [] for k in ("min", "max", "mean", "std", "q01", "q99")}
+    for c in range(3):
+        hist = np.bincount(frames[..., c].ravel(), minlength=256)
+        total = int(hist.sum())
+        mean = float(hist @ values) / total
+        nonzero = np.flatnonzero(hist)
+        cumulative = np.cumsum(hist)
+        channel = {"min": float(nonzero[0]), "max": float(nonzero[-1]), "mean": mean,
+                   "std": float(np.sqrt(max(float(hist @ (values - mean) ** 2) / total, 0.0))),
+                   "q01": _histogram_quantile(cumulative, 0.01), "q99": _histogram_quantile(cumulative, 0.99)}
+        for k, v in channel.items():
+            out[k].append([[v / 255.0]])
+    return {**out, "count": [int(frames.shape[0])]}
 
 
 def openpi_norm_stats(states: np.ndarray, actions: np.ndarray) -> dict[str, Any]:

@@ -33,24 +33,45 @@ def _av() -> Any:
     return av
 
 
-def decode_frames(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Every frame of ``path``: ``(frames uint8 [N, H, W, 3] RGB, times float64 [N] seconds)``."""
+def decode_frames(path: str | Path, start_s: float | None = None, end_s: float | None = None, *,
+                  margin_s: float = DEFAULT_TOLERANCE_S) -> tuple[np.ndarray, np.ndarray]:
+    """The frames of ``path`` shown from ``start_s`` to ``end_s`` seconds (``None``: the file's start / end),
+    widened by ``margin_s``: ``(frames uint8 [N, H, W, 3] RGB, times float64 [N] seconds)``.
+
+    A v3.0 file holds many episodes (up to lerobot's ``video_files_size_in_mb``, 200 MB by default: tens of
+    thousands of frames, far more than memory holds decoded), so an episode's window is decoded alone:
+    seek to the keyframe at or before ``start_s``, decode until past ``end_s``.
+    """
     av = _av()
     path = Path(path)
     if not path.is_file():
         raise VlarlError(f"Video file {path} does not exist.", "Check the dataset's videos/ folder and "
                          "meta/info.json video_path template.")
+    lo = -np.inf if start_s is None else start_s - margin_s
+    hi = np.inf if end_s is None else end_s + margin_s
     frames, times = [], []
     try:
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
+            if start_s is not None and start_s > 0:
+                # backward: the keyframe at or before; frames before lo are decoded and dropped below
+                container.seek(int(max(lo, 0.0) / stream.time_base), stream=stream, backward=True)
             for frame in container.decode(stream):
-                frames.append(frame.to_ndarray(format="rgb24"))
-                times.append(float(frame.pts * stream.time_base) if frame.pts is not None else np.nan)
+                if frame.pts is None:  # MP4 frames carry one; without it no frame can be matched to a timestamp
+                    raise VlarlError(f"Video {path} has a frame without a presentation time.",
+                                     "Re-encode the file (e.g. with lerobot's encode_video_frames).")
+                t = float(frame.pts * stream.time_base)
+                if t > hi:
+                    break
+                if t >= lo:
+                    frames.append(frame.to_ndarray(format="rgb24"))
+                    times.append(t)
     except av.error.FFmpegError as err:  # type: ignore[attr-defined]
         raise VlarlError(f"Cannot decode video {path}: {err}", "Re-encode or re-download the file.") from None
     if not frames:
-        raise VlarlError(f"Video {path} has no frames.", "Re-encode or re-download the file.")
+        window = "" if start_s is None and end_s is None else f" between {start_s} s and {end_s} s"
+        raise VlarlError(f"Video {path} has no frames{window}.", "Re-encode or re-download the file, or check the "
+                         "episode's videos/<key>/from_timestamp and to_timestamp in meta/episodes.")
     return np.stack(frames), np.asarray(times, dtype=np.float64)
 
 
