@@ -40,7 +40,13 @@ from pathlib import Path
 from typing import Any
 
 STAGES = ("init_model", "record", "sft", "eval_sft", "rl", "eval_rl", "report")
-IMAGE_SIZE = 64  # pixels seen by the policy (renders are 128 px and resized with padding by pi0's processor)
+# The policy sees no image: LIBERO ``obs_mode: state`` gives it the 8-d proprio state plus the positions of the
+# goal's object and target (14-d, privileged, like ManiSkill's state mode). On 2 CPU cores a 128 px render costs
+# 70-300 ms (llvmpipe), 10-50x the physics step, so image policies could not learn within the budget here.
+OBS_MODE = "state"
+#: the pi0 ``tiny`` architecture with a wider action expert (the VLM reads only the prompt in state mode)
+MODEL = {"obs_mode": OBS_MODE, "state_env_dim": 14, "expert_width": 64, "expert_mlp": 256, "num_action_chunks": 5,
+         "add_value_head": True}
 
 
 def _cli(*args: str) -> list[str]:
@@ -88,7 +94,7 @@ def stage_init_model(out: Path, seed: int) -> Path:
     folder = out / "init_model"
     if not (folder / "vlarl_config.json").is_file():
         torch.manual_seed(seed)
-        cfg = preset("tiny", "pi0", image_size=IMAGE_SIZE, num_action_chunks=5, add_value_head=True)
+        cfg = preset("tiny", "pi0", **MODEL)
         save_policy(Pi0Policy(cfg), folder, format="vlarl")
     return folder
 
@@ -100,8 +106,9 @@ def stage_record(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         report = read_recording_report(out / "demos")
     else:
         report = record_expert_dataset(out / "demos", args.demos, suite=args.suite, task_ids=args.tasks,
-                                       resolution=128, max_episode_steps=220, settle_steps=10, protocol="standard",
-                                       init="sampled", workers=args.workers, progress=print)
+                                       resolution=128, cameras=(), obs_mode=OBS_MODE, max_episode_steps=220,
+                                       settle_steps=10, protocol="standard", init="sampled", workers=args.workers,
+                                       progress=print)
     return {"attempts": report.attempts, "successes": report.successes, "kept": report.kept,
             "expert_success_rate": report.success_rate}
 
@@ -195,7 +202,7 @@ def stage_report(out: Path, args: argparse.Namespace, stages: Stages) -> dict[st
     episodes_per_iter = args.rl_envs
     report = {
         "command": shlex.join([sys.executable, *sys.argv]),
-        "suite": args.suite, "tasks": list(args.tasks), "policy": f"pi0 tiny architecture, {IMAGE_SIZE} px images",
+        "suite": args.suite, "tasks": list(args.tasks), "policy": f"pi0 tiny architecture, {MODEL}",
         "demonstrations": stages.data["record"]["info"], "sft_steps": args.sft_steps,
         "eval_protocol": "standard (trial i = init state i, 220 + 10 settle steps, env seed 7), 128 px renders",
         "sft": sft_eval, "rl": rl_eval,
