@@ -34,6 +34,7 @@ from typing import Any
 
 from vlarl_cli.checkpoints.safetensors_header import read_safetensors_header
 from vlarl_cli.checkpoints.safety import is_pickle_file
+from vlarl_cli.config.model_types import MODEL_TYPES, family_model_types
 
 __all__ = [
     "FAMILY_MODEL_TYPES",
@@ -48,12 +49,10 @@ __all__ = [
 
 _NORM_STATS_NAMES = ("norm_stats.json", "dataset_statistics.json", "statistics.json")
 
-# model_type names of the config system per family package (DESIGN.md registry; brief "family API").
-FAMILY_MODEL_TYPES: dict[str, tuple[str, ...]] = {
-    "pi0": ("openpi", "pi0", "pi05"),
-    "gr00t": ("gr00t", "gr00t_n1d6"),
-    "openvla_oft": ("openvla_oft",),
-}
+# model_type names of the config system per family package with checkpoints (config/model_types.py)
+FAMILY_MODEL_TYPES: dict[str, tuple[str, ...]] = family_model_types()
+# saved GR00T config "version" -> variant (vlarl folders store the version, not the variant)
+_VERSION_VARIANT = {t.version: t.variant for t in MODEL_TYPES.values() if t.version is not None}
 
 
 @dataclass
@@ -248,7 +247,7 @@ def _heuristic(root: Path, names: set[str], config: dict[str, Any] | None) -> tu
         saved_model: dict[str, Any] = saved if isinstance(saved, dict) else {}
         version = saved_model.get("version")  # GR00T's config dataclass stores "n1.5" / "n1.6"
         saved_variant = saved_model.get("variant") or (
-            {"n1.5": "gr00t_n15", "n1.6": "gr00t_n16"}.get(version) if isinstance(version, str) else None)
+            _VERSION_VARIANT.get(version) if isinstance(version, str) else None)
         return vlarl_cfg["family"], "vlarl", saved_variant
 
     is_n16 = "n1d6" in model_type.lower() or (
@@ -399,20 +398,17 @@ def _model_section(folder: Path, preset_file: Path) -> dict[str, Any]:
 
 
 def _preset_variant(model: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(family, variant) a preset's model section asks for."""
-    model_type = str(model.get("model_type", ""))
-    if model_type in ("openpi", "pi0", "pi05"):
+    """(family, variant) a preset's model section asks for (RLinf's ``openpi`` names pi0 or pi0.5 through
+    ``openpi.config_name``)."""
+    entry = MODEL_TYPES.get(str(model.get("model_type", "")))
+    if entry is None or entry.family not in FAMILY_MODEL_TYPES:
+        return None, None
+    if entry.family == "pi0":
         openpi_any = model.get("openpi")
         openpi: dict[str, Any] = openpi_any if isinstance(openpi_any, dict) else {}
-        name = str(openpi.get("config_name", ""))
-        return "pi0", ("pi05" if model_type == "pi05" or name.startswith("pi05") else "pi0")
-    if model_type == "gr00t":
-        return "gr00t", "gr00t_n15"
-    if model_type == "gr00t_n1d6":
-        return "gr00t", "gr00t_n16"
-    if model_type == "openvla_oft":
-        return "openvla_oft", "openvla"
-    return None, None
+        pi05 = entry.variant == "pi05" or str(openpi.get("config_name", "")).startswith("pi05")
+        return "pi0", ("pi05" if pi05 else "pi0")
+    return entry.family, entry.variant
 
 
 def configs_using(info: CheckpointInfo, repo_id: str | None = None,

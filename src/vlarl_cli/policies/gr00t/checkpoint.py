@@ -38,6 +38,7 @@ import torch
 
 from vlarl_cli.checkpoints import pipeline
 from vlarl_cli.checkpoints.detect import read_safetensors_header as _header
+from vlarl_cli.config.model_types import MODEL_TYPES
 from vlarl_cli.errors import CheckpointError, ConfigError
 from vlarl_cli.policies.gr00t.config import Gr00tConfig, ModelSettings, preset
 from vlarl_cli.policies.gr00t.modality import EMBODIMENT_IDS, ModalitySpec
@@ -61,8 +62,13 @@ FORMAT_VERSION = 1
 VLARL_CONFIG = "vlarl_config.json"
 NORM_STATS = "norm_stats.json"
 SINGLE = "model.safetensors"
-N15_MODEL_TYPES = ("gr00t_n1_5", "gr00t_n1")
-N16_MODEL_TYPES = ("Gr00tN1d6", "gr00t_n1d6")
+#: upstream config.json model_type names of N1.5 / N1.6 (the one table: vlarl_cli.config.model_types)
+N15_MODEL_TYPES = MODEL_TYPES["gr00t"].upstream
+N16_MODEL_TYPES = MODEL_TYPES["gr00t_n1d6"].upstream
+#: upstream layout (= variant) -> version, and version -> our model_type
+_LAYOUT_VERSION = {t.variant: t.version for t in MODEL_TYPES.values() if t.family == FAMILY and t.version}
+_VERSION_MODEL_TYPE = {t.version: name for name, t in MODEL_TYPES.items() if t.family == FAMILY and t.version}
+_VERSION_LAYOUT = {v: k for k, v in _LAYOUT_VERSION.items() if k is not None}
 #: RL additions that upstream checkpoints do not contain; missing ones are initialised fresh.
 OPTIONAL_PREFIXES = ("action_head.value_head.", "action_head.noise_head.")
 _EAGLE_FIELDS = ("vision_kind", "vision_hidden_size", "vision_intermediate_size", "vision_num_layers",
@@ -148,11 +154,7 @@ def detect_format(path: Path) -> str | None:
 
 def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
     model_type = cfg.get("model_type")
-    if model_type in N15_MODEL_TYPES:
-        return "gr00t_n15"
-    if model_type in N16_MODEL_TYPES:
-        return "gr00t_n16"
-    return None
+    return next((t.variant for t in MODEL_TYPES.values() if t.family == FAMILY and model_type in t.upstream), None)
 
 
 # ---------------------------------------------------------------------------------------------- config
@@ -313,8 +315,8 @@ def read_config(path: Path, fmt: str | None = None) -> tuple[Gr00tConfig, dict[s
     if fmt == "vlarl":
         data = pipeline.read_vlarl_config(path, FORMAT_VERSION)
         return Gr00tConfig.from_dict(data["model"]), data.get("settings")
-    if fmt in ("gr00t_n15", "gr00t_n16"):
-        version = "n1.5" if fmt == "gr00t_n15" else "n1.6"
+    if fmt in _LAYOUT_VERSION:
+        version = _LAYOUT_VERSION[fmt]
         data = _read_json(path / "config.json")
         shapes = None
         block = (data.get("backbone_cfg") or {}).get("eagle_config") if version == "n1.5" else data.get("eagle_config")
@@ -366,10 +368,10 @@ def save_policy(policy: Any, path: Path, *, format: str = "vlarl", dtype: torch.
 
     pipeline.check_format(format, FORMATS, "GR00T")
     cfg: Gr00tConfig = policy.config
-    want = {"gr00t_n15": "n1.5", "gr00t_n16": "n1.6"}.get(format)
+    want = _LAYOUT_VERSION.get(format)
     if want is not None and want != cfg.version:
         raise CheckpointError(f"Cannot save a GR00T {cfg.version} model in the {format} layout.",
-                              f"Use format {'gr00t_n15' if cfg.version == 'n1.5' else 'gr00t_n16'} or vlarl.")
+                              f"Use format {_VERSION_LAYOUT[cfg.version]} or vlarl.")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {name if format == "vlarl" else to_upstream_key(name, cfg.version): t.detach()
@@ -455,7 +457,7 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
                               f"Pass format= one of {', '.join(FORMATS)} or fix the folder.")
     device = torch.device(device)
     cfg, saved = read_config(path, fmt)
-    version_type = "gr00t" if cfg.version == "n1.5" else "gr00t_n1d6"
+    version_type = _VERSION_MODEL_TYPE[cfg.version]
     settings_dict: dict[str, Any] = {"model_type": version_type, "model_path": str(path)}
     settings_dict.update(saved or {})
     settings_dict.update(overrides or {})
