@@ -43,8 +43,11 @@ __all__ = [
     "count_parameters",
     "detect_checkpoint",
     "family_checkpoint_module",
+    "open_checkpoint_folder",
     "read_safetensors_header",
+    "tensor_table",
     "weight_files",
+    "weights_table",
 ]
 
 _NORM_STATS_NAMES = ("norm_stats.json", "dataset_statistics.json", "statistics.json")
@@ -98,7 +101,8 @@ class CheckpointInfo:
 def weight_files(path: str | os.PathLike[str]) -> list[Path]:
     """The safetensors files holding a folder's weights.
 
-    Order of preference: ``*.safetensors.index.json`` shard lists (all shards they name), then every
+    Order of preference: ``*.safetensors.index.json`` shard lists (all shards they name, present or
+    not: :func:`tensor_table` refuses a missing one by name, a summary lists it as unreadable), then every
     ``*.safetensors`` file in the folder itself (not sub-folders: those hold e.g. optimizer shards).
     LeRobot >= 0.4's ``policy_*processor*.safetensors`` hold normalisation statistics, not weights.
     """
@@ -111,7 +115,7 @@ def weight_files(path: str | os.PathLike[str]) -> list[Path]:
             continue
         for shard in sorted(set(weight_map.values())):
             p = root / shard
-            if p.is_file() and p not in files:
+            if p not in files:
                 files.append(p)
     if files:
         return files
@@ -170,6 +174,9 @@ def tensor_table(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Pat
 
     out: dict[str, tuple[tuple[int, ...], str, Path]] = {}
     for f in files:
+        if not f.is_file():
+            raise CheckpointError(f"{f.name} is named by the shard index of {f.parent} but does not exist.",
+                                  "Re-download or re-save the checkpoint (the shards are incomplete).")
         try:
             header = read_safetensors_header(f)
         except (OSError, ValueError) as err:
@@ -200,11 +207,18 @@ def open_checkpoint_folder(path: str | os.PathLike[str], *, family: str, format:
     if fmt not in formats:
         raise CheckpointError(f'Unknown {family} checkpoint format "{fmt}".{did_you_mean(fmt, list(formats))}',
                               f"Use one of {', '.join(formats)}.")
+    return root, fmt, weights_table(root)
+
+
+def weights_table(root: Path) -> dict[str, tuple[tuple[int, ...], str, Path]]:
+    """:func:`tensor_table` of a checkpoint folder's :func:`weight_files`; an error when it has none."""
+    from vlarl_cli.errors import CheckpointError
+
     files = weight_files(root)
     if not files:
-        raise CheckpointError(f"{root} holds no .safetensors weights (pickle .bin / .pt files are not loaded).",
+        raise CheckpointError(f"No weights in {root}: no .safetensors files (pickle .bin / .pt files are not loaded).",
                               "Convert the weights to safetensors, or download the safetensors release.")
-    return root, fmt, tensor_table(files)
+    return tensor_table(files)
 
 
 def _find_files(root: Path, names: tuple[str, ...], max_depth: int = 4) -> list[str]:

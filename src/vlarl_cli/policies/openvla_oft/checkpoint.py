@@ -42,7 +42,7 @@ Key map internal (transformers modules) <-> ``openvla_hf`` (timm), per tower (``
 
 Parameters that exist only on our side (transformers' DINOv2 ``mask_token``, unused without masked
 inputs; the RL value head; LoRA factors) are freshly initialised when absent and listed in
-``policy.load_report["initialized"]``. Loading builds the model on the meta device, materialises it
+``policy.load_report.initialized``. Loading builds the model on the meta device, materialises it
 on the target device and fills it tensor by tensor from ``safetensors.safe_open``. Any other missing
 or unexpected key, or a shape mismatch, raises :class:`CheckpointError` naming the keys when
 ``strict`` (the default).
@@ -433,51 +433,80 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                               "set actor.model.norm_stats_path.")
 
     adapter = _read_adapter(root, fmt, lora_path)
-    applied: set[str] = set()
-
     policy, params = pipeline.build_on_meta(lambda: OftPolicy(cfg, dataset_statistics=stats),
-                                   lambda p: p.to(dtype).to_empty(device=device), _reset_buffers)
-
-    rules = import_rules(cfg)
-    consumed: set[str] = set()
-    loaded: set[str] = set()
-    mismatched: list[str] = []
-    absent: list[str] = []
-    plan: list[tuple[str, Rule, list[str]]] = []
+                                            lambda p: p.to(dtype).to_empty(device=device), _reset_buffers)
+    report = pipeline.LoadReport(fmt, details={
+        "dataset_statistics": stats_src, "implement_version": cfg.implement_version, "action_head": cfg.action_head,
+        "side_files": sorted(side), "lora_adapter": os.fspath(lora_path) if adapter and lora_path is not None else None})
     side_flat = {f"{c}.{k}": v for c, d in side.items() for k, v in d.items()}
+    filled = _fill_side_files(side_flat, params, report)
+    rules = import_rules(cfg)
+    plan, absent = _plan(fmt, rules, header, params, filled)
+    applied = _stream_rules(plan, header, params, adapter, report)
+    consumed = {src for _, _, srcs in plan for src in srcs}
+    report.unexpected = [k for k in header if k not in consumed and not _ignorable(k, fmt, rules)]
+    report.unexpected += [f"{k} (side file)" for k in side_flat if k not in params]
+    left = sorted(set(adapter) - applied)
+    if left:
+        raise CheckpointError(f"The LoRA adapter {lora_path} adapts {len(left)} weight(s) the base checkpoint {root} "
+                              f"does not load: {pipeline.format_keys(left)}.", "Use the adapter trained on this base model.")
+    pipeline.settle_absent(policy, params, absent, report, _fresh_init, _FRESH_PREFIXES, _FRESH_KEYS)
+    if strict:
+        report.raise_if_incomplete(root, "OpenVLA-OFT model",
+                                   "Check the format / architecture, or pass strict=False to load what matches.")
+    policy.load_report = report  # type: ignore[assignment]
+    policy.apply_trainability()
+    return policy
+
+
+def _fill_side_files(side: dict[str, Tensor], params: dict[str, Tensor], report: pipeline.LoadReport) -> set[str]:
+    """The OFT authors' side-file tensors (``action_head.*`` / ``proprio_projector.*``) into ``params``."""
+    filled: set[str] = set()
     with torch.no_grad():
-        for key in [k for k in params if k in side_flat]:
-            if tuple(params[key].shape) != tuple(side_flat[key].shape):
-                mismatched.append(f"{key} {list(side_flat[key].shape)} vs model {list(params[key].shape)}")
+        for key in [k for k in params if k in side]:
+            if tuple(params[key].shape) != tuple(side[key].shape):
+                report.mismatched.append(f"{key} {list(side[key].shape)} vs model {list(params[key].shape)}")
                 continue
-            params[key].copy_(side_flat[key].to(params[key].dtype))
-            loaded.add(key)
+            params[key].copy_(side[key].to(params[key].dtype))
+            filled.add(key)
+    report.loaded += len(filled)
+    return filled
+
+
+def _plan(fmt: str, rules: dict[str, Rule], header: pipeline.TensorTable, params: dict[str, Tensor],
+          filled: set[str]) -> tuple[list[tuple[str, Rule, list[str]]], list[str]]:
+    """``(our key, rule, file keys)`` of every parameter the file fills, and the parameters it does not."""
+    plan: list[tuple[str, Rule, list[str]]] = []
+    absent: list[str] = []
     for key in params:
-        if key in loaded:
+        if key in filled:
             continue
-        if fmt == "openvla_hf" and key.startswith(_SIDE_PREFIXES):
-            absent.append(key)
-            continue
-        rule = _rule_for(key, fmt, rules)
+        rule = None if fmt == "openvla_hf" and key.startswith(_SIDE_PREFIXES) else _rule_for(key, fmt, rules)
         if rule is None:
             absent.append(key)
             continue
         if rule.kind == "copy":
-            present = [e for e in rule.ext if e in header]
-            srcs = present[:1]
+            srcs = [e for e in rule.ext if e in header][:1]
         else:
             srcs = list(rule.ext) if all(e in header for e in rule.ext) else []
-        if not srcs:
+        if srcs:
+            plan.append((key, rule, srcs))
+        else:
             absent.append(key)
-            continue
-        plan.append((key, rule, srcs))
+    return plan, absent
+
+
+def _stream_rules(plan: list[tuple[str, Rule, list[str]]], header: pipeline.TensorTable, params: dict[str, Tensor],
+                  adapter: dict[str, Any], report: pipeline.LoadReport) -> set[str]:
+    """Build each planned parameter from its file tensors (a PEFT adapter merged into them as they are read);
+    returns the file keys an adapter was merged into."""
+    applied: set[str] = set()
     with torch.no_grad(), pipeline.TensorReader() as reader:
         for key, rule, srcs in plan:
-            consumed.update(srcs)
             expect = _expected_shape(rule, [header[s][0] for s in srcs])
             target = params[key]
             if tuple(target.shape) != expect:
-                mismatched.append(f"{key} <- {srcs[0]} {list(expect)} vs model {list(target.shape)}")
+                report.mismatched.append(f"{key} <- {srcs[0]} {list(expect)} vs model {list(target.shape)}")
                 continue
             tensors = []
             for s in srcs:
@@ -487,26 +516,8 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                     applied.add(s)
                 tensors.append(tensor)
             target.copy_(_build(rule, tensors).to(target.dtype))
-            loaded.add(key)
-    unexpected = [k for k in header if k not in consumed and not _ignorable(k, fmt, rules)]
-    unexpected += [f"{k} (side file)" for k in side_flat if k not in params]
-    if set(adapter) - applied:
-        left = sorted(set(adapter) - applied)
-        raise CheckpointError(f"The LoRA adapter {lora_path} adapts {len(left)} weight(s) the base checkpoint {root} "
-                              f"does not load: {pipeline.format_keys(left)}.", "Use the adapter trained on this base model.")
-    fresh, missing = pipeline.split_fresh(absent, _FRESH_PREFIXES, _FRESH_KEYS)
-    _fresh_init(policy, fresh)
-    pipeline.zero_fill(params, missing)
-    report = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
-              "mismatched": mismatched, "initialized": fresh, "dataset_statistics": stats_src,
-              "implement_version": cfg.implement_version, "action_head": cfg.action_head,
-              "side_files": sorted(side), "lora_adapter": os.fspath(lora_path) if adapter and lora_path is not None else None}
-    if strict:
-        pipeline.raise_if_incomplete(root, fmt, "OpenVLA-OFT model", missing, unexpected, mismatched,
-                            "Check the format / architecture, or pass strict=False to load what matches.")
-    policy.load_report = report  # type: ignore[assignment]
-    policy.apply_trainability()
-    return policy
+            report.loaded += 1
+    return applied
 
 
 def _read_adapter(root: Path, fmt: str, lora_path: str | os.PathLike[str] | None) -> dict[str, Any]:

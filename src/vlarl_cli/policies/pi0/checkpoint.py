@@ -358,6 +358,33 @@ def _fresh_init(policy: Any, missing: list[str]) -> None:
     pipeline.init_lora_factors(policy, miss)
 
 
+def _is_tied(key: str, fmt: str) -> bool:
+    """The LM head that tied storage may hold instead of the token embedding (loaded only in its place)."""
+    return key.endswith("lm_head.weight") and from_external(key, fmt) == _EMBED
+
+
+def _fill(root: Path, fmt: str, cfg: Pi0Config, header: pipeline.TensorTable, params: dict[str, Tensor],
+          report: pipeline.LoadReport) -> set[str]:
+    """Stream the file's tensors into ``params``; returns the names filled. An RL head of
+    another shape than the one configured (e.g. value_after_vlm changed, or RLinf's noise net) is skipped
+    with a warning, and that head starts fresh."""
+
+    def rename(ext: str) -> str | None:
+        internal = from_external(ext, fmt)
+        return None if internal is None else _legacy_value_key(internal, cfg)
+
+    plan = pipeline.plan_copies(header, params, rename, report, optional=_RL_ONLY_PREFIXES, skip_misfit_optional=True,
+                                ignore=lambda k: _is_known_unused(k, fmt) or _is_tied(k, fmt))
+    pipeline.fill_tied(plan, header, params, report, _EMBED, [k for k in header if _is_tied(k, fmt)])
+    pipeline.stream(plan, header, params, report)
+    rl_skipped = [k for k in report.skipped if (rename(k) or "").startswith(_RL_ONLY_PREFIXES)]
+    if rl_skipped:
+        warnings.warn(f"{root}: {len(rl_skipped)} RL-head tensors do not fit the configured heads and were "
+                      f"NOT loaded ({pipeline.format_keys(rl_skipped, 4)}); those heads start fresh. Check "
+                      "value_after_vlm / value_hidden against the checkpoint.", stacklevel=3)
+    return {internal for _, internal in plan}
+
+
 def load_policy(path: str | os.PathLike[str], *, format: str | None = None, device: torch.device | str = "cpu",
                 dtype: torch.dtype = torch.float32, strict: bool = True, overrides: dict[str, Any] | None = None,
                 norm_stats_path: str | os.PathLike[str] | None = None, asset_id: str | None = None,
@@ -392,63 +419,14 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                                                asset_id=asset_id)
 
     policy, params = pipeline.build_on_meta(lambda: Pi0Policy(cfg, norm_stats=norm_stats),
-                                   lambda p: p.set_precision(dtype).to_empty(device=device), _reset_buffers)
-
-    loaded: set[str] = set()
-    unexpected: list[str] = []
-    mismatched: list[str] = []
-    ignored: list[str] = []
-    rl_heads_skipped: list[str] = []
-    plan: list[tuple[str, str]] = []  # (file key, our key)
-    tied_source: str | None = None
-    for ext in header:
-        internal = None if _is_known_unused(ext, fmt) else from_external(ext, fmt)
-        if internal is not None:
-            internal = _legacy_value_key(internal, cfg)
-        if internal is None:
-            (ignored if _is_known_unused(ext, fmt) else unexpected).append(ext)
-            continue
-        if internal not in params or (internal.startswith(_RL_ONLY_PREFIXES)
-                                      and tuple(params[internal].shape) != header[ext][0]):
-            if internal.startswith(_RL_ONLY_PREFIXES):
-                # an RL head of another shape than the one configured (e.g. value_after_vlm changed, or
-                # RLinf's noise net): reported, warned about below, and the head starts fresh
-                rl_heads_skipped.append(ext)
-            else:
-                unexpected.append(ext)
-            continue
-        if ext.endswith("lm_head.weight") and internal == _EMBED:
-            tied_source = ext  # used only when the embedding itself is absent
-            continue
-        if tuple(params[internal].shape) != header[ext][0]:
-            mismatched.append(f"{ext} {list(header[ext][0])} vs model {list(params[internal].shape)}")
-            continue
-        plan.append((ext, internal))
-    with torch.no_grad(), pipeline.TensorReader() as reader:
-        for ext, internal in plan:
-            params[internal].copy_(reader.get(header[ext][2], ext).to(params[internal].dtype))
-            loaded.add(internal)
-        if _EMBED not in loaded and tied_source is not None:
-            t = reader.get(header[tied_source][2], tied_source)
-            if tuple(t.shape) == tuple(params[_EMBED].shape):
-                params[_EMBED].copy_(t.to(params[_EMBED].dtype))
-                loaded.add(_EMBED)
-            else:
-                mismatched.append(f"{tied_source} {list(t.shape)} vs model {list(params[_EMBED].shape)}")
-    if rl_heads_skipped:
-        warnings.warn(f"{root}: {len(rl_heads_skipped)} RL-head tensors do not fit the configured heads and were "
-                      f"NOT loaded ({pipeline.format_keys(rl_heads_skipped, 4)}); those heads start fresh. Check "
-                      "value_after_vlm / value_hidden against the checkpoint.", stacklevel=2)
-    fresh, missing = pipeline.split_fresh((k for k in params if k not in loaded), _RL_ONLY_PREFIXES)
-    _fresh_init(policy, fresh)
-    pipeline.zero_fill(params, missing)
-    report: dict[str, Any] = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
-              "mismatched": mismatched, "ignored_unused": ignored, "initialized": fresh,
-                              "rl_heads_skipped": rl_heads_skipped,
-              "norm_stats": ns_source, "tokenizer": tokenizer_record}
+                                            lambda p: p.set_precision(dtype).to_empty(device=device), _reset_buffers)
+    report = pipeline.LoadReport(fmt, details={"norm_stats": ns_source, "tokenizer": tokenizer_record})
+    filled = _fill(root, fmt, cfg, header, params, report)
+    pipeline.settle_absent(policy, params, [k for k in params if k not in filled], report, _fresh_init,
+                           _RL_ONLY_PREFIXES)
     if strict:
-        pipeline.raise_if_incomplete(root, fmt, f"pi0 model ({cfg.variant})", missing, unexpected, mismatched,
-                            "Check the format / variant, or pass strict=False to load what matches.")
+        report.raise_if_incomplete(root, f"pi0 model ({cfg.variant})",
+                                   "Check the format / variant, or pass strict=False to load what matches.")
     policy.load_report = report
     policy.tokenizer_record = tokenizer_record
     policy.apply_trainability()
