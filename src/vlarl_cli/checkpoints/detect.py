@@ -306,6 +306,19 @@ def _module_format(family: str, root: Path, info: CheckpointInfo) -> str | None:
         return None
 
 
+def _pickles_and_code(root: Path, config: dict[str, Any] | None) -> tuple[list[str], bool]:
+    """Folder-relative pickle files, and whether the folder ships code (``*.py`` or ``auto_map``)."""
+    pickles: list[str] = []
+    code = config is not None and "auto_map" in config
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            if is_pickle_file(name):
+                pickles.append(Path(dirpath, name).relative_to(root).as_posix())
+            code = code or name.endswith(".py")
+    return sorted(pickles), code
+
+
 def detect_checkpoint(path: str | os.PathLike[str], *, refine: bool = False) -> CheckpointInfo:
     """Detect family, format, parameter count and norm stats of a checkpoint folder (cheap).
 
@@ -330,18 +343,8 @@ def detect_checkpoint(path: str | os.PathLike[str], *, refine: bool = False) -> 
     info.norm_stats = _find_files(root, _NORM_STATS_NAMES)
     if (root / "experiment_cfg" / "metadata.json").is_file():
         info.norm_stats.append("experiment_cfg/metadata.json")  # GR00T per-embodiment statistics
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        for name in filenames:
-            rel = Path(dirpath, name).relative_to(root).as_posix()
-            if is_pickle_file(name):
-                info.pickle_files.append(rel)
-            if name.endswith(".py"):
-                info.has_remote_code = True
-    info.pickle_files.sort()
     config = _read_json(root / "config.json")
-    if config is not None and "auto_map" in config:
-        info.has_remote_code = True
+    info.pickle_files, info.has_remote_code = _pickles_and_code(root, config)
     adapter = _read_json(root / "adapter_config.json")
     if adapter is not None:  # a PEFT LoRA adapter folder: the weights are deltas for a base model
         base = adapter.get("base_model_name_or_path") or "an unnamed base model"

@@ -27,7 +27,7 @@ from vlarl_cli.errors import CheckpointError, did_you_mean
 
 __all__ = ["INDEX", "MAX_SHARD_BYTES", "VLARL_CONFIG", "WEIGHTS", "LoadReport", "TensorReader", "TensorTable",
            "build_on_meta", "cast_for_save", "check_format", "detect_layout", "detect_or_refuse", "fill_tied",
-           "format_keys", "init_lora_factors", "merged_state_dict", "plan_copies", "read_vlarl_config", "require_json", "settle_absent",
+           "format_keys", "init_lora_factors", "merged_state_dict", "plan_copies", "read_vlarl_config", "require_json", "reset_buffers", "settle_absent",
            "shards", "split_fresh", "stream", "write_vlarl_config", "write_weights", "zero_fill"]
 
 VLARL_CONFIG = "vlarl_config.json"
@@ -99,17 +99,42 @@ def detect_or_refuse(path: str | os.PathLike[str], detect: Callable[[Path], str 
 
 
 # ---------------------------------------------------------------------------------------- build + stream
-def build_on_meta(build: Callable[[], _Model], materialise: Callable[[_Model], _Model],
-                  reset_buffers: Callable[[_Model], None]) -> tuple[_Model, dict[str, Tensor]]:
+def build_on_meta(build: Callable[[], _Model], materialise: Callable[[_Model], _Model]
+                  ) -> tuple[_Model, dict[str, Tensor]]:
     """``build()`` on the meta device (no memory), ``materialise`` it (cast on meta first, then
     ``to_empty`` on the target device: never an fp32 copy of a large model), recompute the
-    non-persistent buffers ``to_empty`` leaves uninitialised; returns the model and its state dict
-    (``keep_vars``: the tensors to fill)."""
+    non-persistent buffers ``to_empty`` leaves uninitialised (:func:`reset_buffers`); returns the model
+    and its state dict (``keep_vars``: the tensors to fill)."""
     with torch.device("meta"):
         model = build()
     model = materialise(model)
     reset_buffers(model)
     return model, dict(model.state_dict(keep_vars=True))
+
+
+_RECOMPUTED = frozenset({"inv_freq", "original_inv_freq", "position_ids"})
+
+
+def reset_buffers(model: nn.Module) -> None:
+    """Recompute the buffers state dicts do not hold, which ``to_empty`` leaves uninitialised: rotary
+    frequencies (``inv_freq`` / ``original_inv_freq``: from a fresh module of the same config, float32 as
+    transformers keeps them) and ``position_ids`` (``arange``). Any other non-persistent buffer is refused:
+    it would stay uninitialised memory."""
+    for name, module in model.named_modules():
+        own = set(module._non_persistent_buffers_set)
+        if not own:
+            continue
+        if own - _RECOMPUTED:
+            raise TypeError(f"{name or type(model).__name__} has non-persistent buffers {sorted(own - _RECOMPUTED)} "
+                            "that a checkpoint load cannot recompute.")
+        device = next(module.buffers(recurse=False)).device
+        if "inv_freq" in own:
+            fresh = type(module)(module.config)
+            for buf in own & {"inv_freq", "original_inv_freq"}:
+                setattr(module, buf, getattr(fresh, buf).to(device=device, dtype=torch.float32))
+        if "position_ids" in own:
+            n = int(module.get_buffer("position_ids").shape[-1])
+            module.register_buffer("position_ids", torch.arange(n, device=device).expand(1, -1), persistent=False)
 
 
 class TensorReader:

@@ -56,7 +56,6 @@ __all__ = [
 FORMATS: tuple[str, ...] = ("vlarl", "gr00t_n15", "gr00t_n16")
 FAMILY = "gr00t"
 FORMAT_VERSION = 1
-VLARL_CONFIG = "vlarl_config.json"
 NORM_STATS = "norm_stats.json"
 #: upstream config.json model_type names of N1.5 / N1.6 (the one table: vlarl_cli.config.model_types)
 N15_MODEL_TYPES = MODEL_TYPES["gr00t"].upstream
@@ -295,7 +294,7 @@ def read_config(path: Path, fmt: str | None = None) -> tuple[Gr00tConfig, dict[s
             version == "n1.6" and proc_file.is_file()) else None
         return _config_from_upstream(data, version, shapes, processor), None
     raise CheckpointError(f"{path} is not a GR00T checkpoint in a known layout.",
-                          f"Expected one of {', '.join(FORMATS)}: {VLARL_CONFIG}, or config.json with model_type "
+                          f"Expected one of {', '.join(FORMATS)}: {pipeline.VLARL_CONFIG}, or config.json with model_type "
                           f"{N15_MODEL_TYPES[0]} / {N16_MODEL_TYPES[0]}.")
 
 
@@ -361,18 +360,6 @@ def save_policy(policy: Any, path: Path, *, format: str = "vlarl", dtype: torch.
 
 
 # ---------------------------------------------------------------------------------------------- load
-def _fix_nonpersistent_buffers(policy: torch.nn.Module, device: torch.device) -> None:
-    """Recompute buffers that state dicts do not hold (rotary inv_freq, SigLIP position ids)."""
-    for module in policy.modules():
-        if "inv_freq" in module._non_persistent_buffers_set:
-            fresh = type(module)(module.config)
-            for name in module._non_persistent_buffers_set:
-                setattr(module, name, getattr(fresh, name).to(device=device, dtype=torch.float32))
-        if "position_ids" in module._non_persistent_buffers_set:
-            n = int(module.get_buffer("position_ids").shape[-1])
-            module.register_buffer("position_ids", torch.arange(n, device=device).expand(1, -1), persistent=False)
-
-
 def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", dtype: torch.dtype = torch.float32,
                 strict: bool = True, overrides: dict | None = None) -> Any:
     """Load a GR00T policy from a checkpoint folder in any of :data:`FORMATS`.
@@ -385,7 +372,7 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
 
     root, fmt, header = open_checkpoint_folder(
         path, family="GR00T", format=format, formats=FORMATS, detect=detect_format,
-        looked_for=f"no known layout: no {VLARL_CONFIG} with family gr00t, no config.json with model_type "
+        looked_for=f"no known layout: no {pipeline.VLARL_CONFIG} with family gr00t, no config.json with model_type "
         f"{N15_MODEL_TYPES[0]} / {N16_MODEL_TYPES[0]}")
     device = torch.device(device)
     cfg, saved = read_config(root, fmt)
@@ -407,7 +394,7 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
         policy = Gr00tPolicy(cfg, settings, modality, device=device, dtype=dtype)
     else:
         policy.to_empty(device=device)
-        _fix_nonpersistent_buffers(policy, device)
+        pipeline.reset_buffers(policy)
         for head_name in {k.split(".")[1] for k in report.initialized}:  # value / noise heads absent upstream
             _reinit_head(policy, head_name, device, dtype)
     pipeline.stream(plan, header, {**dict(policy.named_parameters()), **dict(policy.named_buffers())}, report)

@@ -69,7 +69,7 @@ import torch
 from torch import Tensor, nn
 
 from vlarl_cli.checkpoints import pipeline
-from vlarl_cli.checkpoints.detect import open_checkpoint_folder
+from vlarl_cli.checkpoints.detect import open_checkpoint_folder, weight_files
 from vlarl_cli.checkpoints.detect import read_json_object as _read_json
 from vlarl_cli.checkpoints.detect import tensor_table as _header
 from vlarl_cli.errors import CheckpointError
@@ -90,7 +90,6 @@ __all__ = ["FORMATS", "describe", "detect_format", "export_state_dict", "import_
 FORMATS: tuple[str, ...] = ("vlarl", "openvla_hf")
 FAMILY = "openvla_oft"
 FORMAT_VERSION = 1
-VLARL_CONFIG = "vlarl_config.json"
 _DINO = "vision_backbone.featurizer."
 _SIGLIP = "vision_backbone.fused_featurizer."
 # Internal-only parameters: fresh when a checkpoint lacks them (never an error).
@@ -241,12 +240,6 @@ def export_state_dict(policy: nn.Module, fmt: str) -> dict[str, Tensor]:
 
 
 # ---------------------------------------------------------------------------------------- files
-def _weight_files(root: Path) -> list[Path]:
-    from vlarl_cli.checkpoints.detect import weight_files
-
-    return weight_files(root)
-
-
 def detect_format(path: str | os.PathLike[str]) -> str | None:
     """The layout of an OpenVLA-OFT checkpoint folder, or None (cheap: file names, JSON, headers)."""
     return pipeline.detect_layout(path, FAMILY, _detect_external)
@@ -256,7 +249,7 @@ def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
     if cfg.get("model_type") == "openvla":
         return "openvla_hf"
     try:
-        names = set(_header(_weight_files(root)))
+        names = set(_header(weight_files(root)))
     except CheckpointError:
         return None
     if any(n.startswith(_DINO) for n in names) and any(n.startswith("language_model.") for n in names):
@@ -321,16 +314,6 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
 
 
 # ---------------------------------------------------------------------------------------- load
-def _reset_buffers(policy: Any) -> None:
-    """Recompute the non-persistent buffers that ``to_empty`` leaves uninitialised."""
-    rot = policy.language_model.model.rotary_emb
-    inv_freq, _ = rot.compute_default_rope_parameters(rot.config)
-    rot.inv_freq = inv_freq.to(rot.inv_freq.device)
-    rot.original_inv_freq = inv_freq.clone().to(rot.inv_freq.device)
-    emb = policy.vision_backbone.fused_featurizer.embeddings
-    emb.position_ids = torch.arange(emb.num_positions, device=emb.position_ids.device).expand((1, -1))
-
-
 def _fresh_init(policy: Any, fresh: list[str]) -> None:
     """Initialise internal-only parameters a checkpoint did not contain, as a fresh build would."""
     miss = set(fresh)
@@ -426,7 +409,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         stats, stats_src = load_dataset_statistics(dataset_statistics_path), os.fspath(dataset_statistics_path)
     else:
         stats, stats_src = _find_statistics(root, cfg_json)
-    if stats is None and not (fmt == "vlarl" and (_read_json(root / VLARL_CONFIG) or {}).get("identity_actions")):
+    if stats is None and not (fmt == "vlarl" and (_read_json(root / pipeline.VLARL_CONFIG) or {}).get("identity_actions")):
         raise CheckpointError(f"No dataset statistics for {root}: looked for {root / DATASET_STATISTICS_FILE} and "
                               f"the norm_stats of {root / 'config.json'}. Without them the actions cannot be "
                               "un-normalised.", "Copy the checkpoint's dataset_statistics.json into the folder or "
@@ -434,7 +417,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
 
     adapter = _read_adapter(root, fmt, lora_path)
     policy, params = pipeline.build_on_meta(lambda: OftPolicy(cfg, dataset_statistics=stats),
-                                            lambda p: p.to(dtype).to_empty(device=device), _reset_buffers)
+                                            lambda p: p.to(dtype).to_empty(device=device))
     report = pipeline.LoadReport(fmt, details={
         "dataset_statistics": stats_src, "implement_version": cfg.implement_version, "action_head": cfg.action_head,
         "side_files": sorted(side), "lora_adapter": os.fspath(lora_path) if adapter and lora_path is not None else None})
@@ -618,7 +601,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Summary of a checkpoint folder from its headers and JSON files (no tensor data is read)."""
     root, fmt = pipeline.detect_or_refuse(path, detect_format, "OpenVLA-OFT",
                                           "Point at a folder written by OpenVLA(-OFT), RLinf or vlarl.")
-    files = _weight_files(root)
+    files = weight_files(root)
     header = _header(files)
     shapes = {k: v[0] for k, v in header.items()}
     cfg = _config_from_checkpoint(root, fmt, shapes)

@@ -53,7 +53,7 @@ import torch
 from torch import Tensor
 
 from vlarl_cli.checkpoints import pipeline
-from vlarl_cli.checkpoints.detect import open_checkpoint_folder
+from vlarl_cli.checkpoints.detect import open_checkpoint_folder, weight_files
 from vlarl_cli.checkpoints.detect import read_json_object as _read_json
 from vlarl_cli.checkpoints.detect import tensor_table as _header_shapes
 from vlarl_cli.errors import CheckpointError
@@ -75,7 +75,6 @@ __all__ = ["FORMATS", "describe", "detect_format", "export_state_dict", "from_ex
 FORMATS: tuple[str, ...] = ("vlarl", "openpi", "lerobot", "hf_pi0")
 FAMILY = "pi0"
 FORMAT_VERSION = 1
-VLARL_CONFIG = "vlarl_config.json"
 
 _EMBED = "vlm.language_model.embed_tokens.weight"
 _OPENPI_ROOT = "paligemma_with_expert."
@@ -173,12 +172,6 @@ def _is_known_unused(key: str, fmt: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------- files
-def _weight_files(root: Path) -> list[Path]:
-    from vlarl_cli.checkpoints.detect import weight_files
-
-    return weight_files(root)  # skips LeRobot's policy_*processor*.safetensors statistics files
-
-
 def detect_format(path: str | os.PathLike[str]) -> str | None:
     """The layout of a pi0-family checkpoint folder, or None when it is not one (cheap: names + headers)."""
     return pipeline.detect_layout(path, FAMILY, _detect_external)
@@ -188,7 +181,7 @@ def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
     if cfg.get("type") in ("pi0", "pi05"):
         return "lerobot"
     try:
-        names = set(_header_shapes(_weight_files(root)))
+        names = set(_header_shapes(weight_files(root)))
     except CheckpointError:
         names = set()
     if cfg.get("model_type") == "pi0":
@@ -334,13 +327,6 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
 
 
 # ---------------------------------------------------------------------------------------- load
-def _reset_buffers(policy: Any) -> None:
-    """Recompute non-persistent buffers (left uninitialised by ``to_empty``)."""
-    dev = policy.action_in_proj.weight.device
-    emb = policy.vlm.vision_tower.embeddings
-    emb.position_ids = torch.arange(emb.num_positions, device=dev).expand((1, -1))
-
-
 def _fresh_init(policy: Any, missing: list[str]) -> None:
     """Initialise RL-only parameters that the checkpoint did not contain (as a fresh build would)."""
     cfg: Pi0Config = policy.cfg
@@ -419,7 +405,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                                                asset_id=asset_id)
 
     policy, params = pipeline.build_on_meta(lambda: Pi0Policy(cfg, norm_stats=norm_stats),
-                                            lambda p: p.set_precision(dtype).to_empty(device=device), _reset_buffers)
+                                            lambda p: p.set_precision(dtype).to_empty(device=device))
     report = pipeline.LoadReport(fmt, details={"norm_stats": ns_source, "tokenizer": tokenizer_record})
     filled = _fill(root, fmt, cfg, header, params, report)
     pipeline.settle_absent(policy, params, [k for k in params if k not in filled], report, _fresh_init,
@@ -543,7 +529,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Summary of a checkpoint folder from its headers and JSON files (no tensor data is read)."""
     root, fmt = pipeline.detect_or_refuse(path, detect_format, "pi0 / pi0.5", "Point at a folder written by "
                                           "openpi, RLinf, LeRobot, transformers or vlarl.")
-    header = _header_shapes(_weight_files(root))
+    header = _header_shapes(weight_files(root))
     shapes = {k: v[0] for k, v in header.items()}
     cfg = _config_from_checkpoint(root, fmt, shapes)
     used = [k for k in shapes if from_external(k, fmt) is not None and not _is_known_unused(k, fmt)]
@@ -555,4 +541,4 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"family": FAMILY, "format": fmt, "variant": cfg.variant, "num_parameters": count,
             "norm_stats": ns is not None, "norm_stats_path": os.fspath(ns) if ns else None,
             "dtypes": dtypes, "action_horizon": cfg.action_horizon, "image_size": cfg.image_size,
-            "weight_files": [p.name for p in _weight_files(root)]}
+            "weight_files": [p.name for p in weight_files(root)]}
