@@ -380,41 +380,9 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                               "bias) and that output bias has no place in it.",
                               "Load with strict=False: the old critic is reported as unexpected and a fresh "
                               "one starts (the actor weights load unchanged).")
-    cfg = _config_from_checkpoint(root, fmt, shapes)
     side = {c: load_side_file(p) for c, p in find_side_files(root).items()} if fmt == "openvla_hf" else {}
-    implied = config_from_side_files(side, (overrides or {}).get("action_dim", cfg.action_dim))
-    _check_route(root, implied, overrides or {})
-    if implied.get("action_head") == "l1_regression" and "num_images_in_input" not in (overrides or {}):
-        implied["num_images_in_input"] = 2  # the OFT authors' LIBERO models: third-person + wrist
-    cfg = cfg.replace(**implied)
-    if overrides:
-        cfg = cfg.replace(**overrides)
-    if settings is not None:
-        settings.check_architecture(cfg)
-        # the OFT authors train their L1 models with image augmentation and crop at evaluation
-        cfg = settings.resolve_center_crop(cfg, default=cfg.action_head == "l1_regression")
-    tok_file = root / "tokenizer.json"
-    if cfg.tokenizer == "byte" and tok_file.is_file():
-        cfg = cfg.replace(tokenizer=os.fspath(tok_file))
-    elif cfg.tokenizer == "byte" and (root / "tokenizer_config.json").is_file():
-        cfg = cfg.replace(tokenizer=os.fspath(root))  # e.g. only tokenizer.model: AutoTokenizer, offline
-    elif cfg.tokenizer == "byte" and cfg.vocab_size > 4096:
-        warnings.warn(f"{root} has a {cfg.vocab_size}-token vocabulary but no tokenizer.json; prompts will be "
-                      "byte-tokenised, which the pretrained model does not understand. Set tokenizer_path to the "
-                      "OpenVLA Llama-2 tokenizer.json.", stacklevel=2)
-    cfg_json = _read_json(root / "config.json")
-    stats: dict[str, Any] | None
-    stats_src: str | None
-    if dataset_statistics_path is not None:
-        stats, stats_src = load_dataset_statistics(dataset_statistics_path), os.fspath(dataset_statistics_path)
-    else:
-        stats, stats_src = _find_statistics(root, cfg_json)
-    if stats is None and not (fmt == "vlarl" and (_read_json(root / pipeline.VLARL_CONFIG) or {}).get("identity_actions")):
-        raise CheckpointError(f"No dataset statistics for {root}: looked for {root / DATASET_STATISTICS_FILE} and "
-                              f"the norm_stats of {root / 'config.json'}. Without them the actions cannot be "
-                              "un-normalised.", "Copy the checkpoint's dataset_statistics.json into the folder or "
-                              "set actor.model.norm_stats_path.")
-
+    cfg = _resolve_config(root, fmt, shapes, side, overrides or {}, settings)
+    stats, stats_src = _statistics(root, fmt, dataset_statistics_path)
     adapter = _read_adapter(root, fmt, lora_path)
     policy, params = pipeline.build_on_meta(lambda: OftPolicy(cfg, dataset_statistics=stats),
                                             lambda p: p.to(dtype).to_empty(device=device))
@@ -440,6 +408,49 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     policy.load_report = report  # type: ignore[assignment]
     policy.apply_trainability()
     return policy
+
+
+def _resolve_config(root: Path, fmt: str, shapes: dict[str, tuple[int, ...]], side: dict[str, Any],
+                    overrides: dict[str, Any], settings: Any) -> OftConfig:
+    """The architecture: the checkpoint's, the route its side files imply, the run's overrides and settings,
+    and the prompt tokenizer the folder ships."""
+    cfg = _config_from_checkpoint(root, fmt, shapes)
+    implied = config_from_side_files(side, overrides.get("action_dim", cfg.action_dim))
+    _check_route(root, implied, overrides)
+    if implied.get("action_head") == "l1_regression" and "num_images_in_input" not in overrides:
+        implied["num_images_in_input"] = 2  # the OFT authors' LIBERO models: third-person + wrist
+    cfg = cfg.replace(**implied)
+    if overrides:
+        cfg = cfg.replace(**overrides)
+    if settings is not None:
+        settings.check_architecture(cfg)
+        # the OFT authors train their L1 models with image augmentation and crop at evaluation
+        cfg = settings.resolve_center_crop(cfg, default=cfg.action_head == "l1_regression")
+    tok_file = root / "tokenizer.json"
+    if cfg.tokenizer == "byte" and tok_file.is_file():
+        cfg = cfg.replace(tokenizer=os.fspath(tok_file))
+    elif cfg.tokenizer == "byte" and (root / "tokenizer_config.json").is_file():
+        cfg = cfg.replace(tokenizer=os.fspath(root))  # e.g. only tokenizer.model: AutoTokenizer, offline
+    elif cfg.tokenizer == "byte" and cfg.vocab_size > 4096:
+        warnings.warn(f"{root} has a {cfg.vocab_size}-token vocabulary but no tokenizer.json; prompts will be "
+                      "byte-tokenised, which the pretrained model does not understand. Set tokenizer_path to the "
+                      "OpenVLA Llama-2 tokenizer.json.", stacklevel=3)
+    return cfg
+
+
+def _statistics(root: Path, fmt: str, explicit: str | os.PathLike[str] | None
+                ) -> tuple[dict[str, Any] | None, str | None]:
+    """``(dataset statistics, where from)``: ``explicit``, else the folder's; none only for a ``vlarl`` folder
+    saved from a model that had none (identity actions), never silently."""
+    if explicit is not None:
+        return load_dataset_statistics(explicit), os.fspath(explicit)
+    stats, stats_src = _find_statistics(root, _read_json(root / "config.json"))
+    if stats is None and not (fmt == "vlarl" and (_read_json(root / pipeline.VLARL_CONFIG) or {}).get("identity_actions")):
+        raise CheckpointError(f"No dataset statistics for {root}: looked for {root / DATASET_STATISTICS_FILE} and "
+                              f"the norm_stats of {root / 'config.json'}. Without them the actions cannot be "
+                              "un-normalised.", "Copy the checkpoint's dataset_statistics.json into the folder or "
+                              "set actor.model.norm_stats_path.")
+    return stats, stats_src
 
 
 def _fill_side_files(side: dict[str, Tensor], params: dict[str, Tensor], report: pipeline.LoadReport) -> set[str]:
