@@ -1,12 +1,14 @@
-"""The steps every family's checkpoint module shares: read our ``vlarl_config.json``, stream tensors from
-safetensors files into a model built on the meta device, split what a file lacks into fresh RL / LoRA
-parameters and real holes, report (or refuse) the holes, and write weights (single file or shards + index).
+"""The steps every family's checkpoint module shares: read our ``vlarl_config.json``, build the model on the
+meta device and recompute its non-persistent buffers, plan which file tensor fills which parameter
+(:func:`plan_copies`, :func:`fill_tied` for tied storage) and stream them in, split what a file lacks into
+fresh RL / LoRA parameters and real holes (:func:`settle_absent`), report by key name (:class:`LoadReport`,
+``policy.load_report`` of every family) or refuse, and write weights (single file or shards + index).
 
 A family's ``checkpoint.py`` keeps only what is its own: the rule telling its upstream layouts apart
-(given to :func:`detect_layout`), key maps, config-from-checkpoint, which parameters may start fresh
-(:func:`split_fresh` prefixes) and how to build them, non-persistent buffers to recompute after
-:func:`build_on_meta`, side files and upstream ``config.json`` writers. Opening a folder for a load
-(exists, layout known, safetensors present) is :func:`vlarl_cli.checkpoints.detect.open_checkpoint_folder`.
+(given to :func:`detect_layout`), key maps (the ``rename`` of :func:`plan_copies`), config-from-checkpoint,
+which parameters may start fresh (:func:`split_fresh` prefixes) and how to build them, side files and
+upstream ``config.json`` writers. Opening a folder for a load (exists, layout known, safetensors present,
+every shard the index names there) is :func:`vlarl_cli.checkpoints.detect.open_checkpoint_folder`.
 """
 
 from __future__ import annotations

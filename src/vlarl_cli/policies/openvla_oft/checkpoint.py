@@ -405,7 +405,7 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     if strict:
         report.raise_if_incomplete(root, "OpenVLA-OFT model",
                                    "Check the format / architecture, or pass strict=False to load what matches.")
-    policy.load_report = report  # type: ignore[assignment]
+    policy.load_report = report
     policy.apply_trainability()
     return policy
 
