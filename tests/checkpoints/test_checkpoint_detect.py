@@ -104,6 +104,17 @@ def test_index_naming_a_missing_shard_is_refused_by_name(tmp_path):
     assert info.num_parameters == 6 and any("unreadable weights" in n for n in info.notes)
 
 
+def test_index_naming_a_shard_outside_the_folder_is_refused(tmp_path):
+    root = tmp_path / "s"
+    root.mkdir()
+    save_file({"a": torch.zeros(2)}, tmp_path / "outside.safetensors")
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "../outside.safetensors"}}))
+    with pytest.raises(CheckpointError, match="not a file name in"):
+        weights_table(root)
+    info = detect_checkpoint(root)
+    assert info.weights == [] and info.num_parameters is None and any("outside" in n for n in info.notes)
+
+
 def test_header_reader_guards(tmp_path):
     save_file({"x": torch.zeros(2, 2)}, tmp_path / "ok.safetensors")
     assert read_safetensors_header(tmp_path / "ok.safetensors")["x"]["shape"] == [2, 2]

@@ -35,6 +35,7 @@ from typing import Any
 from vlarl_cli.checkpoints.safetensors_header import read_safetensors_header
 from vlarl_cli.checkpoints.safety import is_pickle_file
 from vlarl_cli.config.model_types import MODEL_TYPES, family_model_types
+from vlarl_cli.errors import CheckpointError
 
 __all__ = [
     "FAMILY_MODEL_TYPES",
@@ -114,6 +115,9 @@ def weight_files(path: str | os.PathLike[str]) -> list[Path]:
         except (OSError, json.JSONDecodeError):
             continue
         for shard in sorted(set(weight_map.values())):
+            if Path(str(shard)).name != shard or shard in (".", ".."):  # shards are plain names beside the index
+                raise CheckpointError(f"{index} names the shard {shard!r}, which is not a file name in {root}.",
+                                      "Re-download the checkpoint; vlarl reads no weights from outside its folder.")
             p = root / shard
             if p not in files:
                 files.append(p)
@@ -170,8 +174,6 @@ def tensor_table(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Pat
 
     Raises CheckpointError naming an unreadable file (families call this while loading).
     """
-    from vlarl_cli.errors import CheckpointError
-
     out: dict[str, tuple[tuple[int, ...], str, Path]] = {}
     for f in files:
         if not f.is_file():
@@ -194,7 +196,7 @@ def open_checkpoint_folder(path: str | os.PathLike[str], *, family: str, format:
     """The opening steps every family's ``load_policy`` shares: the folder exists, its layout is known
     (``format`` or ``detect(root)``), it holds safetensors weights; returns ``(root, format, tensor table
     name -> (shape, dtype, file))``. ``looked_for`` says what detection searched for, for the error message."""
-    from vlarl_cli.errors import CheckpointError, did_you_mean
+    from vlarl_cli.errors import did_you_mean
 
     root = Path(path)
     if not root.is_dir():
@@ -212,8 +214,6 @@ def open_checkpoint_folder(path: str | os.PathLike[str], *, family: str, format:
 
 def weights_table(root: Path) -> dict[str, tuple[tuple[int, ...], str, Path]]:
     """:func:`tensor_table` of a checkpoint folder's :func:`weight_files`; an error when it has none."""
-    from vlarl_cli.errors import CheckpointError
-
     files = weight_files(root)
     if not files:
         raise CheckpointError(f"No weights in {root}: no .safetensors files (pickle .bin / .pt files are not loaded).",
@@ -335,7 +335,11 @@ def detect_checkpoint(path: str | os.PathLike[str], *, refine: bool = False) -> 
     if not root.is_dir():
         info.notes.append(f"{root} is not a folder")
         return info
-    files = weight_files(root)
+    try:
+        files = weight_files(root)
+    except CheckpointError as err:  # a summary names the problem; loading refuses it
+        files = []
+        info.notes.append(err.problem)
     info.weights = [f.relative_to(root).as_posix() for f in files]
     broken: list[tuple[Path, str]] = []
     names, info.num_parameters = _tensor_names_and_count(files, broken)
