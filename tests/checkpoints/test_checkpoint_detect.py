@@ -16,7 +16,9 @@ from vlarl_cli.checkpoints.detect import (
     count_parameters,
     detect_checkpoint,
     read_safetensors_header,
+    weights_table,
 )
+from vlarl_cli.errors import CheckpointError
 
 
 def _folder(root: Path, keys: dict[str, tuple[int, ...]], files: dict[str, object] | None = None,
@@ -87,6 +89,30 @@ def test_sharded_count_tied_once_pickles_and_remote_code(tmp_path):
     assert count_parameters(root) == 6 + 5 + 7 == info.num_parameters  # "tied" counted once
     assert info.weights == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     assert info.pickle_files == ["optimizer.pt"] and info.has_remote_code
+
+
+def test_index_naming_a_missing_shard_is_refused_by_name(tmp_path):
+    root = tmp_path / "s"
+    root.mkdir()
+    save_file({"a": torch.zeros(2, 3)}, root / "model-00001-of-00002.safetensors")
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    with pytest.raises(CheckpointError, match=r"model-00002-of-00002\.safetensors is named by the shard index"):
+        weights_table(root)  # what every family's load_policy opens the folder with
+    info = detect_checkpoint(root)  # a summary names it instead of counting the shards that are there
+    assert [f for f, _ in info.unreadable] == ["model-00002-of-00002.safetensors"]
+    assert info.num_parameters == 6 and any("unreadable weights" in n for n in info.notes)
+
+
+def test_index_naming_a_shard_outside_the_folder_is_refused(tmp_path):
+    root = tmp_path / "s"
+    root.mkdir()
+    save_file({"a": torch.zeros(2)}, tmp_path / "outside.safetensors")
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "../outside.safetensors"}}))
+    with pytest.raises(CheckpointError, match="not a file name in"):
+        weights_table(root)
+    info = detect_checkpoint(root)
+    assert info.weights == [] and info.num_parameters is None and any("outside" in n for n in info.notes)
 
 
 def test_header_reader_guards(tmp_path):

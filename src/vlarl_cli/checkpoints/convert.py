@@ -318,6 +318,27 @@ def _plan(src: Path, read_from: Path, info: Any, to_format: str) -> tuple[Any, s
     return module, src_format
 
 
+def _self_check(module: Any, folder: Path, reference: Any, family: str, to_format: str, dst: Path, *,
+                exact: bool, merged: bool) -> tuple[float, float]:
+    """Load the written ``folder`` again and compare its probe batch with the source's ``reference``;
+    without a dtype cast a difference beyond the tolerance is a key-mapping bug and refused."""
+    import torch
+
+    converted = module.load_policy(folder, format=to_format, device="cpu", dtype=torch.float32, strict=True)
+    diff, diff_v = _compare(reference, _run_probe(module, converted), family, to_format)
+    del converted
+    tol = _TOL_MERGE if merged else _TOL_EXACT
+    scale = max(1.0, float(reference[0].abs().max()))
+    if exact and max(diff, diff_v) > tol * scale:
+        raise CheckpointError(
+            f"Conversion check failed: the {to_format} checkpoint written for {dst} gives "
+            f"actions differing from the source by up to {diff:.3g} (values {diff_v:.3g}) on "
+            "the probe batch; nothing was written.",
+            fix=f"This is a bug in the {family} key mapping; please report it with the "
+            "source layout.")
+    return diff, diff_v
+
+
 def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format: str,
             dtype: str | None = None, merge_lora: bool = True, allow_pickle: bool = False, *,
             overwrite: bool = False, check: bool = True, verbose: bool = False) -> ConvertReport:
@@ -363,19 +384,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format:
             module.save_policy(policy, tmp, format=to_format, dtype=cast)
             del policy
             if check and reference is not None:
-                converted = module.load_policy(tmp, format=to_format, device="cpu", dtype=torch.float32,
-                                               strict=True)
-                diff, diff_v = _compare(reference, _run_probe(module, converted), info.family, to_format)
-                del converted
-                tol = _TOL_MERGE if merged else _TOL_EXACT
-                scale = max(1.0, float(reference[0].abs().max()))
-                if cast is None and max(diff, diff_v) > tol * scale:
-                    raise CheckpointError(
-                        f"Conversion check failed: the {to_format} checkpoint written for {dst_path} gives "
-                        f"actions differing from the source by up to {diff:.3g} (values {diff_v:.3g}) on "
-                        "the probe batch; nothing was written.",
-                        fix=f"This is a bug in the {info.family} key mapping; please report it with the "
-                        "source layout.")
+                diff, diff_v = _self_check(module, tmp, reference, info.family, to_format, dst_path,
+                                           exact=cast is None, merged=bool(merged))
 
     from vlarl_cli.checkpoints.detect import count_parameters
 

@@ -34,6 +34,8 @@ from typing import Any
 
 from vlarl_cli.checkpoints.safetensors_header import read_safetensors_header
 from vlarl_cli.checkpoints.safety import is_pickle_file
+from vlarl_cli.config.model_types import MODEL_TYPES, family_model_types
+from vlarl_cli.errors import CheckpointError
 
 __all__ = [
     "FAMILY_MODEL_TYPES",
@@ -42,18 +44,19 @@ __all__ = [
     "count_parameters",
     "detect_checkpoint",
     "family_checkpoint_module",
+    "open_checkpoint_folder",
     "read_safetensors_header",
+    "tensor_table",
     "weight_files",
+    "weights_table",
 ]
 
 _NORM_STATS_NAMES = ("norm_stats.json", "dataset_statistics.json", "statistics.json")
 
-# model_type names of the config system per family package (DESIGN.md registry; brief "family API").
-FAMILY_MODEL_TYPES: dict[str, tuple[str, ...]] = {
-    "pi0": ("openpi", "pi0", "pi05"),
-    "gr00t": ("gr00t", "gr00t_n1d6"),
-    "openvla_oft": ("openvla_oft",),
-}
+# model_type names of the config system per family package with checkpoints (config/model_types.py)
+FAMILY_MODEL_TYPES: dict[str, tuple[str, ...]] = family_model_types()
+# saved GR00T config "version" -> variant (vlarl folders store the version, not the variant)
+_VERSION_VARIANT = {t.version: t.variant for t in MODEL_TYPES.values() if t.version is not None}
 
 
 @dataclass
@@ -99,7 +102,8 @@ class CheckpointInfo:
 def weight_files(path: str | os.PathLike[str]) -> list[Path]:
     """The safetensors files holding a folder's weights.
 
-    Order of preference: ``*.safetensors.index.json`` shard lists (all shards they name), then every
+    Order of preference: ``*.safetensors.index.json`` shard lists (all shards they name, present or
+    not: :func:`tensor_table` refuses a missing one by name, a summary lists it as unreadable), then every
     ``*.safetensors`` file in the folder itself (not sub-folders: those hold e.g. optimizer shards).
     LeRobot >= 0.4's ``policy_*processor*.safetensors`` hold normalisation statistics, not weights.
     """
@@ -111,8 +115,11 @@ def weight_files(path: str | os.PathLike[str]) -> list[Path]:
         except (OSError, json.JSONDecodeError):
             continue
         for shard in sorted(set(weight_map.values())):
+            if Path(str(shard)).name != shard or shard in (".", ".."):  # shards are plain names beside the index
+                raise CheckpointError(f"{index} names the shard {shard!r}, which is not a file name in {root}.",
+                                      "Re-download the checkpoint; vlarl reads no weights from outside its folder.")
             p = root / shard
-            if p.is_file() and p not in files:
+            if p not in files:
                 files.append(p)
     if files:
         return files
@@ -167,10 +174,11 @@ def tensor_table(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Pat
 
     Raises CheckpointError naming an unreadable file (families call this while loading).
     """
-    from vlarl_cli.errors import CheckpointError
-
     out: dict[str, tuple[tuple[int, ...], str, Path]] = {}
     for f in files:
+        if not f.is_file():
+            raise CheckpointError(f"{f.name} is named by the shard index of {f.parent} but does not exist.",
+                                  "Re-download or re-save the checkpoint (the shards are incomplete).")
         try:
             header = read_safetensors_header(f)
         except (OSError, ValueError) as err:
@@ -188,7 +196,7 @@ def open_checkpoint_folder(path: str | os.PathLike[str], *, family: str, format:
     """The opening steps every family's ``load_policy`` shares: the folder exists, its layout is known
     (``format`` or ``detect(root)``), it holds safetensors weights; returns ``(root, format, tensor table
     name -> (shape, dtype, file))``. ``looked_for`` says what detection searched for, for the error message."""
-    from vlarl_cli.errors import CheckpointError, did_you_mean
+    from vlarl_cli.errors import did_you_mean
 
     root = Path(path)
     if not root.is_dir():
@@ -201,11 +209,16 @@ def open_checkpoint_folder(path: str | os.PathLike[str], *, family: str, format:
     if fmt not in formats:
         raise CheckpointError(f'Unknown {family} checkpoint format "{fmt}".{did_you_mean(fmt, list(formats))}',
                               f"Use one of {', '.join(formats)}.")
+    return root, fmt, weights_table(root)
+
+
+def weights_table(root: Path) -> dict[str, tuple[tuple[int, ...], str, Path]]:
+    """:func:`tensor_table` of a checkpoint folder's :func:`weight_files`; an error when it has none."""
     files = weight_files(root)
     if not files:
-        raise CheckpointError(f"{root} holds no .safetensors weights (pickle .bin / .pt files are not loaded).",
+        raise CheckpointError(f"No weights in {root}: no .safetensors files (pickle .bin / .pt files are not loaded).",
                               "Convert the weights to safetensors, or download the safetensors release.")
-    return root, fmt, tensor_table(files)
+    return tensor_table(files)
 
 
 def _find_files(root: Path, names: tuple[str, ...], max_depth: int = 4) -> list[str]:
@@ -248,7 +261,7 @@ def _heuristic(root: Path, names: set[str], config: dict[str, Any] | None) -> tu
         saved_model: dict[str, Any] = saved if isinstance(saved, dict) else {}
         version = saved_model.get("version")  # GR00T's config dataclass stores "n1.5" / "n1.6"
         saved_variant = saved_model.get("variant") or (
-            {"n1.5": "gr00t_n15", "n1.6": "gr00t_n16"}.get(version) if isinstance(version, str) else None)
+            _VERSION_VARIANT.get(version) if isinstance(version, str) else None)
         return vlarl_cfg["family"], "vlarl", saved_variant
 
     is_n16 = "n1d6" in model_type.lower() or (
@@ -293,6 +306,19 @@ def _module_format(family: str, root: Path, info: CheckpointInfo) -> str | None:
         return None
 
 
+def _pickles_and_code(root: Path, config: dict[str, Any] | None) -> tuple[list[str], bool]:
+    """Folder-relative pickle files, and whether the folder ships code (``*.py`` or ``auto_map``)."""
+    pickles: list[str] = []
+    code = config is not None and "auto_map" in config
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            if is_pickle_file(name):
+                pickles.append(Path(dirpath, name).relative_to(root).as_posix())
+            code = code or name.endswith(".py")
+    return sorted(pickles), code
+
+
 def detect_checkpoint(path: str | os.PathLike[str], *, refine: bool = False) -> CheckpointInfo:
     """Detect family, format, parameter count and norm stats of a checkpoint folder (cheap).
 
@@ -309,7 +335,11 @@ def detect_checkpoint(path: str | os.PathLike[str], *, refine: bool = False) -> 
     if not root.is_dir():
         info.notes.append(f"{root} is not a folder")
         return info
-    files = weight_files(root)
+    try:
+        files = weight_files(root)
+    except CheckpointError as err:  # a summary names the problem; loading refuses it
+        files = []
+        info.notes.append(err.problem)
     info.weights = [f.relative_to(root).as_posix() for f in files]
     broken: list[tuple[Path, str]] = []
     names, info.num_parameters = _tensor_names_and_count(files, broken)
@@ -317,18 +347,8 @@ def detect_checkpoint(path: str | os.PathLike[str], *, refine: bool = False) -> 
     info.norm_stats = _find_files(root, _NORM_STATS_NAMES)
     if (root / "experiment_cfg" / "metadata.json").is_file():
         info.norm_stats.append("experiment_cfg/metadata.json")  # GR00T per-embodiment statistics
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        for name in filenames:
-            rel = Path(dirpath, name).relative_to(root).as_posix()
-            if is_pickle_file(name):
-                info.pickle_files.append(rel)
-            if name.endswith(".py"):
-                info.has_remote_code = True
-    info.pickle_files.sort()
     config = _read_json(root / "config.json")
-    if config is not None and "auto_map" in config:
-        info.has_remote_code = True
+    info.pickle_files, info.has_remote_code = _pickles_and_code(root, config)
     adapter = _read_json(root / "adapter_config.json")
     if adapter is not None:  # a PEFT LoRA adapter folder: the weights are deltas for a base model
         base = adapter.get("base_model_name_or_path") or "an unnamed base model"
@@ -399,20 +419,17 @@ def _model_section(folder: Path, preset_file: Path) -> dict[str, Any]:
 
 
 def _preset_variant(model: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(family, variant) a preset's model section asks for."""
-    model_type = str(model.get("model_type", ""))
-    if model_type in ("openpi", "pi0", "pi05"):
+    """(family, variant) a preset's model section asks for (RLinf's ``openpi`` names pi0 or pi0.5 through
+    ``openpi.config_name``)."""
+    entry = MODEL_TYPES.get(str(model.get("model_type", "")))
+    if entry is None or entry.family not in FAMILY_MODEL_TYPES:
+        return None, None
+    if entry.family == "pi0":
         openpi_any = model.get("openpi")
         openpi: dict[str, Any] = openpi_any if isinstance(openpi_any, dict) else {}
-        name = str(openpi.get("config_name", ""))
-        return "pi0", ("pi05" if model_type == "pi05" or name.startswith("pi05") else "pi0")
-    if model_type == "gr00t":
-        return "gr00t", "gr00t_n15"
-    if model_type == "gr00t_n1d6":
-        return "gr00t", "gr00t_n16"
-    if model_type == "openvla_oft":
-        return "openvla_oft", "openvla"
-    return None, None
+        pi05 = entry.variant == "pi05" or str(openpi.get("config_name", "")).startswith("pi05")
+        return "pi0", ("pi05" if pi05 else "pi0")
+    return entry.family, entry.variant
 
 
 def configs_using(info: CheckpointInfo, repo_id: str | None = None,

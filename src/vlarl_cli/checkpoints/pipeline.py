@@ -1,12 +1,14 @@
-"""The steps every family's checkpoint module shares: read our ``vlarl_config.json``, stream tensors from
-safetensors files into a model built on the meta device, split what a file lacks into fresh RL / LoRA
-parameters and real holes, report (or refuse) the holes, and write weights (single file or shards + index).
+"""The steps every family's checkpoint module shares: read our ``vlarl_config.json``, build the model on the
+meta device and recompute its non-persistent buffers, plan which file tensor fills which parameter
+(:func:`plan_copies`, :func:`fill_tied` for tied storage) and stream them in, split what a file lacks into
+fresh RL / LoRA parameters and real holes (:func:`settle_absent`), report by key name (:class:`LoadReport`,
+``policy.load_report`` of every family) or refuse, and write weights (single file or shards + index).
 
 A family's ``checkpoint.py`` keeps only what is its own: the rule telling its upstream layouts apart
-(given to :func:`detect_layout`), key maps, config-from-checkpoint, which parameters may start fresh
-(:func:`split_fresh` prefixes) and how to build them, non-persistent buffers to recompute after
-:func:`build_on_meta`, side files and upstream ``config.json`` writers. Opening a folder for a load
-(exists, layout known, safetensors present) is :func:`vlarl_cli.checkpoints.detect.open_checkpoint_folder`.
+(given to :func:`detect_layout`), key maps (the ``rename`` of :func:`plan_copies`), config-from-checkpoint,
+which parameters may start fresh (:func:`split_fresh` prefixes) and how to build them, side files and
+upstream ``config.json`` writers. Opening a folder for a load (exists, layout known, safetensors present,
+every shard the index names there) is :func:`vlarl_cli.checkpoints.detect.open_checkpoint_folder`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -24,10 +27,10 @@ from torch import Tensor, nn
 from vlarl_cli.checkpoints.detect import read_json_object
 from vlarl_cli.errors import CheckpointError, did_you_mean
 
-__all__ = ["INDEX", "MAX_SHARD_BYTES", "VLARL_CONFIG", "WEIGHTS", "TensorReader", "build_on_meta",
-           "cast_for_save", "check_format", "detect_layout", "detect_or_refuse", "format_keys", "init_lora_factors", "merged_state_dict",
-           "raise_if_incomplete", "read_vlarl_config", "shards", "split_fresh", "write_vlarl_config",
-           "write_weights", "zero_fill"]
+__all__ = ["INDEX", "MAX_SHARD_BYTES", "VLARL_CONFIG", "WEIGHTS", "LoadReport", "TensorReader", "TensorTable",
+           "build_on_meta", "cast_for_save", "check_format", "detect_layout", "detect_or_refuse", "fill_tied",
+           "format_keys", "init_lora_factors", "merged_state_dict", "plan_copies", "read_vlarl_config", "require_json", "reset_buffers", "settle_absent",
+           "shards", "split_fresh", "stream", "write_vlarl_config", "write_weights", "zero_fill"]
 
 VLARL_CONFIG = "vlarl_config.json"
 WEIGHTS = "model.safetensors"
@@ -35,6 +38,8 @@ INDEX = f"{WEIGHTS}.index.json"
 MAX_SHARD_BYTES = 4 * 1024**3
 _LORA_SUFFIXES = (".lora_A", ".lora_B")
 _Model = TypeVar("_Model", bound=nn.Module)
+#: name -> (shape, dtype, file): :func:`vlarl_cli.checkpoints.detect.tensor_table` of a checkpoint
+TensorTable = dict[str, tuple[tuple[int, ...], str, Path]]
 
 
 # ---------------------------------------------------------------------------------------- detect
@@ -64,6 +69,19 @@ def read_vlarl_config(root: Path, format_version: int) -> dict[str, Any]:
     return vcfg
 
 
+def require_json(file: Path) -> dict[str, Any]:
+    """A side file a layout cannot do without (upstream ``config.json``, statistics), or an error naming it."""
+    import json
+
+    try:
+        return json.loads(file.read_text())
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"Missing {file.name} in {file.parent}.",
+                              "The checkpoint folder is incomplete; re-download or re-save it.") from exc
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{file} is not valid JSON ({exc}).", "Repair or re-download the file.") from exc
+
+
 def write_vlarl_config(folder: Path, family: str, format_version: int, model: dict[str, Any],
                        **extra: Any) -> None:
     from vlarl_cli.checkpoints.atomic import atomic_write_json
@@ -83,17 +101,42 @@ def detect_or_refuse(path: str | os.PathLike[str], detect: Callable[[Path], str 
 
 
 # ---------------------------------------------------------------------------------------- build + stream
-def build_on_meta(build: Callable[[], _Model], materialise: Callable[[_Model], _Model],
-                  reset_buffers: Callable[[_Model], None]) -> tuple[_Model, dict[str, Tensor]]:
+def build_on_meta(build: Callable[[], _Model], materialise: Callable[[_Model], _Model]
+                  ) -> tuple[_Model, dict[str, Tensor]]:
     """``build()`` on the meta device (no memory), ``materialise`` it (cast on meta first, then
     ``to_empty`` on the target device: never an fp32 copy of a large model), recompute the
-    non-persistent buffers ``to_empty`` leaves uninitialised; returns the model and its state dict
-    (``keep_vars``: the tensors to fill)."""
+    non-persistent buffers ``to_empty`` leaves uninitialised (:func:`reset_buffers`); returns the model
+    and its state dict (``keep_vars``: the tensors to fill)."""
     with torch.device("meta"):
         model = build()
     model = materialise(model)
     reset_buffers(model)
     return model, dict(model.state_dict(keep_vars=True))
+
+
+_RECOMPUTED = frozenset({"inv_freq", "original_inv_freq", "position_ids"})
+
+
+def reset_buffers(model: nn.Module) -> None:
+    """Recompute the buffers state dicts do not hold, which ``to_empty`` leaves uninitialised: rotary
+    frequencies (``inv_freq`` / ``original_inv_freq``: from a fresh module of the same config, float32 as
+    transformers keeps them) and ``position_ids`` (``arange``). Any other non-persistent buffer is refused:
+    it would stay uninitialised memory."""
+    for name, module in model.named_modules():
+        own = set(module._non_persistent_buffers_set)
+        if not own:
+            continue
+        if own - _RECOMPUTED:
+            raise TypeError(f"{name or type(model).__name__} has non-persistent buffers {sorted(own - _RECOMPUTED)} "
+                            "that a checkpoint load cannot recompute.")
+        device = next(module.buffers(recurse=False)).device
+        if "inv_freq" in own:
+            fresh = type(module)(module.config)
+            for buf in own & {"inv_freq", "original_inv_freq"}:
+                setattr(module, buf, getattr(fresh, buf).to(device=device, dtype=torch.float32))
+        if "position_ids" in own:
+            n = int(module.get_buffer("position_ids").shape[-1])
+            module.register_buffer("position_ids", torch.arange(n, device=device).expand(1, -1), persistent=False)
 
 
 class TensorReader:
@@ -119,6 +162,56 @@ class TensorReader:
         return self._handles[file].get_tensor(name)
 
 
+def plan_copies(header: TensorTable, params: dict[str, Tensor], rename: Callable[[str], str | None],
+                report: LoadReport, *, ignore: Callable[[str], bool], optional: tuple[str, ...] = (),
+                skip_misfit_optional: bool = False) -> list[tuple[str, str]]:
+    """``(file key, our key)`` of every file tensor to copy into ``params``; the others go to ``report``:
+    ``ignore``-d keys to ``skipped``, keys ``rename`` maps to None or to no parameter to ``unexpected``
+    (``skipped`` for RL heads under ``optional`` the model does not have, or - ``skip_misfit_optional`` -
+    has in another shape), other shape differences to ``mismatched``."""
+    plan: list[tuple[str, str]] = []
+    for ext, (shape, _, _) in header.items():
+        internal = None if ignore(ext) else rename(ext)
+        if internal is None:
+            (report.skipped if ignore(ext) else report.unexpected).append(ext)
+            continue
+        target = params.get(internal)
+        fits = target is not None and tuple(target.shape) == tuple(shape)
+        if internal.startswith(optional) and (target is None or (skip_misfit_optional and not fits)):
+            report.skipped.append(ext)
+        elif target is None:
+            report.unexpected.append(ext)
+        elif not fits:
+            report.mismatched.append(f"{ext} {list(shape)} vs model {list(target.shape)}")
+        else:
+            plan.append((ext, internal))
+    return plan
+
+
+def fill_tied(plan: list[tuple[str, str]], header: TensorTable, params: dict[str, Tensor], report: LoadReport,
+              embed: str | None, sources: Iterable[str]) -> None:
+    """Tied storage (``safetensors.save_model`` keeps one name of shared tensors): when no file tensor fills
+    the token embedding ``embed``, the first of ``sources`` (the LM head) that the file holds does."""
+    if embed is None or embed not in params or any(internal == embed for _, internal in plan):
+        return
+    src = next((k for k in sources if k in header), None)
+    if src is None:
+        return
+    if tuple(header[src][0]) != tuple(params[embed].shape):
+        report.mismatched.append(f"{src} {list(header[src][0])} vs model {list(params[embed].shape)}")
+    else:
+        plan.append((src, embed))
+
+
+def stream(plan: Iterable[tuple[str, str]], header: TensorTable, params: dict[str, Tensor],
+           report: LoadReport) -> None:
+    """Copy each planned file tensor into its parameter (cast to the parameter's dtype), one at a time."""
+    with torch.no_grad(), TensorReader() as reader:
+        for ext, internal in plan:
+            params[internal].copy_(reader.get(header[ext][2], ext).to(params[internal].dtype))
+            report.loaded += 1
+
+
 def split_fresh(absent: Iterable[str], prefixes: tuple[str, ...], keys: tuple[str, ...] = ()
                 ) -> tuple[list[str], list[str]]:
     """``(fresh, missing)``: parameters a file lacks that start fresh (RL heads under ``prefixes``, the
@@ -126,6 +219,16 @@ def split_fresh(absent: Iterable[str], prefixes: tuple[str, ...], keys: tuple[st
     absent = list(absent)
     fresh = [k for k in absent if k.startswith(prefixes) or k in keys or k.endswith(_LORA_SUFFIXES)]
     return fresh, [k for k in absent if k not in fresh]
+
+
+def settle_absent(policy: _Model, params: dict[str, Tensor], absent: Iterable[str], report: LoadReport,
+                  fresh_init: Callable[[_Model, list[str]], None], prefixes: tuple[str, ...],
+                  keys: tuple[str, ...] = ()) -> None:
+    """Parameters the file did not fill: fresh ones (:func:`split_fresh`) built by ``fresh_init``, the
+    real holes zero-filled; both listed in ``report``."""
+    report.initialized, report.missing = split_fresh(absent, prefixes, keys)
+    fresh_init(policy, report.initialized)
+    zero_fill(params, report.missing)
 
 
 def init_lora_factors(policy: nn.Module, fresh: Iterable[str]) -> None:
@@ -153,18 +256,43 @@ def format_keys(keys: list[str], limit: int = 12) -> str:
     return shown + (f" ... and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def raise_if_incomplete(root: Path, fmt: str, model: str, missing: list[str], unexpected: list[str],
-                        mismatched: list[str], hint: str) -> None:
-    """Refuse a strict load with holes, naming the keys of each kind."""
-    parts = []
-    if missing:
-        parts.append(f"missing {len(missing)}: {format_keys(missing)}")
-    if unexpected:
-        parts.append(f"unexpected {len(unexpected)}: {format_keys(unexpected)}")
-    if mismatched:
-        parts.append(f"wrong shape {len(mismatched)}: {format_keys(mismatched)}")
-    if parts:
-        raise CheckpointError(f"{root} ({fmt}) does not match the {model}: " + "; ".join(parts) + ".", hint)
+@dataclass
+class LoadReport:
+    """What a load did, by key name (``policy.load_report`` of every family).
+
+    Attributes:
+        format: the layout read.
+        loaded: parameters filled from the file.
+        missing: parameters the file lacks that may not start fresh (zero-filled, or kept as built, when
+            not strict).
+        unexpected: file tensors with no place in the model.
+        mismatched: ``"<file key> [file shape] vs model [model shape]"``.
+        initialized: parameters the file lacks that start fresh (RL heads, LoRA factors, internal-only).
+        skipped: file tensors deliberately not loaded (known-unused, cut layers, RL heads that do not fit).
+        details: the family's own facts (norm-stats source, tokenizer, side files, ...).
+    """
+
+    format: str
+    loaded: int = 0
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    mismatched: list[str] = field(default_factory=list)
+    initialized: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    def raise_if_incomplete(self, root: Path, model: str, hint: str) -> None:
+        """Refuse a strict load with holes, naming the keys of each kind."""
+        parts = [f"{label} {len(keys)}: {format_keys(keys)}" for label, keys in
+                 (("missing", self.missing), ("unexpected", self.unexpected), ("wrong shape", self.mismatched))
+                 if keys]
+        if parts:
+            raise CheckpointError(f"{root} ({self.format}) does not match the {model}: " + "; ".join(parts) + ".",
+                                  hint)
 
 
 # ---------------------------------------------------------------------------------------- save

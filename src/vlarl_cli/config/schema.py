@@ -14,8 +14,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from vlarl_cli.config import model_types
+
 COMPONENTS = ("env", "rollout", "actor")
-MODEL_TYPES = ("openpi", "pi0", "pi05", "gr00t", "gr00t_n1d6", "openvla_oft", "toy_flow", "toy_gaussian")
+MODEL_TYPES = tuple(model_types.MODEL_TYPES)  # the vocabulary lives in config/model_types.py
 ADV_TYPES = ("gae", "grpo", "reinpp", "raw")
 NOISE_METHODS = ("ode", "flow_sde", "flow_cps", "flow_noise")
 # RLinf and its docs also call flow_noise "reinflow" (arXiv 2505.22094).
@@ -666,7 +668,7 @@ class VlarlConfig(Section):
                 f"env.train.max_steps_per_rollout_epoch ({self.env.train.max_steps_per_rollout_epoch}) must be a "
                 f"multiple of actor.model.num_action_chunks ({chunks}): every env step belongs to a chunk")
         model = self.actor.model
-        flow_model = model.model_type in ("openpi", "pi0", "pi05", "gr00t", "gr00t_n1d6", "toy_flow")
+        flow_model = model_types.MODEL_TYPES[model.model_type].flow
         if self.algorithm.entropy_bonus > 0 and flow_model and model.effective_noise_method != "flow_noise":
             raise ValueError(
                 f"algorithm.entropy_bonus {self.algorithm.entropy_bonus} > 0 needs a policy entropy, but "
@@ -695,9 +697,9 @@ class VlarlConfig(Section):
                              "actor.model.value_type: action_level (OpenVLA-OFT, toy policies); a policy with one "
                              "value per chunk needs reward_type chunk_level (or adv_type grpo)")
         toy_env = self.env.train.env_type == "toy_reach"
-        toy_model = self.actor.model.model_type.startswith("toy_")
+        toy_model = model_types.MODEL_TYPES[self.actor.model.model_type].family == "toy"
         if toy_env != toy_model:
-            raise ValueError(f"the toy policies ({', '.join(t for t in MODEL_TYPES if t.startswith('toy_'))}) "
+            raise ValueError(f"the toy policies ({', '.join(model_types.model_types_of('toy'))}) "
                              f"and the toy_reach env only go together (got env_type {self.env.train.env_type} "
                              f"with model_type {self.actor.model.model_type})")
         if toy_env and (self.actor.model.action_dim != 2 or self.rollout.pipeline_stage_num != 1):

@@ -13,17 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from vlarl_cli.config.model_types import MODEL_TYPES
 from vlarl_cli.errors import ConfigError
 
 if TYPE_CHECKING:
     from vlarl_cli.config.schema import ModelConfig
 
-FAMILIES: dict[str, str] = {
-    "openpi": "pi0", "pi0": "pi0", "pi05": "pi0",
-    "gr00t": "gr00t", "gr00t_n1d6": "gr00t",
-    "openvla_oft": "openvla_oft",
-    "toy_flow": "toy", "toy_gaussian": "toy",
-}
+#: model_type -> family package (from the one table, :mod:`vlarl_cli.config.model_types`)
+FAMILIES: dict[str, str] = {name: t.family for name, t in MODEL_TYPES.items()}
 
 
 #: rl_head_config fields only the GR00T family reads (RLinf's GR00T RL head keys)

@@ -47,7 +47,7 @@ def test_vlarl_round_trip_is_exact(make_policy, make_obs, tmp_path, lora):
     loaded = load_policy(tmp_path / "ck")
     _assert_same_state(policy, loaded)  # atol 0
     assert loaded.cfg == policy.cfg and loaded.dataset_statistics == policy.dataset_statistics
-    assert loaded.load_report["missing"] == loaded.load_report["unexpected"] == []
+    assert loaded.load_report.missing == loaded.load_report.unexpected == []
     obs = make_obs(batch=2)
     out = policy.sample(obs, generator=torch.Generator().manual_seed(0))
     again = loaded.eval().sample(obs, generator=torch.Generator().manual_seed(0))
@@ -87,7 +87,7 @@ def test_openvla_hf_round_trip(make_policy, make_obs, tmp_path):
     assert cfg["text_config"]["vocab_size"] == policy.cfg.vocab_size
     assert json.loads((tmp_path / "hf" / "dataset_statistics.json").read_text()) == policy.dataset_statistics
     loaded = load_policy(tmp_path / "hf")
-    assert loaded.load_report["initialized"] == [DINO + "embeddings.mask_token"]
+    assert loaded.load_report.initialized == [DINO + "embeddings.mask_token"]
     # the CLS position is folded into the CLS token: same function, not the same tensors
     torch.testing.assert_close(_logits(loaded, make_obs()), _logits(policy, make_obs()), atol=1e-5, rtol=1e-5)
     fold = (DINO + "embeddings.cls_token", DINO + "embeddings.position_embeddings", DINO + "embeddings.mask_token")
@@ -115,7 +115,7 @@ def test_lora_is_merged_on_export(make_policy, make_obs, tmp_path):
     plain = load_policy(tmp_path / "hf", overrides={"is_lora": False})
     torch.testing.assert_close(_logits(plain, make_obs()), _logits(policy, make_obs()), atol=1e-5, rtol=1e-5)
     relora = load_policy(tmp_path / "hf")  # the saved config asks for LoRA: fresh adapters, B = 0
-    assert any(k.endswith("lora_A") for k in relora.load_report["initialized"])
+    assert any(k.endswith("lora_A") for k in relora.load_report.initialized)
     torch.testing.assert_close(_logits(relora, make_obs()), _logits(policy, make_obs()), atol=1e-5, rtol=1e-5)
 
 
@@ -149,7 +149,7 @@ def test_openvla_hf_config_without_vlarl_arch_is_read_from_shapes(make_policy, t
     assert (c.dino_width, c.dino_depth, c.dino_registers, c.siglip_width, c.siglip_depth, c.siglip_mlp) == \
         (32, 2, 4, 48, 2, 64)
     assert (c.llm_width, c.llm_depth, c.vocab_size, c.image_size, c.patch_size) == (64, 2, 640, 28, 14)
-    assert loaded.load_report["missing"] == []
+    assert loaded.load_report.missing == []
 
 
 def test_strict_loading_names_missing_unexpected_and_mismatched_keys(make_policy, tmp_path):
@@ -168,7 +168,7 @@ def test_strict_loading_names_missing_unexpected_and_mismatched_keys(make_policy
     assert "unexpected 1: some.extra.weight" in msg
     assert "wrong shape 1: language_model.model.norm.weight" in msg
     loose = load_policy(tmp_path / "hf", strict=False)
-    assert loose.load_report["missing"] == ["projector.fc3.bias"]
+    assert loose.load_report.missing == ["projector.fc3.bias"]
     assert torch.equal(loose.projector.fc3.bias, torch.zeros_like(loose.projector.fc3.bias))
 
 
@@ -187,7 +187,7 @@ def test_layer_scale_gamma_alias_is_accepted(make_policy, tmp_path):
 def test_value_head_is_fresh_when_absent(make_policy, tmp_path):
     save_policy(make_policy(add_value_head=False), tmp_path / "ck")
     loaded = load_policy(tmp_path / "ck", overrides={"add_value_head": True})
-    assert {k for k in loaded.load_report["initialized"]} == {k for k in loaded.state_dict() if
+    assert {k for k in loaded.load_report.initialized} == {k for k in loaded.state_dict() if
                                                              k.startswith("value_head.")}
     last = loaded.value_head.mlp[-1].weight  # RLinf name value_head.mlp.4.weight, zero at start
     assert torch.equal(last, torch.zeros_like(last))

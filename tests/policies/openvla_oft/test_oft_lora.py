@@ -47,7 +47,7 @@ def test_adapter_folder_merges_to_exactly_base_plus_adapter(make_policy, make_ob
         reference = peft_model.base_model.model.sample(obs, deterministic=True)  # peft's forward, unmerged
     assert not torch.equal(reference.replay["action_tokens"], before.replay["action_tokens"])
     merged = load_policy(tmp_path / "base", lora_path=tmp_path / "adapter", overrides={"unnorm_key": "libero_10"})
-    assert merged.load_report["lora_adapter"] == str(tmp_path / "adapter")
+    assert merged.load_report.details["lora_adapter"] == str(tmp_path / "adapter")
     inputs = merged.processor.prepare(obs)
     with torch.no_grad():
         ours, _ = merged._forward(inputs)

@@ -90,9 +90,9 @@ def test_official_checkpoint_roundtrip_through_side_files(make_policy, make_obs,
         cfg["vlarl_arch"].pop(k)
     cfg_file.write_text(json.dumps(cfg))
     loaded = load_policy(tmp_path / "hf", overrides={"add_value_head": True, "unnorm_key": "libero_10"})
-    assert loaded.load_report["implement_version"] == "official" and loaded.load_report["action_head"] == "l1_regression"
+    assert loaded.load_report.details["implement_version"] == "official" and loaded.load_report.details["action_head"] == "l1_regression"
     assert loaded.cfg.num_images_in_input == 2 and loaded.cfg.use_proprio and loaded.cfg.proprio_dim == 8
-    assert "actor_logstd" in loaded.load_report["initialized"]
+    assert "actor_logstd" in loaded.load_report.initialized
     obs = make_obs(batch=2)
     assert torch.equal(loaded.sample(obs, deterministic=True).actions, policy.sample(obs, deterministic=True).actions)
 
@@ -258,4 +258,4 @@ def test_a_critic_of_the_earlier_layout_is_refused_with_the_way_out(make_policy,
         load_policy(tmp_path / "ck")
     assert "strict=False" in (err.value.fix or "")
     loaded = load_policy(tmp_path / "ck", strict=False)
-    assert "value_head.out.bias" in loaded.load_report["unexpected"]
+    assert "value_head.out.bias" in loaded.load_report.unexpected

@@ -210,7 +210,7 @@ def test_real_checkpoint_loads_with_hub_tokenizer_and_card_carries_its_hash(make
     policy = load_policy(root)
     digest = hashlib.sha256(sp_bytes).hexdigest()
     assert policy.tokenizer_record["sha256"] == digest
-    assert policy.load_report["norm_stats"].endswith("physical-intelligence/libero/norm_stats.json")
+    assert policy.load_report.details["norm_stats"].endswith("physical-intelligence/libero/norm_stats.json")
     assert policy.processor.normalizer.mode == "quantile"
     # prompts are the sentencepiece ids, not bytes: [bos] + sp(text) + sp("\n")
     import sentencepiece as spm
@@ -231,7 +231,7 @@ def test_tiny_checkpoint_keeps_byte_tokenizer_and_identity(make_policy, isolated
     save_policy(make_policy("pi0"), isolated / "tiny", format="openpi")
     policy = load_policy(isolated / "tiny")
     assert policy.cfg.tokenizer == "byte" and policy.tokenizer_record is None
-    assert policy.load_report["norm_stats"] is None
+    assert policy.load_report.details["norm_stats"] is None
 
 
 def test_the_documented_vlarl_download_step_is_found_offline(hub, monkeypatch, sp_bytes, tmp_path):

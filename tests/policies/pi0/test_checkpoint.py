@@ -50,7 +50,7 @@ def test_round_trip_is_exact(make_policy, make_obs, tmp_path, variant, fmt):
     assert detect_format(tmp_path / "ck") == fmt
     loaded = load_policy(tmp_path / "ck")
     assert loaded.cfg == policy.cfg
-    assert loaded.load_report["missing"] == [] and loaded.load_report["initialized"] == []
+    assert loaded.load_report.missing == [] and loaded.load_report.initialized == []
     sd, sd2 = policy.state_dict(), loaded.state_dict()
     assert sd.keys() == sd2.keys()
     assert all(torch.equal(sd[k], sd2[k]) for k in sd)
@@ -143,7 +143,7 @@ def test_strict_loading_names_missing_unexpected_and_mismatched(make_policy, tmp
     assert "paligemma_with_expert.paligemma.model.extra_thing.weight" in msg
     assert "action_out_proj.bias [5]" in msg
     loose = load_policy(tmp_path / "op", strict=False)
-    assert sorted(loose.load_report["missing"]) == ["action_out_proj.bias", "expert.layers.1.mlp.up_proj.weight"]
+    assert sorted(loose.load_report.missing) == ["action_out_proj.bias", "expert.layers.1.mlp.up_proj.weight"]
     assert torch.equal(loose.action_out_proj.bias, torch.zeros_like(loose.action_out_proj.bias))  # zero-filled
 
 
@@ -152,8 +152,8 @@ def test_supervised_checkpoint_gets_fresh_rl_heads(make_policy, make_obs, tmp_pa
     save_policy(sft, tmp_path / "sft", format="openpi")
     rl = load_policy(tmp_path / "sft", overrides={"add_value_head": True, "noise_method": "flow_noise"})
     assert rl.value_head is not None and rl.noise_head is not None
-    assert any(k.startswith("value_head.") for k in rl.load_report["initialized"])
-    assert any(k.startswith("noise_head.") for k in rl.load_report["initialized"])
+    assert any(k.startswith("value_head.") for k in rl.load_report.initialized)
+    assert any(k.startswith("noise_head.") for k in rl.load_report.initialized)
     out = rl.sample(make_obs(batch=2))
     assert rl.value_head.init == "rlinf" and 0 < float(out.values.abs().max()) < 1.0  # N(0, 0.02^2) last layer
     assert torch.isfinite(out.logprobs).all()
@@ -169,7 +169,7 @@ def test_transformers_resaved_checkpoint_loads(make_policy, make_obs, tmp_path):
     save_policy(policy, tmp_path / "hf", format="hf_pi0")
     PI0ForConditionalGeneration.from_pretrained(tmp_path / "hf").save_pretrained(tmp_path / "hf2")
     loaded = load_policy(tmp_path / "hf2")
-    assert loaded.load_report["format"] == "hf_pi0"
+    assert loaded.load_report.format == "hf_pi0"
     obs = make_obs(batch=2)
     assert torch.equal(_sample(loaded, obs).actions, _sample(policy, obs).actions)
 
@@ -211,7 +211,7 @@ def test_norm_stats_found_in_rlinf_layout(make_policy, tmp_path):
     (rl_dir / "norm_stats.json").write_text(json.dumps({"norm_stats": {k: v.to_dict() for k, v in stats.items()}}))
     loaded = load_policy(tmp_path / "ck")
     assert torch.equal(loaded.processor.normalizer.stats["state"].mean, stats["state"].mean)
-    assert loaded.load_report["norm_stats"].endswith("physical-intelligence/libero/norm_stats.json")
+    assert loaded.load_report.details["norm_stats"].endswith("physical-intelligence/libero/norm_stats.json")
 
 
 def test_errors_name_the_problem(make_policy, tmp_path):
@@ -272,7 +272,8 @@ def test_rlinf_checkpoint_resumes_with_its_critic(make_policy, make_obs, tmp_pat
     policy = build_policy(ModelSettings(model_type="openpi", config_name="pi05_libero", preset="tiny",
                                         model_path=str(tmp_path / "op")), "cpu")
     assert policy.cfg.value_hidden == (1024, 512, 256) and policy.cfg.value_after_vlm
-    assert policy.load_report["initialized"] == [] and policy.load_report["rl_heads_skipped"] == []
+    rl_skipped = [k for k in policy.load_report.skipped if k.startswith(("value_head.", "noise_head."))]
+    assert policy.load_report.initialized == [] and rl_skipped == []
     sd = policy.state_dict()
     assert all(torch.equal(sd[k], v) for k, v in rlinf.items())
     # the value is RLinf's: ReLU MLP on the mean over every prefix slot (images + all prompt slots)
@@ -297,7 +298,8 @@ def test_mismatched_rl_head_is_warned_about_and_fresh(make_policy, tmp_path):
     save_file({**load_file(f), "noise_head.mlp_logvar.layers.0.weight": torch.zeros(128, 32)}, f)
     with pytest.warns(UserWarning, match="NOT loaded"):
         loaded = load_policy(tmp_path / "op", overrides={"noise_method": "flow_noise"})
-    assert loaded.load_report["rl_heads_skipped"] == ["noise_head.mlp_logvar.layers.0.weight"]
+    rl_skipped = [k for k in loaded.load_report.skipped if k.startswith(("value_head.", "noise_head."))]
+    assert rl_skipped == ["noise_head.mlp_logvar.layers.0.weight"]
 
 
 def test_checkpoint_with_the_earlier_vlarl_critic_still_loads(make_policy, make_obs, tmp_path):
@@ -319,7 +321,7 @@ def test_checkpoint_with_the_earlier_vlarl_critic_still_loads(make_policy, make_
         del vcfg["model"][key]
     (tmp_path / "ck" / "vlarl_config.json").write_text(json.dumps(vcfg))
     loaded = load_policy(tmp_path / "ck")
-    assert loaded.cfg == policy.cfg and loaded.load_report["initialized"] == []
+    assert loaded.cfg == policy.cfg and loaded.load_report.initialized == []
     obs = make_obs(batch=2)
     assert torch.equal(_sample(loaded, obs).values, _sample(policy, obs).values)
 

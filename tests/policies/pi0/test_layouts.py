@@ -40,7 +40,7 @@ def test_model_type_pi0_beside_lerobot_keys_is_lerobot(make_policy, tmp_path):
     cfg_file.write_text(json.dumps(cfg))
     assert detect_format(tmp_path / "lr") == "lerobot"
     loaded = load_policy(tmp_path / "lr")
-    assert loaded.load_report["missing"] == [] and loaded.load_report["unexpected"] == []
+    assert loaded.load_report.missing == [] and loaded.load_report.unexpected == []
     save_policy(make_policy("pi0", add_value_head=False), tmp_path / "hf", format="hf_pi0")
     assert detect_format(tmp_path / "hf") == "hf_pi0"
 

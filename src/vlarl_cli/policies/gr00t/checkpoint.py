@@ -27,24 +27,22 @@ All writes are atomic per file (temp name + fsync + ``os.replace``).
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from vlarl_cli.checkpoints import pipeline
-from vlarl_cli.checkpoints.detect import read_safetensors_header as _header
+from vlarl_cli.checkpoints.detect import open_checkpoint_folder, weights_table
+from vlarl_cli.config.model_types import MODEL_TYPES
 from vlarl_cli.errors import CheckpointError, ConfigError
 from vlarl_cli.policies.gr00t.config import Gr00tConfig, ModelSettings, preset
 from vlarl_cli.policies.gr00t.modality import EMBODIMENT_IDS, ModalitySpec
 
 __all__ = [
     "FORMATS",
-    "LoadReport",
     "describe",
     "detect_format",
     "from_upstream_key",
@@ -58,11 +56,14 @@ __all__ = [
 FORMATS: tuple[str, ...] = ("vlarl", "gr00t_n15", "gr00t_n16")
 FAMILY = "gr00t"
 FORMAT_VERSION = 1
-VLARL_CONFIG = "vlarl_config.json"
 NORM_STATS = "norm_stats.json"
-SINGLE = "model.safetensors"
-N15_MODEL_TYPES = ("gr00t_n1_5", "gr00t_n1")
-N16_MODEL_TYPES = ("Gr00tN1d6", "gr00t_n1d6")
+#: upstream config.json model_type names of N1.5 / N1.6 (the one table: vlarl_cli.config.model_types)
+N15_MODEL_TYPES = MODEL_TYPES["gr00t"].upstream
+N16_MODEL_TYPES = MODEL_TYPES["gr00t_n1d6"].upstream
+#: upstream layout (= variant) -> version, and version -> our model_type
+_LAYOUT_VERSION = {t.variant: t.version for t in MODEL_TYPES.values() if t.family == FAMILY and t.version}
+_VERSION_MODEL_TYPE = {t.version: name for name, t in MODEL_TYPES.items() if t.family == FAMILY and t.version}
+_VERSION_LAYOUT = {v: k for k, v in _LAYOUT_VERSION.items() if k is not None}
 #: RL additions that upstream checkpoints do not contain; missing ones are initialised fresh.
 OPTIONAL_PREFIXES = ("action_head.value_head.", "action_head.noise_head.")
 _EAGLE_FIELDS = ("vision_kind", "vision_hidden_size", "vision_intermediate_size", "vision_num_layers",
@@ -112,35 +113,6 @@ def from_upstream_key(key: str, version: str, select_layer: int | None = None) -
 
 
 # ---------------------------------------------------------------------------------------------- files
-def _weight_files(path: Path) -> dict[str, Path]:
-    """Tensor name -> file, from the index (sharded) or the single ``model.safetensors``."""
-    index = path / pipeline.INDEX
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        files = {name: path / fname for name, fname in weight_map.items()}
-        absent = sorted({str(f.name) for f in files.values() if not f.is_file()})
-        if absent:
-            raise CheckpointError(f"{index} lists shard file(s) that do not exist: {absent}.",
-                                  "Re-download or re-save the checkpoint (the shards are incomplete).")
-        return files
-    single = path / SINGLE
-    if single.is_file():
-        return {name: single for name in _header(single) if name != "__metadata__"}
-    raise CheckpointError(f"No weights in {path}: expected {SINGLE} or {pipeline.INDEX} with "
-                          "model-*.safetensors shards.",
-                          "Point model_path at a GR00T checkpoint folder (only safetensors are supported).")
-
-
-def _read_json(file: Path) -> dict[str, Any]:
-    try:
-        return json.loads(file.read_text())
-    except FileNotFoundError as exc:
-        raise CheckpointError(f"Missing {file.name} in {file.parent}.",
-                              "The checkpoint folder is incomplete; re-download or re-save it.") from exc
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{file} is not valid JSON ({exc}).", "Repair or re-download the file.") from exc
-
-
 def detect_format(path: Path) -> str | None:
     """``vlarl`` / ``gr00t_n15`` / ``gr00t_n16`` from file names and ``config.json`` only, else None."""
     return pipeline.detect_layout(path, FAMILY, _detect_external)
@@ -148,11 +120,7 @@ def detect_format(path: Path) -> str | None:
 
 def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
     model_type = cfg.get("model_type")
-    if model_type in N15_MODEL_TYPES:
-        return "gr00t_n15"
-    if model_type in N16_MODEL_TYPES:
-        return "gr00t_n16"
-    return None
+    return next((t.variant for t in MODEL_TYPES.values() if t.family == FAMILY and model_type in t.upstream), None)
 
 
 # ---------------------------------------------------------------------------------------------- config
@@ -313,25 +281,20 @@ def read_config(path: Path, fmt: str | None = None) -> tuple[Gr00tConfig, dict[s
     if fmt == "vlarl":
         data = pipeline.read_vlarl_config(path, FORMAT_VERSION)
         return Gr00tConfig.from_dict(data["model"]), data.get("settings")
-    if fmt in ("gr00t_n15", "gr00t_n16"):
-        version = "n1.5" if fmt == "gr00t_n15" else "n1.6"
-        data = _read_json(path / "config.json")
+    if fmt in _LAYOUT_VERSION:
+        version = _LAYOUT_VERSION[fmt]
+        data = pipeline.require_json(path / "config.json")
         shapes = None
         block = (data.get("backbone_cfg") or {}).get("eagle_config") if version == "n1.5" else data.get("eagle_config")
         if not block or not set(_EAGLE_FIELDS) <= set(block):  # backbone not (fully) described: ask the weights
-            shapes = {}
-            files = _weight_files(path)
-            headers: dict[Path, dict[str, Any]] = {}
-            for name, file in files.items():
-                ours = from_upstream_key(name, version)
-                if ours is not None:
-                    shapes[ours] = headers.setdefault(file, _header(file))[name]["shape"]
+            shapes = {ours: list(shape) for name, (shape, _, _) in weights_table(path).items()
+                      if (ours := from_upstream_key(name, version)) is not None}
         proc_file = path / "processor_config.json"
-        processor = processor_image_fields(_read_json(proc_file)) if (
+        processor = processor_image_fields(pipeline.require_json(proc_file)) if (
             version == "n1.6" and proc_file.is_file()) else None
         return _config_from_upstream(data, version, shapes, processor), None
     raise CheckpointError(f"{path} is not a GR00T checkpoint in a known layout.",
-                          f"Expected one of {', '.join(FORMATS)}: {VLARL_CONFIG}, or config.json with model_type "
+                          f"Expected one of {', '.join(FORMATS)}: {pipeline.VLARL_CONFIG}, or config.json with model_type "
                           f"{N15_MODEL_TYPES[0]} / {N16_MODEL_TYPES[0]}.")
 
 
@@ -347,11 +310,12 @@ def _read_modality(path: Path, fmt: str, tag: str) -> ModalitySpec:
                                   f'not "{tag}".', f"Set actor.model.embodiment_tag: {spec.embodiment_tag}.")
         return spec
     if fmt == "gr00t_n15":
-        return ModalitySpec.from_n15_metadata(_read_json(path / "experiment_cfg" / "metadata.json"), tag,
+        return ModalitySpec.from_n15_metadata(pipeline.require_json(path / "experiment_cfg" / "metadata.json"), tag,
                                               embodiment_id=EMBODIMENT_IDS.get(tag))
     proc = path / "processor_config.json"
-    return ModalitySpec.from_n16_files(_read_json(path / "statistics.json"), _read_json(path / "embodiment_id.json"),
-                                       _read_json(proc) if proc.is_file() else None, tag)
+    return ModalitySpec.from_n16_files(pipeline.require_json(path / "statistics.json"),
+                                       pipeline.require_json(path / "embodiment_id.json"),
+                                       pipeline.require_json(proc) if proc.is_file() else None, tag)
 
 
 # ---------------------------------------------------------------------------------------------- save
@@ -366,10 +330,10 @@ def save_policy(policy: Any, path: Path, *, format: str = "vlarl", dtype: torch.
 
     pipeline.check_format(format, FORMATS, "GR00T")
     cfg: Gr00tConfig = policy.config
-    want = {"gr00t_n15": "n1.5", "gr00t_n16": "n1.6"}.get(format)
+    want = _LAYOUT_VERSION.get(format)
     if want is not None and want != cfg.version:
         raise CheckpointError(f"Cannot save a GR00T {cfg.version} model in the {format} layout.",
-                              f"Use format {'gr00t_n15' if cfg.version == 'n1.5' else 'gr00t_n16'} or vlarl.")
+                              f"Use format {_VERSION_LAYOUT[cfg.version]} or vlarl.")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {name if format == "vlarl" else to_upstream_key(name, cfg.version): t.detach()
@@ -396,144 +360,85 @@ def save_policy(policy: Any, path: Path, *, format: str = "vlarl", dtype: torch.
 
 
 # ---------------------------------------------------------------------------------------------- load
-@dataclass
-class LoadReport:
-    """What a load did: keys filled, skipped, freshly initialised, and problems (by name)."""
-
-    format: str
-    loaded: int = 0
-    skipped: list[str] = field(default_factory=list)
-    fresh_optional: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    unexpected: list[str] = field(default_factory=list)
-    mismatched: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not (self.missing or self.unexpected or self.mismatched)
-
-    def problem(self, path: Path) -> str:
-        parts = []
-        for label, names in (("missing", self.missing), ("unexpected", self.unexpected),
-                             ("shape-mismatched", self.mismatched)):
-            if names:
-                shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
-                parts.append(f"{len(names)} {label} key(s): {shown}")
-        return f"Checkpoint {path} ({self.format}) does not match the GR00T model: " + "; ".join(parts) + "."
-
-
-def _fix_nonpersistent_buffers(policy: torch.nn.Module, device: torch.device) -> None:
-    """Recompute buffers that state dicts do not hold (rotary inv_freq, SigLIP position ids)."""
-    for module in policy.modules():
-        if "inv_freq" in module._non_persistent_buffers_set:
-            fresh = type(module)(module.config)
-            for name in module._non_persistent_buffers_set:
-                setattr(module, name, getattr(fresh, name).to(device=device, dtype=torch.float32))
-        if "position_ids" in module._non_persistent_buffers_set:
-            n = int(module.get_buffer("position_ids").shape[-1])
-            module.register_buffer("position_ids", torch.arange(n, device=device).expand(1, -1), persistent=False)
-
-
 def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", dtype: torch.dtype = torch.float32,
                 strict: bool = True, overrides: dict | None = None) -> Any:
     """Load a GR00T policy from a checkpoint folder in any of :data:`FORMATS`.
 
     ``overrides`` are :class:`ModelSettings` fields (the run's RL settings: num_action_chunks, noise_method,
-    embodiment_tag, ...). Returns the :class:`~.modeling.Gr00tPolicy`; ``policy.load_report`` tells what was
-    loaded, skipped and freshly initialised.
+    embodiment_tag, ...). Returns the :class:`~.modeling.Gr00tPolicy`; ``policy.load_report`` (a
+    :class:`~vlarl_cli.checkpoints.pipeline.LoadReport`) tells what was loaded, skipped and freshly initialised.
     """
     from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
 
-    path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"GR00T checkpoint folder {path} does not exist.",
-                              "Check model_path (run `vlarl download` first for hub checkpoints).")
-    fmt = format or detect_format(path)
-    if fmt not in FORMATS:
-        raise CheckpointError(f"Cannot tell the layout of {path}: no {VLARL_CONFIG} with family gr00t and no "
-                              f"config.json with model_type {N15_MODEL_TYPES[0]} / {N16_MODEL_TYPES[0]}.",
-                              f"Pass format= one of {', '.join(FORMATS)} or fix the folder.")
+    root, fmt, header = open_checkpoint_folder(
+        path, family="GR00T", format=format, formats=FORMATS, detect=detect_format,
+        looked_for=f"no known layout: no {pipeline.VLARL_CONFIG} with family gr00t, no config.json with model_type "
+        f"{N15_MODEL_TYPES[0]} / {N16_MODEL_TYPES[0]}")
     device = torch.device(device)
-    cfg, saved = read_config(path, fmt)
-    version_type = "gr00t" if cfg.version == "n1.5" else "gr00t_n1d6"
-    settings_dict: dict[str, Any] = {"model_type": version_type, "model_path": str(path)}
-    settings_dict.update(saved or {})
-    settings_dict.update(overrides or {})
-    settings_dict["model_path"] = str(path)
-    ships_tokenizer = (path / "tokenizer.json").is_file() or (
-        (path / "vocab.json").is_file() and (path / "merges.txt").is_file())
-    if settings_dict.get("tokenizer_path") is None and ships_tokenizer:
-        settings_dict["tokenizer_path"] = str(path)  # a checkpoint that ships its prompt tokenizer
-    settings = ModelSettings.from_dict(settings_dict)
-    if settings.version != cfg.version:
-        raise ConfigError(f"{path} holds a GR00T {cfg.version} model but model_type is {settings.model_type} "
-                          f"(GR00T {settings.version}).",
-                          f"Set actor.model.model_type: {version_type}.")
-    modality = _read_modality(path, fmt, settings.effective_embodiment_tag)
-
-    files = _weight_files(path)
+    cfg, saved = read_config(root, fmt)
+    settings = _settings(root, cfg, saved, overrides)
+    modality = _read_modality(root, fmt, settings.effective_embodiment_tag)
     if fmt != "vlarl":
         # upstream config.json does not say whether the SigLIP attention-pool head was kept: read it off the keys
-        has_head = any(".vision_model.vision_model.head." in k or ".vision_model.head." in k for k in files)
+        has_head = any(".vision_model.vision_model.head." in k or ".vision_model.head." in k for k in header)
         if has_head != cfg.vision_use_head:
             cfg = cfg.replace(vision_use_head=has_head)
     policy = Gr00tPolicy(cfg, settings, modality, device="meta", dtype=dtype)
-    own = {**dict(policy.named_parameters()), **{n: b for n, b in policy.named_buffers()
-                                                  if n in policy.state_dict()}}
-    report = LoadReport(format=fmt)
-    source: dict[str, tuple[str, Path]] = {}  # our key -> (file key, file)
-    for file_key, file in files.items():
-        key = file_key if fmt == "vlarl" else from_upstream_key(file_key, cfg.version, cfg.select_layer)
-        if key is None:
-            report.skipped.append(file_key)
-            continue
-        if key not in own:
-            # a value / noise head the current settings do not use is skipped, anything else is unexpected
-            (report.skipped if key.startswith(OPTIONAL_PREFIXES) else report.unexpected).append(file_key)
-            continue
-        source[key] = (file_key, file)
-    embed = next((k for k in own if k.endswith("language_model.model.embed_tokens.weight")), None)
-    if embed is not None and embed not in source:  # tied storage: only lm_head was saved
-        head = next((k for k in report.skipped if k.endswith("language_model.lm_head.weight")), None)
-        if head is not None:
-            source[embed] = (head, files[head])
-    headers: dict[Path, dict[str, Any]] = {}
-    for key, (file_key, file) in source.items():
-        shape = headers.setdefault(file, _header(file))[file_key]["shape"]
-        if list(own[key].shape) != list(shape):
-            report.mismatched.append(f"{file_key} (checkpoint {tuple(shape)} vs model {tuple(own[key].shape)})")
-    # RL heads absent from the file start fresh: always for upstream layouts, and for ours when the saved
-    # settings did not have that head (e.g. resuming a flow_sde run with flow_noise)
-    saved_heads = set() if saved is None else (
-        {"action_head.value_head."} if saved.get("add_value_head") else set()) | (
-        {"action_head.noise_head."} if saved.get("noise_method") == "flow_noise" else set())
-    for key in own:
-        if key not in source:
-            optional = key.startswith(OPTIONAL_PREFIXES) and not key.startswith(tuple(saved_heads))
-            (report.fresh_optional if optional else report.missing).append(key)
-    if strict and not report.ok:
-        raise CheckpointError(report.problem(path), "Load with the matching model_type / preset, or repair the "
-                              "checkpoint; strict=False loads the matching tensors only.")
+    report = pipeline.LoadReport(fmt)
+    plan = _plan(fmt, cfg, header, dict(policy.state_dict(keep_vars=True)), saved, report)
+    if strict:
+        report.raise_if_incomplete(root, "GR00T model", "Load with the matching model_type / preset, or repair the "
+                                   "checkpoint; strict=False loads the matching tensors only.")
     if report.missing or report.mismatched:
         # non-strict with holes: initialise everything for real, then overwrite what the file has
         policy = Gr00tPolicy(cfg, settings, modality, device=device, dtype=dtype)
-        params = {**dict(policy.named_parameters()), **dict(policy.named_buffers())}
     else:
         policy.to_empty(device=device)
-        _fix_nonpersistent_buffers(policy, device)
-        params = {**dict(policy.named_parameters()), **dict(policy.named_buffers())}
-        fresh_heads = {k.split(".")[1] for k in report.fresh_optional}
-        for head_name in fresh_heads:  # value / noise heads absent upstream: build them for real
+        pipeline.reset_buffers(policy)
+        for head_name in {k.split(".")[1] for k in report.initialized}:  # value / noise heads absent upstream
             _reinit_head(policy, head_name, device, dtype)
-        params = {**dict(policy.named_parameters()), **dict(policy.named_buffers())}
-    bad = {m.split(" ")[0] for m in report.mismatched}
-    with torch.no_grad(), pipeline.TensorReader() as reader:
-        for key, (file_key, file) in source.items():
-            if file_key not in bad:
-                params[key].copy_(reader.get(file, file_key).to(params[key].dtype))
-                report.loaded += 1
+    pipeline.stream(plan, header, {**dict(policy.named_parameters()), **dict(policy.named_buffers())}, report)
     setattr(policy, "load_report", report)  # noqa: B010 (declared on Gr00tPolicy)
     return policy
+
+
+def _settings(root: Path, cfg: Gr00tConfig, saved: dict[str, Any] | None, overrides: dict | None) -> ModelSettings:
+    """The run's settings: the folder's saved ones (``vlarl``) under ``overrides``, checked against the version."""
+    version_type = _VERSION_MODEL_TYPE[cfg.version]
+    settings_dict: dict[str, Any] = {"model_type": version_type, **(saved or {}), **(overrides or {}),
+                                     "model_path": str(root)}
+    ships_tokenizer = (root / "tokenizer.json").is_file() or (
+        (root / "vocab.json").is_file() and (root / "merges.txt").is_file())
+    if settings_dict.get("tokenizer_path") is None and ships_tokenizer:
+        settings_dict["tokenizer_path"] = str(root)  # a checkpoint that ships its prompt tokenizer
+    settings = ModelSettings.from_dict(settings_dict)
+    if settings.version != cfg.version:
+        raise ConfigError(f"{root} holds a GR00T {cfg.version} model but model_type is {settings.model_type} "
+                          f"(GR00T {settings.version}).",
+                          f"Set actor.model.model_type: {version_type}.")
+    return settings
+
+
+def _plan(fmt: str, cfg: Gr00tConfig, header: pipeline.TensorTable, params: dict[str, torch.Tensor],
+          saved: dict[str, Any] | None, report: pipeline.LoadReport) -> list[tuple[str, str]]:
+    """``(file key, our key)`` to copy; the rest sorted into ``report``. A value / noise head the settings do
+    not use is skipped; RL heads absent from the file start fresh: always for upstream layouts, and for ours
+    when the saved settings did not have that head (e.g. resuming a flow_sde run with flow_noise)."""
+    def rename(key: str) -> str | None:
+        return key if fmt == "vlarl" else from_upstream_key(key, cfg.version, cfg.select_layer)
+
+    plan = pipeline.plan_copies(header, params, rename, report, ignore=lambda k: rename(k) is None,
+                                optional=OPTIONAL_PREFIXES)
+    embed = next((k for k in params if k.endswith("language_model.model.embed_tokens.weight")), None)
+    pipeline.fill_tied(plan, header, params, report, embed,  # tied storage: only lm_head was saved
+                       [k for k in report.skipped if k.endswith("language_model.lm_head.weight")])
+    saved_heads = set() if saved is None else (
+        {"action_head.value_head."} if saved.get("add_value_head") else set()) | (
+        {"action_head.noise_head."} if saved.get("noise_method") == "flow_noise" else set())
+    filled = {internal for _, internal in plan}
+    report.initialized, report.missing = pipeline.split_fresh(
+        [k for k in params if k not in filled], tuple(p for p in OPTIONAL_PREFIXES if p not in saved_heads))
+    return plan
 
 
 def _reinit_head(policy: Any, name: str, device: torch.device, dtype: torch.dtype) -> None:
@@ -557,22 +462,17 @@ def describe(path: Path) -> dict[str, Any]:
     """Cheap summary from file names, JSON files and safetensors headers (no tensor data read)."""
     path, fmt = pipeline.detect_or_refuse(path, detect_format, "GR00T", f"Expected one of {', '.join(FORMATS)}.")
     cfg, _ = read_config(path, fmt)
-    files = _weight_files(path)
-    num = 0
-    dtypes: set[str] = set()
-    headers: dict[Path, dict[str, Any]] = {}
-    for name, file in files.items():
-        info = headers.setdefault(file, _header(file))[name]
-        num += math.prod(info["shape"])
-        dtypes.add(info["dtype"])
+    header = weights_table(path)
+    num = sum(math.prod(shape) for shape, _, _ in header.values())
+    dtypes = {dtype for _, dtype, _ in header.values()}
     if fmt == "vlarl":
         tags = [ModalitySpec.load_json(path / NORM_STATS).embodiment_tag] if (path / NORM_STATS).is_file() else []
     elif fmt == "gr00t_n15":
         meta = path / "experiment_cfg" / "metadata.json"
-        tags = sorted(_read_json(meta)) if meta.is_file() else []
+        tags = sorted(pipeline.require_json(meta)) if meta.is_file() else []
     else:
         stats = path / "statistics.json"
-        tags = sorted(_read_json(stats)) if stats.is_file() else []
+        tags = sorted(pipeline.require_json(stats)) if stats.is_file() else []
     modalities = {}
     for tag in tags:  # the DataConfig-like description: which cameras / state / action keys each expects
         try:
@@ -582,6 +482,6 @@ def describe(path: Path) -> dict[str, Any]:
         modalities[tag] = {"cameras": list(spec.video_keys), "state": dict(spec.state_keys),
                            "action": dict(spec.action_keys), "embodiment_id": spec.embodiment_id}
     return {"modalities": modalities, "family": FAMILY, "format": fmt, "version": cfg.version, "num_parameters": int(num),
-            "num_tensors": len(files), "dtypes": sorted(dtypes), "sharded": (path / pipeline.INDEX).is_file(),
+            "num_tensors": len(header), "dtypes": sorted(dtypes), "sharded": (path / pipeline.INDEX).is_file(),
             "norm_stats": bool(tags), "embodiment_tags": tags, "action_horizon": cfg.action_horizon,
             "action_dim": cfg.action_dim, "state_dim": cfg.state_dim}

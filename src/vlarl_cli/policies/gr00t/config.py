@@ -21,6 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from vlarl_cli.config.model_types import MODEL_TYPES
 from vlarl_cli.errors import ConfigError, did_you_mean
 
 __all__ = [
@@ -37,8 +38,9 @@ VERSIONS = ("n1.5", "n1.6")
 PRESETS = ("tiny", "full")
 #: the critic's pooling of the VL tokens (RLinf ``value_vlm_mode``): the only one implemented
 VALUE_VLM_MODE = "mean_token"
-#: RLinf ``model_type`` -> our version name.
-MODEL_TYPE_TO_VERSION = {"gr00t": "n1.5", "gr00t_n1d5": "n1.5", "gr00t_n1d6": "n1.6"}
+#: RLinf ``model_type`` -> our version name (from the one table, :mod:`vlarl_cli.config.model_types`).
+MODEL_TYPE_TO_VERSION: dict[str, str] = {name: t.version for name, t in MODEL_TYPES.items()
+                                         if t.family == "gr00t" and t.version is not None}
 #: Transformer layer classes FSDP wraps one by one (RLinf ``fsdp_config.wrap_policy``); the DiT/VL
 #: blocks are our own ``BasicTransformerBlock``.
 FSDP_WRAP_CLASSES = ("Qwen3DecoderLayer", "Siglip2EncoderLayer", "SiglipEncoderLayer", "BasicTransformerBlock")

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from vlarl_cli import keys
+from vlarl_cli.checkpoints.pipeline import LoadReport
 from vlarl_cli.errors import ConfigError
 from vlarl_cli.policies import noise as noise_lib
 from vlarl_cli.policies.base import EvaluateOutput, Observation, PolicyOutput, Replay
@@ -94,7 +95,7 @@ class Gr00tPolicy(nn.Module):
     live under ``action_head`` as in RLinf)."""
 
     #: set by :func:`~.checkpoint.load_policy`: what was loaded, skipped and freshly initialised
-    load_report: Any = None
+    load_report: LoadReport | None = None
 
     def __init__(self, config: Gr00tConfig, settings: ModelSettings, modality: ModalitySpec, *,
                  device: Any = "cpu", dtype: torch.dtype | None = None,

@@ -42,7 +42,7 @@ Key map internal (transformers modules) <-> ``openvla_hf`` (timm), per tower (``
 
 Parameters that exist only on our side (transformers' DINOv2 ``mask_token``, unused without masked
 inputs; the RL value head; LoRA factors) are freshly initialised when absent and listed in
-``policy.load_report["initialized"]``. Loading builds the model on the meta device, materialises it
+``policy.load_report.initialized``. Loading builds the model on the meta device, materialises it
 on the target device and fills it tensor by tensor from ``safetensors.safe_open``. Any other missing
 or unexpected key, or a shape mismatch, raises :class:`CheckpointError` naming the keys when
 ``strict`` (the default).
@@ -69,7 +69,7 @@ import torch
 from torch import Tensor, nn
 
 from vlarl_cli.checkpoints import pipeline
-from vlarl_cli.checkpoints.detect import open_checkpoint_folder
+from vlarl_cli.checkpoints.detect import open_checkpoint_folder, weight_files
 from vlarl_cli.checkpoints.detect import read_json_object as _read_json
 from vlarl_cli.checkpoints.detect import tensor_table as _header
 from vlarl_cli.errors import CheckpointError
@@ -90,7 +90,6 @@ __all__ = ["FORMATS", "describe", "detect_format", "export_state_dict", "import_
 FORMATS: tuple[str, ...] = ("vlarl", "openvla_hf")
 FAMILY = "openvla_oft"
 FORMAT_VERSION = 1
-VLARL_CONFIG = "vlarl_config.json"
 _DINO = "vision_backbone.featurizer."
 _SIGLIP = "vision_backbone.fused_featurizer."
 # Internal-only parameters: fresh when a checkpoint lacks them (never an error).
@@ -241,12 +240,6 @@ def export_state_dict(policy: nn.Module, fmt: str) -> dict[str, Tensor]:
 
 
 # ---------------------------------------------------------------------------------------- files
-def _weight_files(root: Path) -> list[Path]:
-    from vlarl_cli.checkpoints.detect import weight_files
-
-    return weight_files(root)
-
-
 def detect_format(path: str | os.PathLike[str]) -> str | None:
     """The layout of an OpenVLA-OFT checkpoint folder, or None (cheap: file names, JSON, headers)."""
     return pipeline.detect_layout(path, FAMILY, _detect_external)
@@ -256,7 +249,7 @@ def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
     if cfg.get("model_type") == "openvla":
         return "openvla_hf"
     try:
-        names = set(_header(_weight_files(root)))
+        names = set(_header(weight_files(root)))
     except CheckpointError:
         return None
     if any(n.startswith(_DINO) for n in names) and any(n.startswith("language_model.") for n in names):
@@ -321,16 +314,6 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
 
 
 # ---------------------------------------------------------------------------------------- load
-def _reset_buffers(policy: Any) -> None:
-    """Recompute the non-persistent buffers that ``to_empty`` leaves uninitialised."""
-    rot = policy.language_model.model.rotary_emb
-    inv_freq, _ = rot.compute_default_rope_parameters(rot.config)
-    rot.inv_freq = inv_freq.to(rot.inv_freq.device)
-    rot.original_inv_freq = inv_freq.clone().to(rot.inv_freq.device)
-    emb = policy.vision_backbone.fused_featurizer.embeddings
-    emb.position_ids = torch.arange(emb.num_positions, device=emb.position_ids.device).expand((1, -1))
-
-
 def _fresh_init(policy: Any, fresh: list[str]) -> None:
     """Initialise internal-only parameters a checkpoint did not contain, as a fresh build would."""
     miss = set(fresh)
@@ -397,11 +380,44 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                               "bias) and that output bias has no place in it.",
                               "Load with strict=False: the old critic is reported as unexpected and a fresh "
                               "one starts (the actor weights load unchanged).")
-    cfg = _config_from_checkpoint(root, fmt, shapes)
     side = {c: load_side_file(p) for c, p in find_side_files(root).items()} if fmt == "openvla_hf" else {}
-    implied = config_from_side_files(side, (overrides or {}).get("action_dim", cfg.action_dim))
-    _check_route(root, implied, overrides or {})
-    if implied.get("action_head") == "l1_regression" and "num_images_in_input" not in (overrides or {}):
+    cfg = _resolve_config(root, fmt, shapes, side, overrides or {}, settings)
+    stats, stats_src = _statistics(root, fmt, dataset_statistics_path)
+    adapter = _read_adapter(root, fmt, lora_path)
+    policy, params = pipeline.build_on_meta(lambda: OftPolicy(cfg, dataset_statistics=stats),
+                                            lambda p: p.to(dtype).to_empty(device=device))
+    report = pipeline.LoadReport(fmt, details={
+        "dataset_statistics": stats_src, "implement_version": cfg.implement_version, "action_head": cfg.action_head,
+        "side_files": sorted(side), "lora_adapter": os.fspath(lora_path) if adapter and lora_path is not None else None})
+    side_flat = {f"{c}.{k}": v for c, d in side.items() for k, v in d.items()}
+    filled = _fill_side_files(side_flat, params, report)
+    rules = import_rules(cfg)
+    plan, absent = _plan(fmt, rules, header, params, filled)
+    applied = _stream_rules(plan, header, params, adapter, report)
+    consumed = {src for _, _, srcs in plan for src in srcs}
+    report.unexpected = [k for k in header if k not in consumed and not _ignorable(k, fmt, rules)]
+    report.unexpected += [f"{k} (side file)" for k in side_flat if k not in params]
+    left = sorted(set(adapter) - applied)
+    if left:
+        raise CheckpointError(f"The LoRA adapter {lora_path} adapts {len(left)} weight(s) the base checkpoint {root} "
+                              f"does not load: {pipeline.format_keys(left)}.", "Use the adapter trained on this base model.")
+    pipeline.settle_absent(policy, params, absent, report, _fresh_init, _FRESH_PREFIXES, _FRESH_KEYS)
+    if strict:
+        report.raise_if_incomplete(root, "OpenVLA-OFT model",
+                                   "Check the format / architecture, or pass strict=False to load what matches.")
+    policy.load_report = report
+    policy.apply_trainability()
+    return policy
+
+
+def _resolve_config(root: Path, fmt: str, shapes: dict[str, tuple[int, ...]], side: dict[str, Any],
+                    overrides: dict[str, Any], settings: Any) -> OftConfig:
+    """The architecture: the checkpoint's, the route its side files imply, the run's overrides and settings,
+    and the prompt tokenizer the folder ships."""
+    cfg = _config_from_checkpoint(root, fmt, shapes)
+    implied = config_from_side_files(side, overrides.get("action_dim", cfg.action_dim))
+    _check_route(root, implied, overrides)
+    if implied.get("action_head") == "l1_regression" and "num_images_in_input" not in overrides:
         implied["num_images_in_input"] = 2  # the OFT authors' LIBERO models: third-person + wrist
     cfg = cfg.replace(**implied)
     if overrides:
@@ -418,66 +434,73 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     elif cfg.tokenizer == "byte" and cfg.vocab_size > 4096:
         warnings.warn(f"{root} has a {cfg.vocab_size}-token vocabulary but no tokenizer.json; prompts will be "
                       "byte-tokenised, which the pretrained model does not understand. Set tokenizer_path to the "
-                      "OpenVLA Llama-2 tokenizer.json.", stacklevel=2)
-    cfg_json = _read_json(root / "config.json")
-    stats: dict[str, Any] | None
-    stats_src: str | None
-    if dataset_statistics_path is not None:
-        stats, stats_src = load_dataset_statistics(dataset_statistics_path), os.fspath(dataset_statistics_path)
-    else:
-        stats, stats_src = _find_statistics(root, cfg_json)
-    if stats is None and not (fmt == "vlarl" and (_read_json(root / VLARL_CONFIG) or {}).get("identity_actions")):
+                      "OpenVLA Llama-2 tokenizer.json.", stacklevel=3)
+    return cfg
+
+
+def _statistics(root: Path, fmt: str, explicit: str | os.PathLike[str] | None
+                ) -> tuple[dict[str, Any] | None, str | None]:
+    """``(dataset statistics, where from)``: ``explicit``, else the folder's; none only for a ``vlarl`` folder
+    saved from a model that had none (identity actions), never silently."""
+    if explicit is not None:
+        return load_dataset_statistics(explicit), os.fspath(explicit)
+    stats, stats_src = _find_statistics(root, _read_json(root / "config.json"))
+    if stats is None and not (fmt == "vlarl" and (_read_json(root / pipeline.VLARL_CONFIG) or {}).get("identity_actions")):
         raise CheckpointError(f"No dataset statistics for {root}: looked for {root / DATASET_STATISTICS_FILE} and "
                               f"the norm_stats of {root / 'config.json'}. Without them the actions cannot be "
                               "un-normalised.", "Copy the checkpoint's dataset_statistics.json into the folder or "
                               "set actor.model.norm_stats_path.")
+    return stats, stats_src
 
-    adapter = _read_adapter(root, fmt, lora_path)
-    applied: set[str] = set()
 
-    policy, params = pipeline.build_on_meta(lambda: OftPolicy(cfg, dataset_statistics=stats),
-                                   lambda p: p.to(dtype).to_empty(device=device), _reset_buffers)
-
-    rules = import_rules(cfg)
-    consumed: set[str] = set()
-    loaded: set[str] = set()
-    mismatched: list[str] = []
-    absent: list[str] = []
-    plan: list[tuple[str, Rule, list[str]]] = []
-    side_flat = {f"{c}.{k}": v for c, d in side.items() for k, v in d.items()}
+def _fill_side_files(side: dict[str, Tensor], params: dict[str, Tensor], report: pipeline.LoadReport) -> set[str]:
+    """The OFT authors' side-file tensors (``action_head.*`` / ``proprio_projector.*``) into ``params``."""
+    filled: set[str] = set()
     with torch.no_grad():
-        for key in [k for k in params if k in side_flat]:
-            if tuple(params[key].shape) != tuple(side_flat[key].shape):
-                mismatched.append(f"{key} {list(side_flat[key].shape)} vs model {list(params[key].shape)}")
+        for key in [k for k in params if k in side]:
+            if tuple(params[key].shape) != tuple(side[key].shape):
+                report.mismatched.append(f"{key} {list(side[key].shape)} vs model {list(params[key].shape)}")
                 continue
-            params[key].copy_(side_flat[key].to(params[key].dtype))
-            loaded.add(key)
+            params[key].copy_(side[key].to(params[key].dtype))
+            filled.add(key)
+    report.loaded += len(filled)
+    return filled
+
+
+def _plan(fmt: str, rules: dict[str, Rule], header: pipeline.TensorTable, params: dict[str, Tensor],
+          filled: set[str]) -> tuple[list[tuple[str, Rule, list[str]]], list[str]]:
+    """``(our key, rule, file keys)`` of every parameter the file fills, and the parameters it does not."""
+    plan: list[tuple[str, Rule, list[str]]] = []
+    absent: list[str] = []
     for key in params:
-        if key in loaded:
+        if key in filled:
             continue
-        if fmt == "openvla_hf" and key.startswith(_SIDE_PREFIXES):
-            absent.append(key)
-            continue
-        rule = _rule_for(key, fmt, rules)
+        rule = None if fmt == "openvla_hf" and key.startswith(_SIDE_PREFIXES) else _rule_for(key, fmt, rules)
         if rule is None:
             absent.append(key)
             continue
         if rule.kind == "copy":
-            present = [e for e in rule.ext if e in header]
-            srcs = present[:1]
+            srcs = [e for e in rule.ext if e in header][:1]
         else:
             srcs = list(rule.ext) if all(e in header for e in rule.ext) else []
-        if not srcs:
+        if srcs:
+            plan.append((key, rule, srcs))
+        else:
             absent.append(key)
-            continue
-        plan.append((key, rule, srcs))
+    return plan, absent
+
+
+def _stream_rules(plan: list[tuple[str, Rule, list[str]]], header: pipeline.TensorTable, params: dict[str, Tensor],
+                  adapter: dict[str, Any], report: pipeline.LoadReport) -> set[str]:
+    """Build each planned parameter from its file tensors (a PEFT adapter merged into them as they are read);
+    returns the file keys an adapter was merged into."""
+    applied: set[str] = set()
     with torch.no_grad(), pipeline.TensorReader() as reader:
         for key, rule, srcs in plan:
-            consumed.update(srcs)
             expect = _expected_shape(rule, [header[s][0] for s in srcs])
             target = params[key]
             if tuple(target.shape) != expect:
-                mismatched.append(f"{key} <- {srcs[0]} {list(expect)} vs model {list(target.shape)}")
+                report.mismatched.append(f"{key} <- {srcs[0]} {list(expect)} vs model {list(target.shape)}")
                 continue
             tensors = []
             for s in srcs:
@@ -487,26 +510,8 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                     applied.add(s)
                 tensors.append(tensor)
             target.copy_(_build(rule, tensors).to(target.dtype))
-            loaded.add(key)
-    unexpected = [k for k in header if k not in consumed and not _ignorable(k, fmt, rules)]
-    unexpected += [f"{k} (side file)" for k in side_flat if k not in params]
-    if set(adapter) - applied:
-        left = sorted(set(adapter) - applied)
-        raise CheckpointError(f"The LoRA adapter {lora_path} adapts {len(left)} weight(s) the base checkpoint {root} "
-                              f"does not load: {pipeline.format_keys(left)}.", "Use the adapter trained on this base model.")
-    fresh, missing = pipeline.split_fresh(absent, _FRESH_PREFIXES, _FRESH_KEYS)
-    _fresh_init(policy, fresh)
-    pipeline.zero_fill(params, missing)
-    report = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
-              "mismatched": mismatched, "initialized": fresh, "dataset_statistics": stats_src,
-              "implement_version": cfg.implement_version, "action_head": cfg.action_head,
-              "side_files": sorted(side), "lora_adapter": os.fspath(lora_path) if adapter and lora_path is not None else None}
-    if strict:
-        pipeline.raise_if_incomplete(root, fmt, "OpenVLA-OFT model", missing, unexpected, mismatched,
-                            "Check the format / architecture, or pass strict=False to load what matches.")
-    policy.load_report = report  # type: ignore[assignment]
-    policy.apply_trainability()
-    return policy
+            report.loaded += 1
+    return applied
 
 
 def _read_adapter(root: Path, fmt: str, lora_path: str | os.PathLike[str] | None) -> dict[str, Any]:
@@ -607,7 +612,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Summary of a checkpoint folder from its headers and JSON files (no tensor data is read)."""
     root, fmt = pipeline.detect_or_refuse(path, detect_format, "OpenVLA-OFT",
                                           "Point at a folder written by OpenVLA(-OFT), RLinf or vlarl.")
-    files = _weight_files(root)
+    files = weight_files(root)
     header = _header(files)
     shapes = {k: v[0] for k, v in header.items()}
     cfg = _config_from_checkpoint(root, fmt, shapes)

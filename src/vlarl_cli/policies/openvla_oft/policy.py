@@ -42,6 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vlarl_cli.checkpoints.pipeline import LoadReport
 from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
 from vlarl_cli.policies.noise import AnyGenerator, randn
 from vlarl_cli.policies.normalization import gripper_from_libero
@@ -76,6 +77,9 @@ class OftPolicy(OftModel):
         dataset_statistics: OpenVLA ``dataset_statistics.json`` content; the action statistics under
             ``cfg.unnorm_key`` un-normalise the actions (without statistics actions stay in [-1, 1]).
     """
+
+    #: set by :func:`~vlarl_cli.policies.openvla_oft.checkpoint.load_policy`: what was loaded, skipped, fresh
+    load_report: LoadReport | None = None
 
     def __init__(self, cfg: OftConfig, *, tokenizer: PromptTokenizer | None = None,
                  dataset_statistics: dict[str, Any] | None = None) -> None:

@@ -53,7 +53,7 @@ import torch
 from torch import Tensor
 
 from vlarl_cli.checkpoints import pipeline
-from vlarl_cli.checkpoints.detect import open_checkpoint_folder
+from vlarl_cli.checkpoints.detect import open_checkpoint_folder, weight_files
 from vlarl_cli.checkpoints.detect import read_json_object as _read_json
 from vlarl_cli.checkpoints.detect import tensor_table as _header_shapes
 from vlarl_cli.errors import CheckpointError
@@ -75,7 +75,6 @@ __all__ = ["FORMATS", "describe", "detect_format", "export_state_dict", "from_ex
 FORMATS: tuple[str, ...] = ("vlarl", "openpi", "lerobot", "hf_pi0")
 FAMILY = "pi0"
 FORMAT_VERSION = 1
-VLARL_CONFIG = "vlarl_config.json"
 
 _EMBED = "vlm.language_model.embed_tokens.weight"
 _OPENPI_ROOT = "paligemma_with_expert."
@@ -173,12 +172,6 @@ def _is_known_unused(key: str, fmt: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------- files
-def _weight_files(root: Path) -> list[Path]:
-    from vlarl_cli.checkpoints.detect import weight_files
-
-    return weight_files(root)  # skips LeRobot's policy_*processor*.safetensors statistics files
-
-
 def detect_format(path: str | os.PathLike[str]) -> str | None:
     """The layout of a pi0-family checkpoint folder, or None when it is not one (cheap: names + headers)."""
     return pipeline.detect_layout(path, FAMILY, _detect_external)
@@ -188,7 +181,7 @@ def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
     if cfg.get("type") in ("pi0", "pi05"):
         return "lerobot"
     try:
-        names = set(_header_shapes(_weight_files(root)))
+        names = set(_header_shapes(weight_files(root)))
     except CheckpointError:
         names = set()
     if cfg.get("model_type") == "pi0":
@@ -334,13 +327,6 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
 
 
 # ---------------------------------------------------------------------------------------- load
-def _reset_buffers(policy: Any) -> None:
-    """Recompute non-persistent buffers (left uninitialised by ``to_empty``)."""
-    dev = policy.action_in_proj.weight.device
-    emb = policy.vlm.vision_tower.embeddings
-    emb.position_ids = torch.arange(emb.num_positions, device=dev).expand((1, -1))
-
-
 def _fresh_init(policy: Any, missing: list[str]) -> None:
     """Initialise RL-only parameters that the checkpoint did not contain (as a fresh build would)."""
     cfg: Pi0Config = policy.cfg
@@ -356,6 +342,33 @@ def _fresh_init(policy: Any, missing: list[str]) -> None:
 
         policy.noise_head = NoiseHead(cfg.expert_width, cfg.max_action_dim, cfg.noise_hidden).to(device=dev, dtype=dtype)
     pipeline.init_lora_factors(policy, miss)
+
+
+def _is_tied(key: str, fmt: str) -> bool:
+    """The LM head that tied storage may hold instead of the token embedding (loaded only in its place)."""
+    return key.endswith("lm_head.weight") and from_external(key, fmt) == _EMBED
+
+
+def _fill(root: Path, fmt: str, cfg: Pi0Config, header: pipeline.TensorTable, params: dict[str, Tensor],
+          report: pipeline.LoadReport) -> set[str]:
+    """Stream the file's tensors into ``params``; returns the names filled. An RL head of
+    another shape than the one configured (e.g. value_after_vlm changed, or RLinf's noise net) is skipped
+    with a warning, and that head starts fresh."""
+
+    def rename(ext: str) -> str | None:
+        internal = from_external(ext, fmt)
+        return None if internal is None else _legacy_value_key(internal, cfg)
+
+    plan = pipeline.plan_copies(header, params, rename, report, optional=_RL_ONLY_PREFIXES, skip_misfit_optional=True,
+                                ignore=lambda k: _is_known_unused(k, fmt) or _is_tied(k, fmt))
+    pipeline.fill_tied(plan, header, params, report, _EMBED, [k for k in header if _is_tied(k, fmt)])
+    pipeline.stream(plan, header, params, report)
+    rl_skipped = [k for k in report.skipped if (rename(k) or "").startswith(_RL_ONLY_PREFIXES)]
+    if rl_skipped:
+        warnings.warn(f"{root}: {len(rl_skipped)} RL-head tensors do not fit the configured heads and were "
+                      f"NOT loaded ({pipeline.format_keys(rl_skipped, 4)}); those heads start fresh. Check "
+                      "value_after_vlm / value_hidden against the checkpoint.", stacklevel=3)
+    return {internal for _, internal in plan}
 
 
 def load_policy(path: str | os.PathLike[str], *, format: str | None = None, device: torch.device | str = "cpu",
@@ -392,63 +405,14 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
                                                asset_id=asset_id)
 
     policy, params = pipeline.build_on_meta(lambda: Pi0Policy(cfg, norm_stats=norm_stats),
-                                   lambda p: p.set_precision(dtype).to_empty(device=device), _reset_buffers)
-
-    loaded: set[str] = set()
-    unexpected: list[str] = []
-    mismatched: list[str] = []
-    ignored: list[str] = []
-    rl_heads_skipped: list[str] = []
-    plan: list[tuple[str, str]] = []  # (file key, our key)
-    tied_source: str | None = None
-    for ext in header:
-        internal = None if _is_known_unused(ext, fmt) else from_external(ext, fmt)
-        if internal is not None:
-            internal = _legacy_value_key(internal, cfg)
-        if internal is None:
-            (ignored if _is_known_unused(ext, fmt) else unexpected).append(ext)
-            continue
-        if internal not in params or (internal.startswith(_RL_ONLY_PREFIXES)
-                                      and tuple(params[internal].shape) != header[ext][0]):
-            if internal.startswith(_RL_ONLY_PREFIXES):
-                # an RL head of another shape than the one configured (e.g. value_after_vlm changed, or
-                # RLinf's noise net): reported, warned about below, and the head starts fresh
-                rl_heads_skipped.append(ext)
-            else:
-                unexpected.append(ext)
-            continue
-        if ext.endswith("lm_head.weight") and internal == _EMBED:
-            tied_source = ext  # used only when the embedding itself is absent
-            continue
-        if tuple(params[internal].shape) != header[ext][0]:
-            mismatched.append(f"{ext} {list(header[ext][0])} vs model {list(params[internal].shape)}")
-            continue
-        plan.append((ext, internal))
-    with torch.no_grad(), pipeline.TensorReader() as reader:
-        for ext, internal in plan:
-            params[internal].copy_(reader.get(header[ext][2], ext).to(params[internal].dtype))
-            loaded.add(internal)
-        if _EMBED not in loaded and tied_source is not None:
-            t = reader.get(header[tied_source][2], tied_source)
-            if tuple(t.shape) == tuple(params[_EMBED].shape):
-                params[_EMBED].copy_(t.to(params[_EMBED].dtype))
-                loaded.add(_EMBED)
-            else:
-                mismatched.append(f"{tied_source} {list(t.shape)} vs model {list(params[_EMBED].shape)}")
-    if rl_heads_skipped:
-        warnings.warn(f"{root}: {len(rl_heads_skipped)} RL-head tensors do not fit the configured heads and were "
-                      f"NOT loaded ({pipeline.format_keys(rl_heads_skipped, 4)}); those heads start fresh. Check "
-                      "value_after_vlm / value_hidden against the checkpoint.", stacklevel=2)
-    fresh, missing = pipeline.split_fresh((k for k in params if k not in loaded), _RL_ONLY_PREFIXES)
-    _fresh_init(policy, fresh)
-    pipeline.zero_fill(params, missing)
-    report: dict[str, Any] = {"format": fmt, "loaded": len(loaded), "missing": missing, "unexpected": unexpected,
-              "mismatched": mismatched, "ignored_unused": ignored, "initialized": fresh,
-                              "rl_heads_skipped": rl_heads_skipped,
-              "norm_stats": ns_source, "tokenizer": tokenizer_record}
+                                            lambda p: p.set_precision(dtype).to_empty(device=device))
+    report = pipeline.LoadReport(fmt, details={"norm_stats": ns_source, "tokenizer": tokenizer_record})
+    filled = _fill(root, fmt, cfg, header, params, report)
+    pipeline.settle_absent(policy, params, [k for k in params if k not in filled], report, _fresh_init,
+                           _RL_ONLY_PREFIXES)
     if strict:
-        pipeline.raise_if_incomplete(root, fmt, f"pi0 model ({cfg.variant})", missing, unexpected, mismatched,
-                            "Check the format / variant, or pass strict=False to load what matches.")
+        report.raise_if_incomplete(root, f"pi0 model ({cfg.variant})",
+                                   "Check the format / variant, or pass strict=False to load what matches.")
     policy.load_report = report
     policy.tokenizer_record = tokenizer_record
     policy.apply_trainability()
@@ -565,7 +529,7 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Summary of a checkpoint folder from its headers and JSON files (no tensor data is read)."""
     root, fmt = pipeline.detect_or_refuse(path, detect_format, "pi0 / pi0.5", "Point at a folder written by "
                                           "openpi, RLinf, LeRobot, transformers or vlarl.")
-    header = _header_shapes(_weight_files(root))
+    header = _header_shapes(weight_files(root))
     shapes = {k: v[0] for k, v in header.items()}
     cfg = _config_from_checkpoint(root, fmt, shapes)
     used = [k for k in shapes if from_external(k, fmt) is not None and not _is_known_unused(k, fmt)]
@@ -577,4 +541,4 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"family": FAMILY, "format": fmt, "variant": cfg.variant, "num_parameters": count,
             "norm_stats": ns is not None, "norm_stats_path": os.fspath(ns) if ns else None,
             "dtypes": dtypes, "action_horizon": cfg.action_horizon, "image_size": cfg.image_size,
-            "weight_files": [p.name for p in _weight_files(root)]}
+            "weight_files": [p.name for p in weight_files(root)]}

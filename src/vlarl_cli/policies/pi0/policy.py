@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vlarl_cli.checkpoints.pipeline import LoadReport
 from vlarl_cli.policies import noise as noise_lib
 from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
 from vlarl_cli.policies.flow_matching import flow_training_draws, pad_chunk
@@ -62,7 +63,7 @@ class Pi0Policy(Pi0Model):
         self.cameras: tuple[str, ...] = ("main", "wrist") if cfg.obs_mode == "rgb" else ()
         self.norm_stats = dict(norm_stats or {})
         #: what :func:`~vlarl_cli.policies.pi0.checkpoint.load_policy` loaded, skipped and initialised
-        self.load_report: dict[str, Any] = {}
+        self.load_report: LoadReport | None = None
         #: the verified prompt tokenizer (path, sha256, vocab_size, source), recorded on the protocol card;
         #: None for the built-in byte tokenizer of tiny test models
         self.tokenizer_record: dict[str, Any] | None = None

@@ -1,0 +1,44 @@
+"""The one model-type table (config/model_types.py) and the places that read it."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from vlarl_cli.checkpoints.detect import FAMILY_MODEL_TYPES, _preset_variant
+from vlarl_cli.config.model_types import MODEL_TYPES, model_types_of
+from vlarl_cli.config.schema import ModelConfig
+from vlarl_cli.errors import ConfigError
+from vlarl_cli.policies.gr00t.config import MODEL_TYPE_TO_VERSION
+from vlarl_cli.policies.gr00t.config import ModelSettings as Gr00tSettings
+from vlarl_cli.policies.registry import FAMILIES
+
+
+def test_every_reader_sees_the_same_vocabulary() -> None:
+    assert set(FAMILIES) == set(MODEL_TYPES)
+    assert FAMILY_MODEL_TYPES == {"pi0": ("openpi", "pi0", "pi05"), "gr00t": ("gr00t", "gr00t_n1d6"),
+                                  "openvla_oft": ("openvla_oft",)}
+    assert MODEL_TYPE_TO_VERSION == {"gr00t": "n1.5", "gr00t_n1d6": "n1.6"}
+    assert model_types_of("toy") == ("toy_flow", "toy_gaussian")
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    ({"model_type": "openpi", "openpi": {"config_name": "pi05_libero"}}, ("pi0", "pi05")),
+    ({"model_type": "openpi", "openpi": {"config_name": "pi0_libero"}}, ("pi0", "pi0")),
+    ({"model_type": "pi0", "openpi": {"config_name": "pi05_libero"}}, ("pi0", "pi05")),  # config_name decides
+    ({"model_type": "pi05"}, ("pi0", "pi05")),
+    ({"model_type": "gr00t"}, ("gr00t", "gr00t_n15")),
+    ({"model_type": "gr00t_n1d6"}, ("gr00t", "gr00t_n16")),
+    ({"model_type": "openvla_oft"}, ("openvla_oft", "openvla")),
+    ({"model_type": "toy_flow"}, (None, None)),  # no checkpoints to match
+    ({"model_type": "mlp_policy"}, (None, None)),
+])
+def test_preset_matching_reads_the_table(model, expected) -> None:
+    assert _preset_variant(model) == expected
+
+
+def test_unknown_names_are_refused_with_a_suggestion() -> None:
+    with pytest.raises(ValidationError, match='Did you mean "pi05"'):
+        ModelConfig(model_type="pi055")
+    with pytest.raises(ConfigError, match='Did you mean "gr00t_n1d6"'):
+        Gr00tSettings(model_type="gr00t_n1d5")  # not a model type anywhere in vlarl
