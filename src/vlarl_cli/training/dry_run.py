@@ -21,6 +21,7 @@ LIBERO_ENV_BYTES = int(1.7 * GIB)  # RSS of one LIBERO env process, measured on 
 # per node (8-socket or high-memory cloud instances). A plan above these fits on no machine at all.
 LARGEST_DEVICE_BYTES = 192 * 10**9
 LARGEST_HOST_BYTES = 4 * 1024 * GIB
+RLINF_PLACEHOLDER = "/path/to/"  # RLinf recipes' model_path before the user fills it in
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,16 @@ def preflight(config: VlarlConfig) -> None:
     from vlarl_cli.errors import CheckpointError
     from vlarl_cli.training.common import resolve_model_path
 
+    model_path = config.actor.model.model_path
+    if model_path is not None and model_path.startswith(RLINF_PLACEHOLDER):
+        # RLinf's published recipes say "/path/to/model/<name>" for "put your download here": plan anyway
+        _warn(f'actor.model.model_path "{model_path}" is the placeholder of an RLinf recipe; a launch needs the '
+              "checkpoint there (`vlarl download <repo> --local-dir <folder>`, then actor.model.model_path=<folder>). "
+              "The plan below is for the full-size architecture of the family.")
+        check_writable_folder(config.runner.logger.log_path, "The run folder (runner.logger.log_path)")
+        return
     try:
-        path = resolve_model_path(config.actor.model.model_path)  # CheckpointError for a missing folder / hub id
+        path = resolve_model_path(model_path)  # CheckpointError for a missing folder / hub id
     except CheckpointError as err:
         if "hub cache" not in err.problem:
             raise
