@@ -1,0 +1,110 @@
+"""The hub assets of RLinf's ManiSkill digital-twin tasks: which dataset repos, where they go, are they there.
+
+What RLinf's task code reads (RLinf a3816b5, ``rlinf/envs/maniskill/tasks/put_on_in_scene_multi.py`` and
+``panda_table_agent.py``), for ``PutOnPlateInScene25Main-v3`` and every other id it registers:
+
+* ``RLinf/maniskill_assets`` (a hub *dataset* repo; RLinf's docs: ``hf download --repo-type dataset
+  RLinf/maniskill_assets``): the carrots, plates and table overlays, read as
+  ``$MANISKILL_ASSET_DIR/carrot/more_carrot/model_db.json``, ``carrot/more_plate/...``,
+  ``carrot/more_table/{model_db.json,imgs,textures}``. RLinf's default for ``MANISKILL_ASSET_DIR`` is its
+  own package folder ``rlinf/envs/maniskill/assets``; vlarl has no such folder, so its default is
+  ``<ManiSkill data dir>/rlinf_maniskill_assets`` and it tells the user to export the variable.
+* ManiSkill's ``bridge_v2_real2sim`` data source (the scene ``stages/bridge_table_1_v1.glb``), under
+  ``mani_skill.ASSET_DIR / "tasks/bridge_v2_real2sim_dataset"``; ManiSkill's ``ASSET_DIR`` is
+  ``$MS_ASSET_DIR/data`` (default ``~/.maniskill/data``). mani-skill 3.0.1 fetches it as one zip from the
+  hub dataset ``haosulab/ManiSkill_bridge_v2_real2sim`` (``mani_skill/utils/assets/data.py``), with
+  ``python -m mani_skill.utils.download_asset bridge_v2_real2sim``.
+* the WidowX 250S robot description (``$MS_ASSET_DIR/data/robots/widowx/wx250s.urdf``), a GitHub archive
+  (``download_asset widowx250s``), not a hub repo.
+
+Only ``RLinf/maniskill_assets`` is a plain file tree; ``vlarl download`` puts it in place. The other two
+are archives ManiSkill's own downloader unpacks; the missing-asset error names its command for them.
+Nothing heavy is imported here (no mani_skill): the folders are computed the way ManiSkill computes them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from vlarl_cli.errors import EnvError
+
+RLINF_ASSETS_REPO = "RLinf/maniskill_assets"
+#: RLinf's variable for the folder holding ``carrot/...`` (put_on_in_scene_multi.py CARROT_DATASET_DIR)
+RLINF_ASSET_ENV = "MANISKILL_ASSET_DIR"
+
+
+def maniskill_data_dir() -> Path:
+    """ManiSkill's ``ASSET_DIR``: ``$MS_ASSET_DIR/data``, default ``~/.maniskill/data`` (mani_skill/__init__.py)."""
+    root = os.environ.get("MS_ASSET_DIR") or os.path.join(os.path.expanduser("~"), ".maniskill")
+    return Path(root) / "data"
+
+
+def rlinf_assets_dir() -> Path:
+    """Where RLinf's task code finds ``RLinf/maniskill_assets``: ``$MANISKILL_ASSET_DIR``, else vlarl's default."""
+    value = os.environ.get(RLINF_ASSET_ENV)
+    return Path(value).expanduser() if value else maniskill_data_dir() / "rlinf_maniskill_assets"
+
+
+@dataclass(frozen=True)
+class AssetSet:
+    """One set of files a digital-twin task needs: a folder and the files that show it is complete."""
+
+    name: str
+    folder: Path
+    required: tuple[str, ...]
+    command: str  # what fetches it
+
+    def missing(self) -> list[str]:
+        return [rel for rel in self.required if not (self.folder / rel).is_file()]
+
+
+def rlinf_assets() -> AssetSet:
+    folder = rlinf_assets_dir()
+    return AssetSet(
+        name=f"{RLINF_ASSETS_REPO} (hub dataset)", folder=folder,
+        required=("carrot/more_carrot/model_db.json", "carrot/more_plate/model_db.json",
+                  "carrot/more_table/model_db.json"),
+        command=f"vlarl download {RLINF_ASSETS_REPO}")
+
+
+def bridge_assets() -> AssetSet:
+    return AssetSet(
+        name="ManiSkill bridge_v2_real2sim (hub dataset haosulab/ManiSkill_bridge_v2_real2sim, a zip)",
+        folder=maniskill_data_dir() / "tasks" / "bridge_v2_real2sim_dataset",
+        required=("stages/bridge_table_1_v1.glb",),
+        command="python -m mani_skill.utils.download_asset bridge_v2_real2sim -y")
+
+
+def widowx_assets() -> AssetSet:
+    return AssetSet(name="ManiSkill WidowX 250S robot (GitHub archive)",
+                    folder=maniskill_data_dir() / "robots" / "widowx", required=("wx250s.urdf",),
+                    command="python -m mani_skill.utils.download_asset widowx250s -y")
+
+
+def digital_twin_assets() -> list[AssetSet]:
+    """Everything RLinf's PutOnPlateInScene25* / PutCarrotOnPlateInScene-v2 tasks read."""
+    return [rlinf_assets(), bridge_assets(), widowx_assets()]
+
+
+def check_assets(task: str) -> None:
+    """One-paragraph :class:`EnvError` naming each missing asset set, its folder and the command fetching it."""
+    missing = [(s, s.missing()) for s in digital_twin_assets()]
+    missing = [(s, m) for s, m in missing if m]
+    if not missing:
+        return
+    parts = [f"{s.name} in {s.folder} (missing {', '.join(m[:2])}{', ...' if len(m) > 2 else ''})"
+             for s, m in missing]
+    fixes = [s.command for s, _ in missing]
+    env_note = (f" RLinf's task code finds {RLINF_ASSETS_REPO} through ${RLINF_ASSET_ENV} (default here "
+                f"{rlinf_assets_dir()}); MS_ASSET_DIR moves ManiSkill's own data folder.")
+    raise EnvError(f'ManiSkill task "{task}" is one of RLinf\'s digital-twin scenes and its assets are not on '
+                   f"this machine: {'; '.join(parts)}.{env_note}",
+                   fix=f"Fetch them with: {'; '.join(fixes)}.")
+
+
+#: hub dataset repos `vlarl download` knows as ManiSkill assets -> the folder it puts them in
+def asset_download_dir(repo_id: str) -> Path | None:
+    """The folder ``vlarl download <repo_id>`` fills for a known asset repo (None: not an asset repo)."""
+    return rlinf_assets_dir() if repo_id == RLINF_ASSETS_REPO else None
