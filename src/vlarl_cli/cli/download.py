@@ -62,11 +62,13 @@ def command(
 def _asset_note(path: Path, default: Path) -> None:
     from rich.console import Console
 
-    from vlarl_cli.envs.maniskill.assets import RLINF_ASSET_ENV, rlinf_assets
+    from vlarl_cli.envs.maniskill.assets import RLINF_ASSET_ENV, AssetSet, rlinf_assets
 
-    missing = rlinf_assets().missing() if path == default else []
-    lines = [f"  assets:      RLinf's ManiSkill digital-twin assets in {path}"]
-    if path != default or missing:
-        lines.append(f"  note:        RLinf's task code reads them from ${RLINF_ASSET_ENV}: export "
-                     f"{RLINF_ASSET_ENV}={path}" + (f" (still missing: {', '.join(missing)})" if missing else ""))
+    expected = rlinf_assets()
+    missing = AssetSet(expected.name, path, expected.required, expected.command).missing()
+    lines = [f"  assets:      RLinf's ManiSkill digital-twin assets in {path}"
+             + (f" (default folder {default})" if path != default else ""),
+             f"  note:        RLinf's task code reads them from ${RLINF_ASSET_ENV}: export {RLINF_ASSET_ENV}={path}"]
+    if missing:
+        lines.append(f"  missing:     {', '.join(missing)} (the tasks read these; was the download filtered?)")
     Console(highlight=False, soft_wrap=True).print("\n".join(lines), markup=False)

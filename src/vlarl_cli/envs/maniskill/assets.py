@@ -97,7 +97,7 @@ def check_assets(task: str) -> None:
     parts = [f"{s.name} in {s.folder} (missing {', '.join(m[:2])}{', ...' if len(m) > 2 else ''})"
              for s, m in missing]
     fixes = [s.command for s, _ in missing]
-    env_note = (f" RLinf's task code finds {RLINF_ASSETS_REPO} through ${RLINF_ASSET_ENV} (default here "
+    env_note = (f" vlarl and RLinf's task code find {RLINF_ASSETS_REPO} through ${RLINF_ASSET_ENV} (now "
                 f"{rlinf_assets_dir()}); MS_ASSET_DIR moves ManiSkill's own data folder.")
     raise EnvError(f'ManiSkill task "{task}" is one of RLinf\'s digital-twin scenes and its assets are not on '
                    f"this machine: {'; '.join(parts)}.{env_note}",
