@@ -49,7 +49,7 @@ def test_missing_assets_name_the_download_commands(asset_dirs: Path) -> None:
     assert str(asset_dirs / "ms" / "data" / "rlinf_maniskill_assets") in text
     assert "carrot/more_carrot/model_db.json" in text
     # only what is missing is named
-    rlinf, bridge, widowx = digital_twin_assets()
+    _, bridge, widowx = digital_twin_assets()
     _fill([bridge, widowx])
     with pytest.raises(EnvError) as info:
         check_task("PutOnPlateInScene25Main-v3")
