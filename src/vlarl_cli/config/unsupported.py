@@ -104,8 +104,10 @@ DEVIATIONS: dict[str, Deviation] = {
         "is treated as terminal"),
     "init_params.sim_backend": Deviation(
         lambda v: v == "cpu", "vlarl steps ManiSkill's CPU backend, one single-env simulator per env in-process"),
+    # other controllers are kept and refused when the env is made (envs/maniskill/vector.py ManiSkillSpec)
     "init_params.control_mode": Deviation(
-        lambda v: v == "pd_ee_delta_pose", "vlarl drives the end effector with pd_ee_delta_pose (7-d, as LIBERO)"),
+        lambda v: v not in (None, "None"), "RLinf's None (the task's default controller) is read as "
+        "pd_ee_delta_pose, the one controller vlarl's ManiSkill env drives (7-d, as LIBERO)"),
     "init_params.obs_mode": Deviation(
         lambda v: v in ("rgb", "state"), "vlarl picks the ManiSkill obs_mode from the policy's cameras: rgb "
         "with cameras, state without (no segmentation)"),
