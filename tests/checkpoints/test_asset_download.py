@@ -77,3 +77,46 @@ def test_repo_type_reaches_the_hub(asset_hub: HubServer, run_download, tmp_path:
     assert (snaps[0] / "a.txt").read_bytes() == b"hello\n"
     out = run_download("acme/tiny-data", "--repo-type", "space")
     assert out.returncode == 2 and "--repo-type" in out.stderr
+
+
+BRIDGE = "haosulab/ManiSkill_bridge_v2_real2sim"
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def test_bridge_zip_is_unpacked_where_maniskill_reads_it(hub: HubServer, run_download, tmp_path: Path) -> None:
+    # ManiSkill's zip has one top folder; its download_asset.py renames it to bridge_v2_real2sim_dataset
+    glb = bytes(range(256)) * 5
+    hub.add_repo(BRIDGE, {"bridge_v2_real2sim_dataset.zip": _zip({
+        "bridge_v2_real2sim_dataset/stages/bridge_table_1_v1.glb": glb,
+        "bridge_v2_real2sim_dataset/custom/info.json": b"{}"}), "README.md": b"x\n"}, repo_type="dataset")
+    ms = tmp_path / "ms"
+    out = run_download(BRIDGE, extra_env={"MS_ASSET_DIR": str(ms)})
+    assert out.returncode == 0, out.stderr
+    folder = ms / "data" / "tasks" / "bridge_v2_real2sim_dataset"
+    assert (folder / "stages" / "bridge_table_1_v1.glb").read_bytes() == glb
+    assert (folder / "custom" / "info.json").read_bytes() == b"{}"
+    assert "unpacked 2 files" in out.stdout and "not the zip mani-skill 3.0.1 pins" in out.stdout
+    assert not (ms / "data" / "tasks" / "README.md").exists()  # only the zip is fetched, into the hub cache
+    again = run_download(BRIDGE, extra_env={"MS_ASSET_DIR": str(ms)})
+    assert again.returncode == 0 and "already unpacked" in again.stdout
+
+
+def test_a_zip_escaping_its_folder_is_refused(hub: HubServer, run_download, tmp_path: Path) -> None:
+    hub.add_repo(BRIDGE, {"bridge_v2_real2sim_dataset.zip": _zip({"../evil.txt": b"x",
+                                                                  "stages/bridge_table_1_v1.glb": b"g"})},
+                 repo_type="dataset")
+    ms = tmp_path / "ms"
+    out = run_download(BRIDGE, extra_env={"MS_ASSET_DIR": str(ms)})
+    assert out.returncode == 2 and "unsafe file name" in out.stderr and "Traceback" not in out.stderr
+    assert not (ms / "data" / "tasks" / "bridge_v2_real2sim_dataset").exists()
+    assert not (ms / "data" / "evil.txt").exists() and not (ms / "data" / "tasks" / "evil.txt").exists()

@@ -45,7 +45,8 @@ def test_missing_assets_name_the_download_commands(asset_dirs: Path) -> None:
         check_task("PutOnPlateInScene25Main-v3")
     text = f"{info.value.problem} {info.value.fix}"
     assert "vlarl download RLinf/maniskill_assets" in info.value.fix
-    assert "download_asset bridge_v2_real2sim" in info.value.fix and "download_asset widowx250s" in info.value.fix
+    assert "vlarl download haosulab/ManiSkill_bridge_v2_real2sim" in info.value.fix
+    assert "download_asset widowx250s" in info.value.fix
     assert str(asset_dirs / "ms" / "data" / "rlinf_maniskill_assets") in text
     assert "carrot/more_carrot/model_db.json" in text
     # only what is missing is named

@@ -17,20 +17,30 @@ What RLinf's task code reads (RLinf a3816b5, ``rlinf/envs/maniskill/tasks/put_on
 * the WidowX 250S robot description (``$MS_ASSET_DIR/data/robots/widowx/wx250s.urdf``), a GitHub archive
   (``download_asset widowx250s``), not a hub repo.
 
-Only ``RLinf/maniskill_assets`` is a plain file tree; ``vlarl download`` puts it in place. The other two
-are archives ManiSkill's own downloader unpacks; the missing-asset error names its command for them.
-Nothing heavy is imported here (no mani_skill): the folders are computed the way ManiSkill computes them.
+``vlarl download RLinf/maniskill_assets`` puts that plain file tree in place; ``vlarl download
+haosulab/ManiSkill_bridge_v2_real2sim`` fetches the zip into the hub cache (verified like a checkpoint) and
+unpacks it where ManiSkill looks, as ManiSkill's downloader does (``download_asset.py``: extract, then the
+archive's one top folder becomes ``bridge_v2_real2sim_dataset``). The robot is fetched with ManiSkill's
+command, which the missing-asset error names. Nothing heavy is imported here (no mani_skill): the folders
+are computed the way ManiSkill computes them.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import stat
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from vlarl_cli.errors import EnvError
+from vlarl_cli.errors import EnvError, HubError
 
 RLINF_ASSETS_REPO = "RLinf/maniskill_assets"
+BRIDGE_REPO = "haosulab/ManiSkill_bridge_v2_real2sim"
+BRIDGE_ZIP = "bridge_v2_real2sim_dataset.zip"
+#: mani-skill 3.0.1 utils/assets/data.py, DATA_SOURCES["bridge_v2_real2sim"].checksum (the zip ManiSkill expects)
+MANISKILL_BRIDGE_SHA256 = "618512a205b4528cafecdad14b1788ed1130879f3064deb406516ed5b9c5ba92"
 #: RLinf's variable for the folder holding ``carrot/...`` (put_on_in_scene_multi.py CARROT_DATASET_DIR)
 RLINF_ASSET_ENV = "MANISKILL_ASSET_DIR"
 
@@ -74,7 +84,7 @@ def bridge_assets() -> AssetSet:
         name="ManiSkill bridge_v2_real2sim (hub dataset haosulab/ManiSkill_bridge_v2_real2sim, a zip)",
         folder=maniskill_data_dir() / "tasks" / "bridge_v2_real2sim_dataset",
         required=("stages/bridge_table_1_v1.glb",),
-        command="python -m mani_skill.utils.download_asset bridge_v2_real2sim -y")
+        command=f"vlarl download {BRIDGE_REPO}")
 
 
 def widowx_assets() -> AssetSet:
@@ -104,7 +114,61 @@ def check_assets(task: str) -> None:
                    fix=f"Fetch them with: {'; '.join(fixes)}.")
 
 
-#: hub dataset repos `vlarl download` knows as ManiSkill assets -> the folder it puts them in
 def asset_download_dir(repo_id: str) -> Path | None:
-    """The folder ``vlarl download <repo_id>`` fills for a known asset repo (None: not an asset repo)."""
+    """The folder ``vlarl download <repo_id>`` fills with a known asset repo's tree (None: not such a repo)."""
     return rlinf_assets_dir() if repo_id == RLINF_ASSETS_REPO else None
+
+
+def asset_archive(repo_id: str) -> tuple[str, AssetSet] | None:
+    """``(zip in the repo, the asset set it unpacks to)`` for a known archive asset repo, else None."""
+    return (BRIDGE_ZIP, bridge_assets()) if repo_id == BRIDGE_REPO else None
+
+
+def _member_names(archive: zipfile.ZipFile) -> list[tuple[zipfile.ZipInfo, str]]:
+    """Every file member with its checked relative name; one top folder shared by all is stripped."""
+    from vlarl_cli.checkpoints.safety import check_relative_name
+
+    files = []
+    for info in archive.infolist():
+        name = info.filename.rstrip("/")
+        check_relative_name(name)  # absolute, '..', empty segments: HubError before anything is written
+        if stat.S_ISLNK(info.external_attr >> 16):
+            raise HubError(f"The archive holds a symbolic link ({info.filename}); vlarl does not unpack links.",
+                           fix="The archive is not the one ManiSkill publishes; do not use it.")
+        if not info.is_dir():
+            files.append((info, name))
+    tops = {name.split("/", 1)[0] for _, name in files}
+    if len(tops) == 1 and all("/" in name for _, name in files):
+        return [(info, name.split("/", 1)[1]) for info, name in files]
+    return files
+
+
+def unpack_archive(zip_path: Path, assets: AssetSet) -> str:
+    """Unpack a verified asset zip into ``assets.folder`` (built under a temporary name, then moved in).
+    Returns what happened, in words. An existing complete folder is kept; an incomplete one is an error
+    (vlarl never deletes what the user did not ask it to)."""
+    from vlarl_cli.checkpoints.atomic import atomic_directory
+    from vlarl_cli.checkpoints.safety import safe_join
+
+    if assets.folder.exists():
+        if not assets.missing():
+            return f"already unpacked in {assets.folder}"
+        raise HubError(f"{assets.folder} exists but lacks {', '.join(assets.missing())}: an earlier unpack was "
+                       "interrupted or the folder holds something else.",
+                       fix=f"Move {assets.folder} away and run the same command again.")
+    try:
+        with zipfile.ZipFile(zip_path) as archive, atomic_directory(assets.folder, overwrite=False) as tmp:
+            members = _member_names(archive)
+            for info, name in members:
+                target = safe_join(tmp, name)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(info) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            missing = [rel for rel in assets.required if rel not in {n for _, n in members}]
+            if missing:  # the block fails, so the temporary folder is removed and nothing is placed
+                raise HubError(f"{zip_path.name} does not contain {', '.join(missing)}, which ManiSkill reads.",
+                               fix="The archive is not the one ManiSkill publishes; check the repository.")
+    except zipfile.BadZipFile as err:
+        raise HubError(f"{zip_path} is not a readable zip archive ({err}).",
+                       fix="Download it again (delete the file first).") from None
+    return f"unpacked {len(members)} files into {assets.folder}"
