@@ -56,6 +56,23 @@ def test_then_the_env_check_finds_them(asset_hub: HubServer, run_download, tmp_p
     assert rlinf_assets().missing() == []
 
 
+def test_rlco_custom_assets_join_the_same_folder(hub: HubServer, run_download, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from vlarl_cli.envs.maniskill.assets import rlco_assets
+
+    hub.add_repo("RLinf/RLCo-maniskill-assets", {"custom_assets/bridge_table_long.glb": b"glb" * 500,
+                                                 "big_demo_data/a.bin": b"not wanted"}, repo_type="dataset")
+    target = tmp_path / "mine"
+    out = run_download("RLinf/RLCo-maniskill-assets", extra_env={"MANISKILL_ASSET_DIR": str(target),
+                                                                 "MS_ASSET_DIR": str(tmp_path / "ms")})
+    assert out.returncode == 0, out.stderr
+    # only custom_assets/*, as RLinf's co-training docs fetch it
+    assert (target / "custom_assets" / "bridge_table_long.glb").read_bytes() == b"glb" * 500
+    assert not (target / "big_demo_data").exists()
+    monkeypatch.setenv("MANISKILL_ASSET_DIR", str(target))
+    assert rlco_assets().missing() == []
+
+
 def test_a_corrupted_asset_is_refused_and_not_placed(asset_hub: HubServer, run_download, tmp_path: Path) -> None:
     asset_hub.corrupt.add("carrot/more_table/imgs/table_0.png")
     ms = tmp_path / "ms"

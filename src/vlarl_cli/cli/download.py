@@ -7,9 +7,9 @@ An interrupted download resumes where it stopped when you run the same command a
 
 Pickle files (.bin/.pt) are skipped unless --allow-pickle.
 
-RLinf's ManiSkill assets (RLinf/maniskill_assets, a dataset repo) go straight to the folder RLinf's task
-code reads ($MANISKILL_ASSET_DIR, default ~/.maniskill/data/rlinf_maniskill_assets); ManiSkill's
-bridge_v2_real2sim zip (haosulab/ManiSkill_bridge_v2_real2sim) is unpacked where ManiSkill looks
+RLinf's ManiSkill assets (dataset repos RLinf/maniskill_assets and, its custom_assets/ only,
+RLinf/RLCo-maniskill-assets) go straight to the folder RLinf's task code reads ($MANISKILL_ASSET_DIR,
+default ~/.maniskill/data/rlinf_maniskill_assets); ManiSkill's bridge_v2_real2sim zip (haosulab/ManiSkill_bridge_v2_real2sim) is unpacked where ManiSkill looks
 ($MS_ASSET_DIR/data/tasks/bridge_v2_real2sim_dataset).
 
 Honours HF_ENDPOINT (mirror), HF_TOKEN (gated/private repos) and HF_HUB_OFFLINE.
@@ -53,13 +53,14 @@ def command(
 ) -> None:
     """Download a model repository from the Hugging Face Hub, verify it and tell what it is."""
     from vlarl_cli.checkpoints.hub import download
-    from vlarl_cli.envs.maniskill.assets import asset_archive, asset_download_dir
+    from vlarl_cli.envs.maniskill.assets import asset_archive, asset_default_include, asset_download_dir
 
     asset_dir = asset_download_dir(repo_id)
     archive = asset_archive(repo_id)
     if asset_dir is not None:  # simulator assets: a dataset repo, into the folder the simulator reads
         repo_type = repo_type or "dataset"
         local_dir = local_dir or asset_dir
+        include = include or asset_default_include(repo_id)
     if archive is not None:  # a zip: fetched (to the cache unless --local-dir), then unpacked in place
         repo_type = repo_type or "dataset"
         include = include or [archive[0]]
@@ -67,7 +68,7 @@ def command(
                       exclude=exclude or None, allow_pickle=allow_pickle, cache_dir=cache_dir, retries=retries,
                       quiet=quiet, repo_type=repo_type or "model")
     if asset_dir is not None and not quiet:
-        _asset_note(result.path, asset_dir)
+        _asset_note(repo_id, result.path, asset_dir)
     if archive is not None:
         record = next((f for f in result.files if f.path == archive[0]), None)
         sha256 = record.hash if record is not None and record.hash_kind == "sha256" else ""
@@ -97,12 +98,18 @@ def _unpack(zip_path: Path, assets: AssetSet, sha256: str, quiet: bool) -> None:
     Console(highlight=False, soft_wrap=True).print(f"  assets:      {what}\n  note:        {pin}", markup=False)
 
 
-def _asset_note(path: Path, default: Path) -> None:
+def _asset_note(repo_id: str, path: Path, default: Path) -> None:
     from rich.console import Console
 
-    from vlarl_cli.envs.maniskill.assets import RLINF_ASSET_ENV, AssetSet, rlinf_assets
+    from vlarl_cli.envs.maniskill.assets import (
+        RLCO_ASSETS_REPO,
+        RLINF_ASSET_ENV,
+        AssetSet,
+        rlco_assets,
+        rlinf_assets,
+    )
 
-    expected = rlinf_assets()
+    expected = rlco_assets() if repo_id == RLCO_ASSETS_REPO else rlinf_assets()
     missing = AssetSet(expected.name, path, expected.required, expected.command).missing()
     lines = [f"  assets:      RLinf's ManiSkill digital-twin assets in {path}"
              + (f" (default folder {default})" if path != default else ""),

@@ -57,8 +57,17 @@ def test_missing_assets_name_the_download_commands(asset_dirs: Path) -> None:
     assert "vlarl download RLinf/maniskill_assets" in info.value.fix and "bridge" not in info.value.fix
 
 
+def test_the_panda_twin_needs_its_table_not_the_widowx(asset_dirs: Path) -> None:
+    names = [s.name for s in digital_twin_assets("PandaPutOnPlateInScene25DigitalTwin-v1")]
+    assert any("RLCo-maniskill-assets" in n for n in names) and not any("WidowX" in n for n in names)
+    with pytest.raises(EnvError) as info:
+        check_task("PandaPutOnPlateInScene25DigitalTwin-v1")
+    assert "custom_assets/bridge_table_long.glb" in info.value.problem
+    assert "vlarl download RLinf/RLCo-maniskill-assets" in info.value.fix and "widowx250s" not in info.value.fix
+
+
 def test_with_assets_in_place_the_task_is_refused_as_rlinf_code(asset_dirs: Path) -> None:
-    _fill(digital_twin_assets())
+    _fill(digital_twin_assets() + digital_twin_assets("PandaPutOnPlateInScene25DigitalTwin-v1"))
     for task in DIGITAL_TWIN_TASKS:
         check_task_id(task)  # every RLinf id loads in a config
         with pytest.raises(EnvError, match="does not implement"):

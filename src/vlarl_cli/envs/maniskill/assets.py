@@ -14,6 +14,9 @@ What RLinf's task code reads (RLinf a3816b5, ``rlinf/envs/maniskill/tasks/put_on
   ``$MS_ASSET_DIR/data`` (default ``~/.maniskill/data``). mani-skill 3.0.1 fetches it as one zip from the
   hub dataset ``haosulab/ManiSkill_bridge_v2_real2sim`` (``mani_skill/utils/assets/data.py``), with
   ``python -m mani_skill.utils.download_asset bridge_v2_real2sim``.
+* ``RLinf/RLCo-maniskill-assets`` (hub dataset; RLinf's co-training docs download only its
+  ``custom_assets/*`` into the same folder): ``custom_assets/bridge_table_long.glb``, the scene of
+  ``PandaPutOnPlateInScene25DigitalTwin-v1`` (``panda_put_on_in_scene_multi.py`` CUSTOM_DATASET_PATH).
 * the WidowX 250S robot description (``$MS_ASSET_DIR/data/robots/widowx/wx250s.urdf``), a GitHub archive
   (``download_asset widowx250s``), not a hub repo.
 
@@ -37,6 +40,7 @@ from pathlib import Path
 from vlarl_cli.errors import EnvError, HubError
 
 RLINF_ASSETS_REPO = "RLinf/maniskill_assets"
+RLCO_ASSETS_REPO = "RLinf/RLCo-maniskill-assets"
 BRIDGE_REPO = "haosulab/ManiSkill_bridge_v2_real2sim"
 BRIDGE_ZIP = "bridge_v2_real2sim_dataset.zip"
 #: mani-skill 3.0.1 utils/assets/data.py, DATA_SOURCES["bridge_v2_real2sim"].checksum (the zip ManiSkill expects)
@@ -79,6 +83,11 @@ def rlinf_assets() -> AssetSet:
         command=f"vlarl download {RLINF_ASSETS_REPO}")
 
 
+def rlco_assets() -> AssetSet:
+    return AssetSet(name=f"{RLCO_ASSETS_REPO} custom_assets (hub dataset)", folder=rlinf_assets_dir(),
+                    required=("custom_assets/bridge_table_long.glb",), command=f"vlarl download {RLCO_ASSETS_REPO}")
+
+
 def bridge_assets() -> AssetSet:
     return AssetSet(
         name="ManiSkill bridge_v2_real2sim (hub dataset haosulab/ManiSkill_bridge_v2_real2sim, a zip)",
@@ -93,14 +102,17 @@ def widowx_assets() -> AssetSet:
                     command="python -m mani_skill.utils.download_asset widowx250s -y")
 
 
-def digital_twin_assets() -> list[AssetSet]:
-    """Everything RLinf's PutOnPlateInScene25* / PutCarrotOnPlateInScene-v2 tasks read."""
+def digital_twin_assets(task: str = "PutOnPlateInScene25Main-v3") -> list[AssetSet]:
+    """Everything one of RLinf's tasks reads: the WidowX ones (PutOnPlateInScene25*, PutCarrotOnPlateInScene-v2)
+    the carrots, the bridge scene and the robot; the Panda one the carrots, its long table and the bridge data."""
+    if task.startswith("Panda"):  # ManiSkill's own Panda ships inside the wheel
+        return [rlinf_assets(), rlco_assets(), bridge_assets()]
     return [rlinf_assets(), bridge_assets(), widowx_assets()]
 
 
 def check_assets(task: str) -> None:
     """One-paragraph :class:`EnvError` naming each missing asset set, its folder and the command fetching it."""
-    missing = [(s, s.missing()) for s in digital_twin_assets()]
+    missing = [(s, s.missing()) for s in digital_twin_assets(task)]
     missing = [(s, m) for s, m in missing if m]
     if not missing:
         return
@@ -116,7 +128,12 @@ def check_assets(task: str) -> None:
 
 def asset_download_dir(repo_id: str) -> Path | None:
     """The folder ``vlarl download <repo_id>`` fills with a known asset repo's tree (None: not such a repo)."""
-    return rlinf_assets_dir() if repo_id == RLINF_ASSETS_REPO else None
+    return rlinf_assets_dir() if repo_id in (RLINF_ASSETS_REPO, RLCO_ASSETS_REPO) else None
+
+
+def asset_default_include(repo_id: str) -> list[str] | None:
+    """What RLinf's docs fetch of a known asset repo when it is not the whole repo (None: everything)."""
+    return ["custom_assets/*"] if repo_id == RLCO_ASSETS_REPO else None
 
 
 def asset_archive(repo_id: str) -> tuple[str, AssetSet] | None:

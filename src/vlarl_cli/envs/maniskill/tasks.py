@@ -23,7 +23,7 @@ BUILTIN_TASKS: dict[str, str] = {
 }
 
 #: RLinf's ManiSkill digital-twin task ids: every id RLinf registers in ``rlinf/envs/maniskill/tasks``
-#: (``@register_env``, RLinf a3816b5) plus mani-skill's own bridge task RLinf's env/maniskill_*.yaml name.
+#: (``@register_env``, RLinf a3816b5); its env/maniskill_*.yaml and env/manikill_*.yaml name some of them.
 #: RLinf's recipes load with them; creating the env needs the hub assets (envs/maniskill/assets.py) and
 #: RLinf's task code, which vlarl does not implement.
 DIGITAL_TWIN_TASKS: tuple[str, ...] = (
@@ -34,7 +34,7 @@ DIGITAL_TWIN_TASKS: tuple[str, ...] = (
     "PutOnPlateInScene25VisionImage-v1", "PutOnPlateInScene25VisionTexture03-v1",
     "PutOnPlateInScene25VisionTexture05-v1", "PutOnPlateInScene25VisionWhole03-v1",
     "PutOnPlateInScene25VisionWhole05-v1", "PandaPutOnPlateInScene25DigitalTwin-v1",
-    "PutCarrotOnPlateInScene-v2", "PutCarrotOnPlateInScene-v1",
+    "PutCarrotOnPlateInScene-v2",
 )
 
 
