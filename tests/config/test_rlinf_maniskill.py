@@ -70,6 +70,7 @@ def test_recipe_values_reach_the_config(rlinf_env: None) -> None:
     # use_dsrl: False in RLinf's model/pi0.yaml: its dsrl_* sizes are ignored, not refused
     assert "actor.model.openpi.dsrl_state_dim" in ppo.ignored
     assert any(d.startswith("algorithm.bootstrap_type = 'always'") for d in ppo.deviations)
+    assert any(d.startswith("actor.model.openpi.num_images_in_input = 1") for d in ppo.deviations)
     assert not any(d in ppo.ignored for d in ("env.train.init_params.sim_backend", "algorithm.bootstrap_type"))
     grpo = load_config(ROOT / "config" / "maniskill_grpo_openvlaoft.yaml", world_size=8).config
     assert (grpo.algorithm.adv_type, grpo.algorithm.group_size, grpo.env.train.group_size) == ("grpo", 8, 8)
