@@ -20,6 +20,11 @@ RECIPES = {  # recipe -> (printed model type, train envs, env ranks of the place
     "maniskill_grpo_openvlaoft": ("openvla_oft", 256, 8),
     "maniskill_ppo_openpi": ("openpi", 320, 8),
     "maniskill_ppo_openpi_pi05": ("openpi", 320, 8),
+    "maniskill_ppo_openvlaoft_quickstart": ("openvla_oft", 8, 1),
+}
+REFUSED = {  # recipe -> the RLinf feature it switches on, which vlarl does not implement
+    "maniskill_async_ppo_openpi": ("asynchronous PPO", "algorithm.staleness_threshold"),
+    "maniskill_ppo_co_training_openpi_pi05": ("SFT co-training", "actor.enable_sft_co_train"),
 }
 # training/dry_run.py: a ManiSkill env rank holds its envs in one process, 568 MiB + 6.6 MiB per env (measured)
 RANK_MIB, ENV_MIB = 158 + 410, 6.6
@@ -102,3 +107,14 @@ def test_a_dsrl_size_with_dsrl_switched_on_is_refused(rlinf_env: None) -> None:
 
     with pytest.raises(ConfigError, match="DSRL"):
         load_config(ROOT / "config" / "maniskill_ppo_openpi.yaml", ["actor.model.openpi.use_dsrl=true"])
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_recipes_of_features_vlarl_lacks_are_refused_by_name(name: str, rlinf_env: None) -> None:
+    from vlarl_cli.errors import ConfigError
+
+    feature, key = REFUSED[name]
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / f"{name}.yaml", world_size=8)
+    assert "does not implement" in info.value.problem and feature in info.value.problem
+    assert key in info.value.problem and "Did you mean" not in info.value.problem

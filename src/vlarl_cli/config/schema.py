@@ -366,7 +366,7 @@ class SamplingParams(Section):
 class RolloutConfig(Section):
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
         {"group_name", "generation_backend", "backend", "recompute_logprobs", "unnorm_key", "model",
-         "enable_torch_compile", "enable_cuda_graph"})
+         "enable_torch_compile", "enable_cuda_graph", "gpu_memory_utilization", "enforce_eager"})
     pipeline_stage_num: int = Field(1, ge=1, description="Split the envs into this many stages so env "
                                     "stepping of one stage overlaps inference of another.")
     enable_offload: bool = Field(False, description="Move rollout weights off the device while the actor trains.")

@@ -19,6 +19,8 @@ from typing import Any
 
 _SAC = "off-policy SAC (replay buffer, Q heads, entropy temperature, target networks)"
 _DSRL = "DSRL (RL on the diffusion noise of a frozen policy)"
+_ASYNC = "asynchronous PPO (rollouts running ahead of the update: staleness threshold, behaviour-policy weights)"
+_COTRAIN = "SFT co-training (a supervised loss on demonstration data mixed into RL)"
 
 # the last component of a key path -> the feature it belongs to
 BY_NAME: dict[str, str] = {
@@ -33,12 +35,17 @@ BY_NAME: dict[str, str] = {
     "use_critic_model": "a separate critic model (vlarl's critic is the policy's value head)",
     "obs_dim": "RLinf's MLP / CNN state policies",
     "encoder_config": "RLinf's MLP / CNN state policies",
+    "staleness_threshold": _ASYNC,
+    "behave_weight_threshold": _ASYNC,
+    "enable_sft_co_train": _COTRAIN,
+    "sft_loss_weight": _COTRAIN,
+    "sft_data_path": _COTRAIN,
     "noise_anneal": "annealing the flow-SDE noise level over training (openpi noise_anneal / noise_params)",
 }
 # name prefixes -> feature
 BY_PREFIX: dict[str, str] = {"dsrl_": _DSRL, "sac_": _SAC}
 # master switches: when one is off in a section, its feature's other keys in that section are off too
-GATES: dict[str, str] = {"use_dsrl": _DSRL}
+GATES: dict[str, str] = {"use_dsrl": _DSRL, "enable_sft_co_train": _COTRAIN}
 
 SUPPORTED = ("vlarl runs on-policy PPO (adv_type gae) and GRPO / REINFORCE++ for pi0 / pi0.5 (openpi), GR00T "
              "N1.5 / N1.6 and OpenVLA-OFT policies in LIBERO and ManiSkill3's built-in tasks (and the CPU "
