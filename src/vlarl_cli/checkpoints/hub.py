@@ -565,8 +565,8 @@ def _print_summary(console: Console, result: DownloadResult) -> None:
         counts[r.status] = counts.get(r.status, 0) + 1
     status = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     lines = [
-        f"[bold]{result.repo_id}[/] @ {result.revision} (commit {result.commit[:12]})"
-        + ("  [yellow](offline: earlier download)[/]" if result.offline else ""),
+        f"{result.repo_id} @ {result.revision} (commit {result.commit[:12]})"  # printed with markup off
+        + ("  (offline: earlier download)" if result.offline else ""),
         f"  folder:      {result.path}",
         f"  files:       {len(result.files)} ({status}); {result.bytes_transferred:,} bytes transferred; "
         + ("all verified against the hub's sha256 / git sha1" if not result.offline else "not re-verified"),
