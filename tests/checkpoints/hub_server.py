@@ -6,6 +6,8 @@ It answers exactly what huggingface_hub 2.4.0 asks (REFERENCE.md section 6; hugg
 * ``GET /api/models/{org}/{name}[/revision/{rev}]`` -> ``{"id", "sha", "gated", "private", "siblings"}``
 * ``GET /api/models/{org}/{name}/tree/{rev}?recursive=..`` -> ``[{"type": "file", "path", "size",
   "oid" (git blob sha1), "lfs": {"oid" (sha256), "size", "pointerSize"}}, {"type": "directory", ...}]``
+* the same under ``/api/datasets/`` and ``/datasets/{org}/{name}/resolve/`` for dataset repositories
+  (``add_repo(..., repo_type="dataset")``); a repository asked for under the other type is not found.
 * ``HEAD|GET /{org}/{name}/resolve/{rev}/{path}``: small files answered directly with ``ETag`` (git
   sha1) and ``X-Repo-Commit``; LFS files with a 302 to a second "CDN" server on another port and the
   ``X-Linked-Size`` / ``X-Linked-Etag`` headers the client reads from the redirect.
@@ -54,12 +56,13 @@ def fake_commit(seed: str) -> str:
 
 @dataclass
 class FakeRepo:
-    """A model repository: ``refs`` (branch/tag -> commit) and ``commits`` (commit -> {path: bytes})."""
+    """A model (or dataset) repository: ``refs`` (branch/tag -> commit) and ``commits`` (commit -> {path: bytes})."""
 
     repo_id: str
     commits: dict[str, dict[str, bytes]]
     refs: dict[str, str]
     gated: bool = False
+    repo_type: str = "model"
     extra_entries: list[dict[str, Any]] = field(default_factory=list)
 
     def resolve(self, rev: str) -> str | None:
@@ -102,7 +105,7 @@ class HubServer:
 
     # -- repository setup ------------------------------------------------------------------------
     def add_repo(self, repo_id: str, files: dict[str, bytes], *, gated: bool = False,
-                 extra_revisions: dict[str, dict[str, bytes]] | None = None) -> FakeRepo:
+                 extra_revisions: dict[str, dict[str, bytes]] | None = None, repo_type: str = "model") -> FakeRepo:
         """Add a repo whose ``main`` holds ``files``; ``extra_revisions`` adds branches/tags."""
         main = fake_commit(repo_id + "main")
         commits = {main: dict(files)}
@@ -111,7 +114,7 @@ class HubServer:
             c = fake_commit(repo_id + name)
             commits[c] = dict(content)
             refs[name] = c
-        repo = FakeRepo(repo_id, commits, refs, gated=gated)
+        repo = FakeRepo(repo_id, commits, refs, gated=gated, repo_type=repo_type)
         self.repos[repo_id] = repo
         return repo
 
@@ -150,8 +153,8 @@ class HubServer:
             t.join(timeout=5)
 
 
-_API_RE = re.compile(r"^/api/models/([^/]+/[^/]+)(?:/(revision|tree)/([^/]+)(/.*)?)?$")
-_RESOLVE_RE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
+_API_RE = re.compile(r"^/api/(models|datasets)/([^/]+/[^/]+)(?:/(revision|tree)/([^/]+)(/.*)?)?$")
+_RESOLVE_RE = re.compile(r"^/(datasets/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 _CDN_RE = re.compile(r"^/cdn/([0-9a-f]{64})$")
 
 
@@ -278,9 +281,10 @@ def _make_handler(state: HubServer, server_name: str) -> type[BaseHTTPRequestHan
                 return
             self._error(entry, 404, "NotFound", "unknown route")
 
-        def _repo_rev(self, entry: LogEntry, repo_id: str, rev: str) -> tuple[FakeRepo, str] | None:
+        def _repo_rev(self, entry: LogEntry, repo_id: str, rev: str, repo_type: str = "model"
+                      ) -> tuple[FakeRepo, str] | None:
             repo = state.repos.get(repo_id)
-            if repo is None:
+            if repo is None or repo.repo_type != repo_type:
                 self._error(entry, 404, "RepoNotFound", "Repository not found")
                 return None
             commit = repo.resolve(rev)
@@ -290,8 +294,9 @@ def _make_handler(state: HubServer, server_name: str) -> type[BaseHTTPRequestHan
             return repo, commit
 
         def _api(self, entry: LogEntry, m: re.Match[str]) -> None:
-            repo_id, kind, rev = m.group(1), m.group(2), unquote(m.group(3) or "main")
-            found = self._repo_rev(entry, repo_id, rev)
+            repo_type = "dataset" if m.group(1) == "datasets" else "model"
+            repo_id, kind, rev = m.group(2), m.group(3), unquote(m.group(4) or "main")
+            found = self._repo_rev(entry, repo_id, rev, repo_type)
             if found is None:
                 return
             repo, commit = found
@@ -321,8 +326,9 @@ def _make_handler(state: HubServer, server_name: str) -> type[BaseHTTPRequestHan
             self._json(entry, listing)
 
         def _resolve(self, entry: LogEntry, m: re.Match[str]) -> None:
-            repo_id, rev, fpath = m.group(1), unquote(m.group(2)), unquote(m.group(3))
-            found = self._repo_rev(entry, repo_id, rev)
+            repo_type = "dataset" if m.group(1) else "model"
+            repo_id, rev, fpath = m.group(2), unquote(m.group(3)), unquote(m.group(4))
+            found = self._repo_rev(entry, repo_id, rev, repo_type)
             if found is None:
                 return
             repo, commit = found

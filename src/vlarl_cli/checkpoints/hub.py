@@ -1,7 +1,7 @@
 """`vlarl download`: fetch a model repository from the Hugging Face Hub, verified and resumable.
 
 Built on ``huggingface_hub`` (2.4.0 here) for everything that talks to the Hub API - repository and
-revision info (``HfApi.model_info``), the recursive tree listing (``HfApi.list_repo_tree``), the per-file
+revision info (``HfApi.repo_info``), the recursive tree listing (``HfApi.list_repo_tree``), the per-file
 ``HEAD /resolve`` metadata with its redirect rules (``get_hf_file_metadata``), auth headers and error
 classes (``hf_raise_for_status``) - but the byte transfer itself is our own ranged ``GET`` on the
 client's HTTP session, because the client cannot give what we promise (REFERENCE.md section 6): it
@@ -11,6 +11,10 @@ and resume across runs (kept partial bytes + ``Range``) live in :mod:`vlarl_cli.
 * **Safety.** Every remote file name goes through :func:`~vlarl_cli.checkpoints.safety.safe_join`
   before anything is requested; one unsafe name aborts the whole download. Pickle-based files are
   skipped unless ``allow_pickle=True``. No remote code is ever imported. Telemetry is disabled.
+
+Repositories are models unless ``repo_type="dataset"`` (the hub's dataset repos: ``/api/datasets/...``,
+``/datasets/<id>/resolve/...``, cache folder ``datasets--org--name``); a dataset is verified the same way
+and is not run through the checkpoint detection.
 
 Targets: ``local_dir`` gets the plain repository tree; without it files go to the standard
 huggingface_hub cache layout (``models--org--name/{blobs,snapshots/<commit>,refs}``) so transformers
@@ -275,11 +279,11 @@ def _select(files: list[RemoteFile], include: Sequence[str] | None, exclude: Seq
     return out
 
 
-def _listing(api: Any, repo_id: str, commit: str) -> list[RemoteFile]:
+def _listing(api: Any, repo_id: str, commit: str, repo_type: str = "model") -> list[RemoteFile]:
     from huggingface_hub.hf_api import RepoFile
 
     files: list[RemoteFile] = []
-    for item in api.list_repo_tree(repo_id, revision=commit, recursive=True):
+    for item in api.list_repo_tree(repo_id, revision=commit, recursive=True, repo_type=repo_type):
         if not isinstance(item, RepoFile):
             check_relative_name(item.path)  # folders are never written, but refuse bad names early
             continue
@@ -307,6 +311,7 @@ def download(
     retry_wait: float = 1.0,
     quiet: bool = False,
     console: Console | None = None,
+    repo_type: str = "model",
 ) -> DownloadResult:
     """Download ``repo_id`` at ``revision``, verify every file, detect the model and print a summary.
 
@@ -322,6 +327,7 @@ def download(
         retry_wait: first back-off in seconds (doubles, capped at 8 s).
         quiet: no progress bars and no summary.
         console: rich console for the summary (progress goes to stderr).
+        repo_type: ``model`` or ``dataset`` (a hub dataset repository, e.g. simulator assets).
 
     Raises:
         HubError: offline/unreachable hub, gated/missing repository or revision, unsafe listing,
@@ -335,6 +341,9 @@ def download(
     err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
     _check_arguments(repo_id, local_dir)
+    if repo_type not in ("model", "dataset"):
+        raise HubError(f"Repository type {repo_type!r} is not one vlarl downloads.",
+                       fix="Use --repo-type model (checkpoints) or --repo-type dataset (e.g. simulator assets).")
     requested = repo_id
     repo_id, renamed_msg = resolve_repo_id(repo_id)
     if renamed_msg and not quiet:
@@ -343,7 +352,7 @@ def download(
     endpoint = _endpoint()
 
     if _offline():
-        result = _offline_result(requested, repo_id, rev, local_dir, cache_dir)
+        result = _offline_result(requested, repo_id, rev, local_dir, cache_dir, repo_type)
         if not quiet:
             _print_summary(out, result)
         return result
@@ -357,12 +366,12 @@ def download(
 
     api = HfApi(endpoint=endpoint, token=token, library_name="vlarl")
     with _hub_errors(repo_id, rev, endpoint):
-        info = api.model_info(repo_id, revision=rev)
+        info = api.repo_info(repo_id, revision=rev, repo_type=repo_type)
         commit = info.sha
         if not commit or not _COMMIT_RE.match(commit):
             raise HubError(f"The hub at {endpoint} gave no commit id for {repo_id}@{rev}.",
                            fix="Check that HF_ENDPOINT points at a Hugging Face Hub compatible server.")
-        listing = _listing(api, repo_id, commit)
+        listing = _listing(api, repo_id, commit, repo_type)
 
     selected = _select(listing, include, exclude)
     skipped_pickle = [] if allow_pickle else [f.path for f in selected if is_pickle_file(f.path)]
@@ -380,7 +389,7 @@ def download(
         target = LocalDirTarget(Path(local_dir).expanduser())
     else:
         cache = Path(cache_dir).expanduser() if cache_dir is not None else Path(hf_constants.HF_HUB_CACHE)
-        target = CacheTarget(repo_cache_folder(cache, repo_id), commit)
+        target = CacheTarget(repo_cache_folder(cache, repo_id, repo_type), commit)
     # Validate every destination before the first byte moves (a bad name aborts everything).
     reserved = "/".join(STATE_DIR) + "/"
     for f in wanted:
@@ -401,21 +410,22 @@ def download(
         check_free_space(wanted, target)
         manifest = Manifest(target.state_dir / "verified.json")
         records = _fetch_all(repo_id, commit, endpoint, token, retries, retry_wait, quiet, err_console,
-                             wanted, target, manifest)
+                             wanted, target, manifest, repo_type)
 
     if isinstance(target, CacheTarget):
         if not _COMMIT_RE.match(rev):
             ref = safe_join(target.repo_folder / "refs", rev)
             atomic_write_text(ref, commit)
-    state = {"repo_id": repo_id, "revision": rev, "commit": commit, "endpoint": endpoint,
+    state = {"repo_id": repo_id, "repo_type": repo_type, "revision": rev, "commit": commit, "endpoint": endpoint,
              "files": [r.path for r in records], "complete": True}
     atomic_write_json(target.state_dir / f"download-{commit}.json", state)
     atomic_write_json(target.state_dir / f"download-rev-{_slug(rev)}.json", state)
 
     result = DownloadResult(repo_id=repo_id, requested_repo_id=requested, revision=rev, commit=commit,
                             path=target.root, files=records, skipped_pickle=skipped_pickle)
-    result.info = detect_checkpoint(target.root)
-    result.configs = configs_using(result.info, repo_id)
+    if repo_type == "model":
+        result.info = detect_checkpoint(target.root)
+        result.configs = configs_using(result.info, repo_id)
     if not quiet:
         _print_summary(out, result)
     return result
@@ -427,7 +437,7 @@ def _slug(rev: str) -> str:
 
 def _fetch_all(repo_id: str, commit: str, endpoint: str, token: str | bool | None, retries: int,
                retry_wait: float, quiet: bool, err_console: Console, wanted: list[RemoteFile],
-               target: Target, manifest: Manifest) -> list[FileRecord]:
+               target: Target, manifest: Manifest, repo_type: str = "model") -> list[FileRecord]:
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -443,7 +453,7 @@ def _fetch_all(repo_id: str, commit: str, endpoint: str, token: str | bool | Non
     records: list[FileRecord] = []
     with progress, _hub_errors(repo_id, commit, endpoint):
         transfer = FileTransfer(repo_id=repo_id, commit=commit, endpoint=endpoint, token=token,
-                             retries=retries, retry_wait=retry_wait, progress=progress)
+                             retries=retries, retry_wait=retry_wait, progress=progress, repo_type=repo_type)
         if len(wanted) > 1:
             transfer.overall = progress.add_task(f"all {len(wanted)} files",
                                                  total=sum(f.size for f in wanted))
@@ -499,7 +509,7 @@ def _place_one(entry: RemoteFile, target: Target, manifest: Manifest, transfer: 
 
 
 def _offline_result(requested: str, repo_id: str, rev: str, local_dir: str | os.PathLike[str] | None,
-                    cache_dir: str | os.PathLike[str] | None) -> DownloadResult:
+                    cache_dir: str | os.PathLike[str] | None, repo_type: str = "model") -> DownloadResult:
     """HF_HUB_OFFLINE: serve an earlier complete download of the same repo/revision, or fail clearly."""
     state_file: Path | None = None
     if local_dir is not None:
@@ -509,7 +519,7 @@ def _offline_result(requested: str, repo_id: str, rev: str, local_dir: str | os.
         from huggingface_hub import constants as hf_constants
 
         cache = Path(cache_dir).expanduser() if cache_dir is not None else Path(hf_constants.HF_HUB_CACHE)
-        folder = repo_cache_folder(cache, repo_id)
+        folder = repo_cache_folder(cache, repo_id, repo_type)
         state_file = folder / ".vlarl" / f"download-rev-{_slug(rev)}.json"
         root = folder / "snapshots"
     state: dict[str, Any] | None = None
@@ -533,8 +543,9 @@ def _offline_result(requested: str, repo_id: str, rev: str, local_dir: str | os.
                             path=path, offline=True,
                             files=[FileRecord(p, safe_join(path, p).stat().st_size, "", "", "present")
                                    for p in state.get("files", [])])
-    result.info = detect_checkpoint(path)
-    result.configs = configs_using(result.info, repo_id)
+    if repo_type == "model":
+        result.info = detect_checkpoint(path)
+        result.configs = configs_using(result.info, repo_id)
     return result
 
 
@@ -554,8 +565,8 @@ def _print_summary(console: Console, result: DownloadResult) -> None:
         counts[r.status] = counts.get(r.status, 0) + 1
     status = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     lines = [
-        f"[bold]{result.repo_id}[/] @ {result.revision} (commit {result.commit[:12]})"
-        + ("  [yellow](offline: earlier download)[/]" if result.offline else ""),
+        f"{result.repo_id} @ {result.revision} (commit {result.commit[:12]})"  # printed with markup off
+        + ("  (offline: earlier download)" if result.offline else ""),
         f"  folder:      {result.path}",
         f"  files:       {len(result.files)} ({status}); {result.bytes_transferred:,} bytes transferred; "
         + ("all verified against the hub's sha256 / git sha1" if not result.offline else "not re-verified"),
@@ -581,6 +592,6 @@ def _print_summary(console: Console, result: DownloadResult) -> None:
         lines.append(f"  configs:     {', '.join(uses)} (their model_path is this repository)")
     if compatible:
         lines.append(f"  compatible:  {', '.join(compatible)} (run with actor.model.model_path={result.path})")
-    if not uses and not compatible:
+    if not uses and not compatible and info is not None:
         lines.append("  configs:     no preset in configs/ uses this model family")
     console.print("\n".join(lines), markup=False)  # paths and names are the user's: never rich markup

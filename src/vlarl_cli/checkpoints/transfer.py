@@ -185,8 +185,9 @@ class CacheTarget:
         os.replace(tmp, link)
 
 
-def repo_cache_folder(cache_dir: Path, repo_id: str) -> Path:
-    return cache_dir / ("models--" + repo_id.replace("/", "--"))
+def repo_cache_folder(cache_dir: Path, repo_id: str, repo_type: str = "model") -> Path:
+    """huggingface_hub's cache folder of a repository (``models--org--name``, ``datasets--org--name``)."""
+    return cache_dir / (f"{repo_type}s--" + repo_id.replace("/", "--"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -233,8 +234,9 @@ class FileTransfer:
     """Downloads one file into its partial name with Range resume, hashing as bytes arrive."""
 
     def __init__(self, *, repo_id: str, commit: str, endpoint: str, token: str | bool | None,
-                 retries: int, retry_wait: float, progress: Progress | None) -> None:
+                 retries: int, retry_wait: float, progress: Progress | None, repo_type: str = "model") -> None:
         self.repo_id, self.commit, self.endpoint, self.token = repo_id, commit, endpoint, token
+        self.repo_type = repo_type
         self.retries, self.retry_wait, self.progress = retries, retry_wait, progress
         self.overall: TaskID | None = None  # the "all files" bar
         self.base = 0  # bytes of the files before the current one (for the overall bar)
@@ -252,7 +254,8 @@ class FileTransfer:
         from huggingface_hub.utils import build_hf_headers
         from huggingface_hub.utils._http import _is_same_or_hub_host
 
-        url = hf_hub_url(self.repo_id, entry.path, revision=self.commit, endpoint=self.endpoint)
+        url = hf_hub_url(self.repo_id, entry.path, revision=self.commit, endpoint=self.endpoint,
+                         repo_type=self.repo_type)
         # HEAD /resolve: follows redirects that stay on the hub, stops at a CDN redirect (Location).
         meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint,
                                     timeout=constants.HF_HUB_ETAG_TIMEOUT,

@@ -43,6 +43,7 @@ class LoadedConfig:
     config: VlarlConfig
     source: Path
     ignored: list[str] = field(default_factory=list)  # dotted paths of RLinf keys vlarl does not use
+    deviations: list[str] = field(default_factory=list)  # RLinf keys vlarl accepts but does not follow
     overrides: list[str] = field(default_factory=list)
 
 
@@ -73,12 +74,16 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     check_fragments(source, read_primary(source))
     raw = compose_raw(source, list(overrides))
     cleaned, ignored = check_keys(VlarlConfig, raw)
+    deviations = unsupported.deviations(raw)
+    deviating = {d.split(" = ", 1)[0] for d in deviations}
+    ignored = [path for path in ignored if path not in deviating]
     try:
         config = VlarlConfig.model_validate(cleaned, context={"world_size": world_size})
     except ValidationError as err:
         raise ConfigError(f"Invalid config {source.name}: {format_validation_error(err)}",
                           "Correct the value(s) in the file or with a KEY=VALUE override.") from None
-    return LoadedConfig(config=config, source=source, ignored=ignored, overrides=list(overrides))
+    return LoadedConfig(config=config, source=source, ignored=ignored, deviations=deviations,
+                        overrides=list(overrides))
 
 
 def read_primary(source: Path) -> dict[str, Any]:
@@ -315,7 +320,7 @@ def check_keys(model: type[BaseModel], data: Any, prefix: str = "") -> tuple[Any
                 ignored.extend(sub_ignored)
             cleaned[key] = value
             continue
-        features = unsupported.uses(path, value)
+        features = unsupported.uses(path, value, data)
         if features:
             switched_on.extend(features)
         elif key in ignored_names or unsupported.feature_of(path) is not None:

@@ -36,6 +36,18 @@ def _default(info: Any) -> str:
     return "required"
 
 
+def _deviations(prefix: str) -> list[tuple[str, str]]:
+    """(key, what vlarl does instead) for the DEVIATIONS entries of the section at ``prefix``."""
+    from vlarl_cli.config.unsupported import DEVIATIONS
+
+    out = []
+    for key, deviation in DEVIATIONS.items():
+        name = key.rsplit(".", 1)[-1]
+        if (prefix + name).endswith(key):
+            out.append((name, deviation.instead))
+    return out
+
+
 def render() -> str:
     from vlarl_cli.config.loading import _section_type
 
@@ -58,6 +70,10 @@ def render() -> str:
             ignored = sorted(getattr(model, "rlinf_ignored", ()))
             if ignored:
                 lines.extend([f"RLinf keys accepted and ignored here: {', '.join(f'`{k}`' for k in ignored)}.", ""])
+            deviating = _deviations(prefix)
+            if deviating:
+                lines.extend(["Accepted, but vlarl does something else (printed as a deviation when a recipe sets "
+                              "them): " + "; ".join(f"`{k}` ({why})" for k, why in deviating) + ".", ""])
         for name, sub, _ in subs:
             walk(sub, f"{prefix}{name}.")
 

@@ -133,7 +133,8 @@ class RunnerConfig(Section):
 
 
 class AlgorithmConfig(Section):
-    rlinf_ignored: ClassVar[frozenset[str]] = frozenset()
+    # bootstrap_type: RLinf's gamma * V(final obs) at auto-reset ends, printed as a deviation (config/unsupported.py)
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"bootstrap_type"})
 
     adv_type: str = Field("gae", description=f"Advantage estimator: {', '.join(ADV_TYPES)}.")
     loss_type: Literal["actor_critic", "actor"] = Field(
@@ -217,19 +218,35 @@ class VideoConfig(Section):
 
 
 class InitParams(Section):
-    rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"camera_names", "control_freq"})
+    # RLinf's ManiSkill keys (examples/embodiment/config/env/maniskill_*.yaml) that vlarl does not pass on;
+    # those whose value changes what runs are printed as deviations (config/unsupported.py DEVIATIONS).
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
+        {"camera_names", "control_freq", "num_envs", "obs_mode", "sim_config", "max_episode_steps",
+         "sensor_configs", "render_mode", "obj_set", "use_multiple_plates", "reward_mode", "use_sparse_reward"})
     camera_heights: int = Field(256, description="Rendered camera height in pixels.")
     camera_widths: int = Field(256, description="Rendered camera width in pixels.")
     # ManiSkill (env_type maniskill): RLinf's env/train/PickCube.yaml keys under init_params.
-    id: str = Field("PickCube-v1", description="ManiSkill task id (env_type maniskill): a built-in task.")
-    control_mode: str = Field("pd_ee_delta_pose", description="ManiSkill controller (only pd_ee_delta_pose).")
-    sim_backend: Literal["cpu"] = Field("cpu", description="ManiSkill simulation backend (only cpu so far).")
+    id: str = Field("PickCube-v1", description="ManiSkill task id (env_type maniskill): a built-in task, or one "
+                    "of RLinf's digital-twin ids (accepted in configs, refused when the env is created).")
+    control_mode: str = Field("pd_ee_delta_pose", description="ManiSkill controller (only pd_ee_delta_pose; "
+                              "RLinf's None, the task's default controller, is read as pd_ee_delta_pose and "
+                              "printed as a deviation).")
+    sim_backend: Literal["cpu", "gpu"] = Field(
+        "cpu", description="ManiSkill simulation backend; gpu (RLinf's recipes) is accepted and printed as a "
+        "deviation: vlarl steps the CPU backend.")
+
+    @field_validator("control_mode", mode="before")
+    @classmethod
+    def _rlinf_default_controller(cls, value: Any) -> Any:
+        # RLinf writes `control_mode: None` (a string) for "the task's default"; the loader prints it
+        return "pd_ee_delta_pose" if value is None or value == "None" else value
 
 
 class EnvSplitConfig(Section):
     """One of ``env.train`` / ``env.eval``."""
 
-    rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"group_name", "wrap_obs_mode", "enable_offload"})
+    rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
+        {"group_name", "wrap_obs_mode", "enable_offload", "policy_setup", "reward_mode", "use_full_state"})
 
     env_type: Literal["libero", "toy_reach", "maniskill"] = Field(
         "libero", description="Simulator: libero, maniskill (built-in tasks) or the CPU toy task.")
@@ -310,11 +327,11 @@ class EnvSplitConfig(Section):
             raise ValueError(f'unknown task_suite_name "{self.task_suite_name}"; known: {", ".join(suites)}.'
                              f"{did_you_mean(self.task_suite_name, suites)}")
         if self.env_type == "maniskill":
-            from vlarl_cli.envs.maniskill.tasks import check_task
+            from vlarl_cli.envs.maniskill.tasks import check_task_id
             from vlarl_cli.errors import EnvError
 
             try:
-                check_task(self.init_params.id)
+                check_task_id(self.init_params.id)
             except EnvError as err:
                 raise ValueError(str(err)) from None
         if self.init_params.camera_heights != self.init_params.camera_widths:
@@ -351,7 +368,7 @@ class SamplingParams(Section):
 class RolloutConfig(Section):
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
         {"group_name", "generation_backend", "backend", "recompute_logprobs", "unnorm_key", "model",
-         "enable_torch_compile", "enable_cuda_graph"})
+         "enable_torch_compile", "enable_cuda_graph", "gpu_memory_utilization", "enforce_eager"})
     pipeline_stage_num: int = Field(1, ge=1, description="Split the envs into this many stages so env "
                                     "stepping of one stage overlaps inference of another.")
     enable_offload: bool = Field(False, description="Move rollout weights off the device while the actor trains.")
@@ -368,8 +385,10 @@ class OpenpiOptions(Section):
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
         {"action_chunk", "num_images_in_input", "action_env_dim", "use_dsrl", "dsrl_state_dim",
          "dsrl_action_noise_dim", "dsrl_num_q_heads", "dsrl_agg_q", "dsrl_image_latent_dim",
-         "dsrl_state_latent_dim", "dsrl_hidden_dims", "value_vlm_mode"})
-    config_name: str | None = Field(None, description="openpi config: pi0_libero or pi05_libero.")
+         "dsrl_state_latent_dim", "dsrl_hidden_dims", "value_vlm_mode", "noise_params"})
+    config_name: str | None = Field(None, description="openpi config: pi0_libero, pi05_libero, pi0_maniskill ...")
+    action_horizon: int | None = Field(None, ge=1, description="Actions the model predicts per chunk (null: the "
+                                       "checkpoint's or the variant's; RLinf's ManiSkill recipes use 8).")
     noise_level: float | None = Field(None, description="See actor.model.noise_level.")
     noise_method: str | None = Field(None, description="See actor.model.noise_method.")
     num_steps: int | None = Field(None, description="See actor.model.denoising_steps.")
@@ -402,7 +421,7 @@ class RlHeadOptions(Section):
 
 class ModelConfig(Section):
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
-        {"trust_remote_code", "policy_setup", "obs_converter_type", "no_split_modules",
+        {"trust_remote_code", "policy_setup", "obs_converter_type", "no_split_modules", "model_name",
          "attn_implementation", "low_cpu_mem_usage", "sharding_strategy"})
 
     model_type: str = Field("openpi", description=f"Policy family: {', '.join(MODEL_TYPES)}.")

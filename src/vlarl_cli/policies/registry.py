@@ -90,6 +90,7 @@ def settings_values(model: ModelConfig) -> dict[str, Any]:
         "max_prompt_length": model.max_prompt_length,
         "center_crop": model.center_crop,
         "config_name": openpi.config_name if openpi else None,
+        "action_horizon": openpi.action_horizon if openpi else None,
         "gradient_checkpointing": model.gradient_checkpointing,
         **{k: getattr(model, k) for k in _OFT_ONLY},
         **{k: model._nested(k) for k in _GR00T_HEAD_ONLY},

@@ -3,7 +3,8 @@
 Builds the policy on the ``meta`` device (no memory, no weights), counts parameters, and estimates the
 memory each device needs for the actor (weights, gradients, AdamW states, sharded by FSDP over the actor
 ranks, or moved to the host by ``cpu_offload`` / ``enable_offload``), the rollout copy, and the host
-memory of the LIBERO env processes (~1.7 GB each, measured; REFERENCE.md section 1).
+memory of the envs (LIBERO: ~1.7 GB per env process, measured, REFERENCE.md section 1; ManiSkill: one
+process per env rank, measured figures below).
 Activations are not included: they depend on sequence length and micro-batch size; the estimate says so.
 """
 
@@ -17,10 +18,17 @@ from vlarl_cli.config.schema import VlarlConfig
 
 GIB = 1024**3
 LIBERO_ENV_BYTES = int(1.7 * GIB)  # RSS of one LIBERO env process, measured on these machines
+# ManiSkill3 steps all of a rank's envs inside that rank's process (envs/maniskill/vector.py). Measured here
+# (mani-skill 3.0.1, sapien 3.0.3, CPU backend, lavapipe; PickCube-v1, obs_mode rgb, 256 px, VmRSS after
+# reset + 5 steps): importing mani_skill next to torch +158 MiB, the first env +410 MiB (engine and
+# renderer), each further env +6.6 MiB (1 -> 16 envs: 794 -> 893 MiB). State-only envs cost less.
+MANISKILL_RANK_BYTES = (158 + 410) * 1024**2
+MANISKILL_ENV_BYTES = int(6.6 * 1024**2)
 # The largest machines one can rent (2026): 192 GB accelerators (B200 / MI300X) and ~4 TiB of host memory
 # per node (8-socket or high-memory cloud instances). A plan above these fits on no machine at all.
 LARGEST_DEVICE_BYTES = 192 * 10**9
 LARGEST_HOST_BYTES = 4 * 1024 * GIB
+RLINF_PLACEHOLDER = "/path/to/"  # RLinf recipes' model_path before the user fills it in
 
 
 @dataclass(frozen=True)
@@ -99,9 +107,16 @@ def estimate_memory(config: VlarlConfig, params: ParamCount, world_size: int) ->
             rollout_weights=rollout_copy if rank in copies and not (on_actor and config.rollout.enable_offload)
             else 0.0,
             host_offload=host if on_actor else 0.0,
-            env_host=envs_per_env_rank * LIBERO_ENV_BYTES if on_env else 0.0,
+            env_host=env_host_bytes(config, envs_per_env_rank) if on_env else 0.0,
         )
     return out
+
+
+def env_host_bytes(config: VlarlConfig, envs: float) -> float:
+    """Host memory of one env rank's ``envs`` training envs: a process per LIBERO env, one process for ManiSkill."""
+    if config.env.train.env_type == "maniskill":
+        return MANISKILL_RANK_BYTES + envs * MANISKILL_ENV_BYTES
+    return envs * LIBERO_ENV_BYTES
 
 
 def memory_warnings(config: VlarlConfig, estimates: dict[str, MemoryEstimate], world_size: int) -> list[str]:
@@ -119,8 +134,8 @@ def memory_warnings(config: VlarlConfig, estimates: dict[str, MemoryEstimate], w
         host[int(rank) // per_node] = host.get(int(rank) // per_node, 0.0) + est.env_host + est.host_offload
     node, need = max(host.items(), key=lambda kv: kv[1])
     if need > LARGEST_HOST_BYTES:
-        warnings.append(f"node {node} needs ~{need / GIB:,.0f} GiB of host memory ({config.train_num_envs} LIBERO "
-                        f"envs at ~{LIBERO_ENV_BYTES / GIB:.1f} GiB each, plus offloaded state), more than any "
+        warnings.append(f"node {node} needs ~{need / GIB:,.0f} GiB of host memory ({config.train_num_envs} "
+                        f"{config.env.train.env_type} envs, plus offloaded state), more than any "
                         f"machine has ({LARGEST_HOST_BYTES / GIB:,.0f} GiB): use fewer envs "
                         "(env.train.total_num_envs) or more nodes")
     return warnings
@@ -150,8 +165,16 @@ def preflight(config: VlarlConfig) -> None:
     from vlarl_cli.errors import CheckpointError
     from vlarl_cli.training.common import resolve_model_path
 
+    model_path = config.actor.model.model_path
+    if model_path is not None and model_path.startswith(RLINF_PLACEHOLDER):
+        # RLinf's published recipes say "/path/to/model/<name>" for "put your download here": plan anyway
+        _warn(f'actor.model.model_path "{model_path}" is the placeholder of an RLinf recipe; a launch needs the '
+              "checkpoint there (`vlarl download <repo> --local-dir <folder>`, then actor.model.model_path=<folder>). "
+              "The plan below is for the full-size architecture of the family.")
+        check_writable_folder(config.runner.logger.log_path, "The run folder (runner.logger.log_path)")
+        return
     try:
-        path = resolve_model_path(config.actor.model.model_path)  # CheckpointError for a missing folder / hub id
+        path = resolve_model_path(model_path)  # CheckpointError for a missing folder / hub id
     except CheckpointError as err:
         if "hub cache" not in err.problem:
             raise

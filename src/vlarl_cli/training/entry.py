@@ -40,7 +40,7 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
     if print_config:
         sys.stdout.write(to_yaml(loaded.config))
         return
-    _report_ignored(loaded.ignored, main=env_world()[0] == 0)
+    _report_ignored(loaded.ignored, main=env_world()[0] == 0, deviations=loaded.deviations)
     if dry_run:
         from vlarl_cli.training.dry_run import dry_run as plan
 
@@ -63,14 +63,18 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
     dist.shutdown()
 
 
-def _report_ignored(ignored: list[str], main: bool) -> None:
-    if ignored and main:
+def _report_ignored(ignored: list[str], main: bool, deviations: tuple[str, ...] | list[str] = ()) -> None:
+    if (ignored or deviations) and main:
         from rich.console import Console
         from rich.text import Text
 
         # plain Text, never markup: key names come from the user's file
-        Console(stderr=True, highlight=False, soft_wrap=True).print(Text(
-            f"note: {len(ignored)} RLinf key(s) accepted but not used by vlarl: {', '.join(ignored)}", style="dim"))
+        console = Console(stderr=True, highlight=False, soft_wrap=True)
+        for deviation in deviations:
+            console.print(Text.assemble(("deviation: ", "bold yellow"), deviation))
+        if ignored:
+            console.print(Text(f"note: {len(ignored)} RLinf key(s) accepted but not used by vlarl: "
+                               f"{', '.join(ignored)}", style="dim"))
 
 
 def _relaunch(source: Path, overrides: list[str], resume: str | None, nproc_per_node: int, nnodes: int,

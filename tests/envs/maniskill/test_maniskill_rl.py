@@ -45,8 +45,14 @@ def test_grpo_groups_share_a_scene_and_equal_returns_give_no_gradient(tmp_path: 
     assert row["env/return"] == pytest.approx(-0.1) and row["train/actor/policy_loss"] == 0.0
 
 
-def test_digital_twin_recipe_is_refused_when_the_config_loads() -> None:
-    from vlarl_cli.errors import ConfigError
+def test_digital_twin_recipe_loads_and_is_refused_when_the_env_is_made(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vlarl_cli.errors import EnvError
 
-    with pytest.raises(ConfigError, match="vlarl download"):
-        load_config("maniskill_pickcube_ppo_openpi", ["env.train.init_params.id=PutOnPlateInScene25Main-v3"])
+    monkeypatch.setenv("MS_ASSET_DIR", str(tmp_path / "ms"))  # no assets: the error names `vlarl download`
+    monkeypatch.delenv("MANISKILL_ASSET_DIR", raising=False)
+    loaded = load_config("maniskill_pickcube_ppo_openpi", ["env.train.init_params.id=PutOnPlateInScene25Main-v3",
+                                                           *TINY, f"runner.logger.log_path={tmp_path}"])
+    assert loaded.config.env.train.init_params.id == "PutOnPlateInScene25Main-v3"
+    with pytest.raises(EnvError, match="vlarl download RLinf/maniskill_assets"):
+        train(loaded)

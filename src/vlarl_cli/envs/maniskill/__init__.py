@@ -1,7 +1,8 @@
 """ManiSkill3 (``env_type: maniskill``), the second simulator of the seeds. Nothing heavy is imported here.
 
 - ``envs.maniskill.tasks``: the built-in tasks we run offline, and RLinf's digital-twin task ids, which
-  are refused with the reason (their assets are not downloadable by vlarl yet).
+  load in configs and are refused at env creation (missing assets, then: RLinf's task code).
+- ``envs.maniskill.assets``: the hub dataset repos those tasks read and where they go.
 - ``envs.maniskill.setup``: ``check_maniskill`` (import + Vulkan check naming the missing packages).
 - ``envs.maniskill.vector``: ``ManiSkillVectorEnv``, the LIBERO vector-env contract over ManiSkill.
 """
