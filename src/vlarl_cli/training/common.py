@@ -29,7 +29,12 @@ def derived_seed(*parts: int) -> int:
 
 
 def resolve_model_path(path: str | None) -> str | None:
-    """A local folder as is; a hub id (``org/name``) from the local hub cache, else a clear error."""
+    """A local folder as is; ``builtin:<name>`` from the package; a hub id (``org/name``) from the local hub
+    cache, else a clear error."""
+    if path is not None and path.startswith("builtin:"):
+        from vlarl_cli.checkpoints.builtin import builtin_checkpoint
+
+        return str(builtin_checkpoint(path))
     if path is None or Path(path).expanduser().exists():
         return None if path is None else str(Path(path).expanduser())
     if path.count("/") == 1 and not path.startswith(("/", ".", "~")):
