@@ -210,7 +210,7 @@ def record_expert_demos(out_dir: str | Path, n: int, *, suite: str = "libero_spa
                          max_episode_steps=max_episode_steps, settle_steps=settle_steps)
     env = LiberoEnv(suite, tasks[0], options)
     paths: list[Path] = []
-    index = next_episode_index(out)
+    start = next_episode_index(out)
     attempt = 0
     unscripted: list[int] = []
     try:
@@ -222,8 +222,6 @@ def record_expert_demos(out_dir: str | Path, n: int, *, suite: str = "libero_spa
                                  f"on {suite} tasks {tasks}; {n} were requested.", _FEWER)
             task = tasks[attempt % len(tasks)]
             trial = (first_trial + attempt // len(tasks)) % len(suites.init_states(suite, task))
-            attempt += 1
-            attempts_left -= 1
             if env.task_id != task:
                 env.set_task(task)
             obs = env.reset(trial)
@@ -231,19 +229,17 @@ def record_expert_demos(out_dir: str | Path, n: int, *, suite: str = "libero_spa
             if expert is None:  # a goal the expert does not script: drop the task, not the recording
                 tasks.remove(task)
                 unscripted.append(task)
-                attempt -= 1
-                attempts_left += 1
                 continue
+            attempt += 1
+            attempts_left -= 1
             ep = _expert_episode(env, obs, expert, meta={"env_type": "libero", "suite": suite, "task_id": task,
                                                           "trial_id": trial, "expert": "PickPlaceExpert",
                                                           "resolution": resolution, "protocol": protocol})
             if progress is not None:
                 progress(f"demo attempt {attempt}: task {task} trial {trial}: "
                          f"{'success' if ep.success else 'failure'} in {len(ep.actions)} steps")
-            if not ep.success:
-                continue
-            paths.append(save_episode(out / f"episode_{index:05d}.npz", ep))
-            index += 1
+            if ep.success:
+                paths.append(save_episode(out / f"episode_{start + len(paths):05d}.npz", ep))
     finally:
         env.close()
     return paths
@@ -437,7 +433,6 @@ def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_s
     """
     import shutil
 
-    from vlarl_cli.datasets.lerobot import write_lerobot
     from vlarl_cli.envs.libero import suites
 
     if n < 1:
@@ -469,16 +464,25 @@ def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_s
             raise _none_scripted(unscripted, suite)
         raise VlarlError(f"The scripted expert succeeded in only {successes} of {len(rows)} episodes on {suite} "
                          f"tasks {list(tasks)}; {n} were requested (staged episodes kept in {staging}).", _FEWER)
+    report = _write_dataset(out, staging, rows, suite=suite, tasks=tasks, init=init, unscripted=unscripted, fps=fps)
+    shutil.rmtree(staging)
+    return report
+
+
+def _write_dataset(out: Path, staging: Path, rows: list[dict[str, Any]], *, suite: str, tasks: tuple[int, ...],
+                   init: str, unscripted: list[int], fps: int) -> RecordReport:
+    """The staged episodes as one LeRobot dataset at ``out``, with how they came about in its meta/."""
+    from vlarl_cli.datasets.lerobot import write_lerobot
+
     episodes = [load_episode(p) for p in sorted(staging.glob(EPISODE_PATTERN))]
     for e in episodes:
         e.meta = {**e.meta, "suite": suite}
-    report = RecordReport(out, len(rows), successes, len(episodes), unscripted)
+    report = RecordReport(out, len(rows), sum(bool(r["success"]) for r in rows), len(episodes), unscripted)
     provenance = {"expert": "PickPlaceExpert", "suite": suite, "tasks": list(tasks), "init": init,
                   "attempts": report.attempts, "successes": report.successes, "kept": report.kept,
                   "success_rate": report.success_rate, "unscripted_tasks": unscripted, "episodes": sorted(
                       (r for r in rows), key=lambda r: r["attempt"])}
     write_lerobot(out, episodes, fps=fps, extra_meta={RECORDING_META: provenance})
-    shutil.rmtree(staging)
     return report
 
 
