@@ -116,3 +116,35 @@ def test_collect_bootstraps_with_the_value_of_the_final_observation() -> None:
 def test_a_cut_without_its_final_observation_is_refused_when_bootstrapping() -> None:
     with pytest.raises(EnvError, match="final observation"):
         collect(_StepRight(), _toy(auto_reset=False), 3, bootstrap=True)
+
+
+def test_final_observation_replaces_only_the_cut_rows() -> None:
+    from vlarl_cli.envs.base import final_observation
+
+    obs = {keys.STATES: torch.zeros(3, 2), keys.TASK_DESCRIPTIONS: ["a", "b", "c"]}
+    out = final_observation(obs, {1: {keys.STATES: [5.0, 6.0], keys.TASK_DESCRIPTIONS: "old b"}})
+    assert out[keys.STATES].tolist() == [[0.0, 0.0], [5.0, 6.0], [0.0, 0.0]]
+    assert out[keys.TASK_DESCRIPTIONS] == ["a", "old b", "c"]
+    assert not obs[keys.STATES].any() and obs[keys.TASK_DESCRIPTIONS][1] == "b"  # the returned obs is untouched
+
+
+def test_stages_and_env_ranks_merge_a_final_observation_in_env_order() -> None:
+    """Pipeline stages (envs/vector.py) and env ranks (distributed/remote_env.py) put a final observation of
+    one part together with the other parts' returned observations."""
+    from vlarl_cli.distributed.remote_env import _merge_final
+    from vlarl_cli.envs.vector import _merge_stages
+
+    def part(ids: list[int], final: bool) -> tuple:
+        obs = {keys.STATES: torch.tensor([[float(e)] for e in ids])}
+        infos: dict = {"env_ids": ids, keys.TRUNCATED: torch.tensor([[final]] * len(ids))}
+        if final:
+            infos[keys.FINAL_OBSERVATION] = {keys.STATES: -obs[keys.STATES]}
+        return obs, torch.zeros(len(ids), 1), torch.zeros(len(ids), 1, dtype=torch.bool), infos
+
+    stage0, stage1 = part([0, 2], final=False), part([1, 3], final=True)  # env e is in stage e % 2
+    obs, _, _, infos = _merge_stages([stage0, stage1], 4)
+    assert obs[keys.STATES][:, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert infos[keys.FINAL_OBSERVATION][keys.STATES][:, 0].tolist() == [0.0, -1.0, 2.0, -3.0]
+    assert _merge_final([stage0[0], stage1[0]], [None, None]) == {}
+    merged = _merge_final([stage0[0], stage1[0]], [None, {keys.STATES: torch.tensor([[7.0], [8.0]])}])
+    assert merged[keys.FINAL_OBSERVATION][keys.STATES][:, 0].tolist() == [0.0, 2.0, 7.0, 8.0]  # rank order

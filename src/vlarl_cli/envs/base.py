@@ -58,10 +58,12 @@ def final_observation(obs: dict[str, Any], finals: dict[int, dict[str, Any]]) ->
     for key, value in obs.items():
         if isinstance(value, list):
             out[key] = [finals[e][key] if e in finals else v for e, v in enumerate(value)]
-        else:
+        elif isinstance(value, torch.Tensor):
             out[key] = value.clone()
             for e, final in finals.items():
                 out[key][e] = torch.as_tensor(final[key])
+        else:  # not per env
+            out[key] = value
     return out
 
 
