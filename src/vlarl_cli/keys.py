@@ -34,3 +34,6 @@ ERRORS = "errors"  # {env id: message} for episodes that failed during this chun
 RESET_STATE_IDS = "reset_state_ids"  # [N] int: flat reset-state id each env (re)started from
 ACTIVE = "active"  # [N] bool: the env has a running episode (False only without auto-reset)
 ENV_IDS = "env_ids"  # list[int]: the global env ids of the rows (a pipeline stage's subset)
+# observation batch: with auto-reset, the rows of episodes cut by the time limit in this chunk hold their last
+# observation (the returned one is the next episode's first), the other rows the returned one (envs/base.py)
+FINAL_OBSERVATION = "final_observation"

@@ -81,6 +81,12 @@ def test_step_rewards_auto_reset_and_penalty(vec):
     # auto-reset from the same group state: the observation is the episode's first again
     assert torch.equal(obs[keys.MAIN_IMAGES], first[keys.MAIN_IMAGES])
     assert torch.equal(obs[keys.STATES], first[keys.STATES])
+    # ... and the cut episode's last observation comes with it, for the value bootstrap (envs/base.py)
+    final = infos[keys.FINAL_OBSERVATION]
+    assert final[keys.TASK_DESCRIPTIONS] == first[keys.TASK_DESCRIPTIONS]
+    assert torch.equal(final[keys.MAIN_IMAGES][0], final[keys.MAIN_IMAGES][1])  # one group state, deterministic
+    assert not torch.equal(final[keys.STATES], first[keys.STATES])  # 10 steps later
+    assert not torch.equal(final[keys.MAIN_IMAGES], first[keys.MAIN_IMAGES])
 
 
 def test_stages_step_independently_and_out_of_order(vec):

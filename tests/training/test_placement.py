@@ -45,6 +45,7 @@ def _rollout(t: int = 3, n: int = 6, c: int = 2, a: int = 7) -> Rollout:
     return Rollout(replay={"obs": torch.randn(t * n, 5, generator=g), "index": torch.arange(t * n)},
                    logprobs=torch.randn(t, n, c, a, generator=g), values=torch.randn(t + 1, n, generator=g),
                    rewards=torch.randn(t, n, c, generator=g), dones=torch.rand(t + 1, n, c, generator=g) > 0.5,
+                   truncated=torch.rand(t, n, c, generator=g) > 0.5, final_values=torch.randn(t, n, generator=g),
                    success=torch.rand(t, n, c, generator=g) > 0.5)
 
 
@@ -53,7 +54,7 @@ def test_columns_split_and_join_back_exactly() -> None:
     cols = r.columns()
     parts = [select_columns(cols, range(0, 2)), select_columns(cols, range(2, 5)), select_columns(cols, range(5, 6))]
     back = Rollout.from_columns(join_columns(parts))
-    for name in ("logprobs", "values", "rewards", "dones", "success"):
+    for name in ("logprobs", "values", "rewards", "dones", "truncated", "final_values", "success"):
         assert torch.equal(getattr(back, name), getattr(r, name)), name
     for k in r.replay:
         assert torch.equal(back.replay[k], r.replay[k]), k
@@ -75,7 +76,8 @@ class _RecordingEnv:
         return {"states": torch.zeros(self.num_envs, 4)}
 
     def _result(self, n: int):
-        infos = {"success": torch.zeros(n, 2, dtype=torch.bool), "episode_done": torch.zeros(n, dtype=torch.bool)}
+        infos = {"success": torch.zeros(n, 2, dtype=torch.bool), "truncated": torch.zeros(n, 2, dtype=torch.bool),
+                 "episode_done": torch.zeros(n, dtype=torch.bool)}
         infos.update({k: torch.zeros(n) for k in ("success_once", "success_at_end", "return", "episode_len")})
         return {"states": torch.zeros(n, 4)}, torch.zeros(n, 2), torch.zeros(n, 2, dtype=torch.bool), infos
 

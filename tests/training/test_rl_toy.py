@@ -75,7 +75,8 @@ def test_env_metrics_by_hand() -> None:
     rewards[1, 0, 1] = 1.0  # env 0 succeeds at its 4th step; env 1 runs out of time after 4 steps
     success = rewards.bool()
     r = Rollout(replay={}, logprobs=torch.zeros(2, 2, 2, 1), values=torch.zeros(3, 2), rewards=rewards,
-                dones=torch.zeros(3, 2, 2, dtype=torch.bool), success=success,
+                dones=torch.zeros(3, 2, 2, dtype=torch.bool), truncated=torch.zeros(2, 2, 2, dtype=torch.bool),
+                final_values=torch.zeros(2, 2), success=success,
                 episodes={"success_once": [1.0, 0.0], "success_at_end": [1.0, 0.0], "return": [1.0, 0.0],
                           "episode_len": [4.0, 4.0]})
     m = rollout_metrics([r])
@@ -133,7 +134,8 @@ def test_action_level_rewards_with_chunk_values_are_refused(tmp_path: Path) -> N
                                            "actor.model.value_type=action_level"]).config
     t, n, c = 2, 2, 4
     r = Rollout(replay={}, logprobs=torch.zeros(t, n, c, 2), values=torch.zeros(t + 1, n), rewards=torch.zeros(t, n, c),
-                dones=torch.zeros(t + 1, n, c, dtype=torch.bool), success=torch.zeros(t, n, c, dtype=torch.bool))
+                dones=torch.zeros(t + 1, n, c, dtype=torch.bool), truncated=torch.zeros(t, n, c, dtype=torch.bool),
+                final_values=torch.zeros(t, n), success=torch.zeros(t, n, c, dtype=torch.bool))
     with pytest.raises(ConfigError, match="value_type: action_level"):
         build_batch(config, [r], critic=True)
     chunk = load_config("toy_reach_ppo", ["actor.model.value_type=action_level"]).config

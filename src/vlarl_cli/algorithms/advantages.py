@@ -36,6 +36,7 @@ __all__ = [
     "advantage_metrics",
     "aggregate_dones",
     "aggregate_rewards",
+    "bootstrap_truncated",
     "compute_advantages",
     "episode_scores",
     "filter_groups",
@@ -108,6 +109,26 @@ def aggregate_rewards(rewards: Tensor, reward_type: str) -> Tensor:
     if rewards.dim() != 3:
         raise ValueError(f"rewards must be [T, B, C], got {tuple(rewards.shape)}")
     return rewards.sum(-1) if reward_type == "chunk_level" else rewards
+
+
+def bootstrap_truncated(rewards: Tensor, truncated: Tensor, final_values: Tensor, gamma: float) -> Tensor:
+    """A step where the time limit cut the episode keeps the value of what would have followed:
+    ``r += gamma * V(final observation)`` (REFERENCE.md section 2; RLinf ``EnvWorker.compute_bootstrap_rewards``,
+    ``bootstrap_type: standard``). Its done flag still stops GAE from reading the next row, which with
+    auto-reset is the next episode's.
+
+    Args:
+        rewards: ``[T, B, C]`` per-step rewards.
+        truncated: ``[T, B, C]`` bool, the step at which the time limit cut the episode.
+        final_values: ``[T, B]`` V of the cut episode's final observation (any value where nothing was cut).
+
+    Returns:
+        ``[T, B, C]`` rewards with the bootstrap added at the cut steps.
+    """
+    if rewards.dim() != 3 or truncated.shape != rewards.shape or final_values.shape != rewards.shape[:2]:
+        raise ValueError(f"rewards and truncated must be [T, B, C] and final_values [T, B], got "
+                         f"{tuple(rewards.shape)}, {tuple(truncated.shape)}, {tuple(final_values.shape)}")
+    return rewards + gamma * final_values.unsqueeze(-1).to(rewards.dtype) * truncated.to(rewards.dtype)
 
 
 def aggregate_dones(dones: Tensor, reward_type: str) -> Tensor:

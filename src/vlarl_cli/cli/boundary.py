@@ -1,6 +1,6 @@
 """The one error boundary of the command line: every exception becomes an exit code and one paragraph.
 
-``vlarl`` (``cli/main.py``) and the per-rank entry of a distributed job (``training/entry.py``) both run
+``vlarl`` (``cli/main.py``) and the per-rank entry of a distributed job (``cli/rl_train.py: rank_main``) both run
 their work through :func:`guarded`, so the rules live in one place:
 
 ============================================  ====  ========================================================

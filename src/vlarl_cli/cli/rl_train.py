@@ -10,6 +10,7 @@ Examples:
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -45,3 +46,27 @@ def command(
            resume=resume, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
            master_addr=master_addr, master_port=master_port,
            plan_world_size=world_size, output=Path.cwd())
+
+
+def rank_main(argv: list[str] | None = None) -> None:
+    """``python -m vlarl_cli.cli.rl_train`` (what torchrun starts on every rank of a multi-process run),
+    behind the same error boundary as ``vlarl`` (cli/boundary.py)."""
+    import argparse
+
+    from vlarl_cli.cli.boundary import debug_requested, guarded
+    from vlarl_cli.training.entry import launch
+
+    args = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="vlarl_cli.cli.rl_train")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--resume", default=None)
+    parser.add_argument("--debug", action="store_true")
+    parser.add_argument("overrides", nargs="*")
+    ns = parser.parse_args(args)
+    code = guarded(lambda: launch(config=ns.config, overrides=ns.overrides, resume=ns.resume),
+                   command="rl-train", debug=ns.debug or debug_requested(args))
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    rank_main()

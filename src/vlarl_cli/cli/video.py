@@ -14,6 +14,7 @@ Examples:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -43,7 +44,10 @@ def command(
     """Render LIBERO episodes to MP4 (re-simulated or live)."""
     from vlarl_cli.video.api import Selection, render_videos
 
+    load_policy: Any = None
+    if checkpoint is not None or config is not None:  # a live rollout: the training side builds the policy
+        from vlarl_cli.training.evaluation import load_policy
     render_videos(episodes, selection=Selection(episode, failures, task, suite), against=against,
                   checkpoint=checkpoint, config=config, overrides=list(overrides or []),
                   compare_checkpoint=compare_checkpoint, suite=suite, task=task, trial=trial, protocol=protocol,
-                  max_steps=max_steps, resolution=resolution, out=out, fps=fps)
+                  max_steps=max_steps, resolution=resolution, out=out, fps=fps, load_policy=load_policy)

@@ -261,7 +261,8 @@ class EnvSplitConfig(Section):
     num_workers: int | None = Field(None, ge=1, description="Simulator worker processes per env rank "
                                     "(null: one per CPU core, at most one per env).")
     rollout_epoch: int = Field(1, ge=1, description="Rollout epochs collected per iteration.")
-    auto_reset: bool = Field(False, description="Reset an env as soon as its episode ends.")
+    auto_reset: bool = Field(False, description="Reset an env as soon as its episode ends; under adv_type gae a "
+                             "time-limit cut then adds gamma * V(final observation) to its step's reward (RLinf).")
     ignore_terminations: bool = Field(False, description="Keep stepping after success until max_episode_steps.")
     max_episode_steps: int = Field(240, ge=1, description="Episode length limit (truncation).")
     max_steps_per_rollout_epoch: int = Field(240, ge=1, description="Env steps collected per rollout epoch.")
@@ -654,6 +655,15 @@ class VlarlConfig(Section):
     @property
     def rollout_epoch(self) -> int:
         return self.algorithm.rollout_epoch or self.env.train.rollout_epoch
+
+    @property
+    def bootstrap_truncation(self) -> bool:
+        """GAE adds ``gamma * V(final observation)`` to the reward of a step where the time limit cut the episode
+        (``algorithms.advantages.bootstrap_truncated``): with auto-reset and a critic, as RLinf 0.3.0 does
+        (``EnvWorker.compute_bootstrap_rewards``, on whenever ``env.train.auto_reset`` and a value head; vlarl
+        reads the value head only under adv_type gae). Without auto-reset a cut episode ends the env's rollout
+        and its last step is terminal, as in RLinf."""
+        return self.env.train.auto_reset and self.algorithm.adv_type == "gae"
 
     @property
     def chunk_steps_per_epoch(self) -> int:

@@ -3,7 +3,7 @@
 Single process:  ``vlarl rl-train --config quickstart``
 Multi process:   ``vlarl rl-train --config X --nproc-per-node 2`` (re-launches itself through
                  ``torch.distributed.run``, the launcher behind ``torchrun``), or
-                 ``torchrun --nproc-per-node 2 -m vlarl_cli.training.entry --config X``.
+                 ``torchrun --nproc-per-node 2 -m vlarl_cli.cli.rl_train --config X`` (:func:`relaunch`).
 Multi node:      add ``--nnodes N --node-rank R --master-addr HOST --master-port P`` (same rendezvous as
                  torchrun). NCCL on GPUs and gloo on CPU, chosen by :mod:`vlarl_cli.distributed.device`.
 """
@@ -43,6 +43,32 @@ def env_world() -> tuple[int, int, int]:
             int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def launched() -> bool:
+    """This process was started by torchrun / ``torch.distributed.run`` (one rank of a job)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def launch_world_size(nnodes: int, nproc_per_node: int) -> int:
+    """The world size of this launch: the launcher's when started by it, else ``nnodes x nproc_per_node``."""
+    return env_world()[1] if launched() else nnodes * nproc_per_node
+
+
+def relaunch(module: str, args: list[str], *, nproc_per_node: int, nnodes: int, node_rank: int, master_addr: str,
+             master_port: int) -> None:
+    """Run ``python -m module *args`` on every rank of a new job through ``torch.distributed.run``."""
+    from torch.distributed import run as torch_run
+
+    from vlarl_cli.errors import ConfigError
+
+    launch = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", f"--node-rank={node_rank}",
+              f"--master-addr={master_addr}", f"--master-port={master_port}", "-m", module]
+    try:
+        torch_run.main(launch + args)
+    except Exception as err:  # ChildFailedError: the child printed its own message
+        raise ConfigError(f"The distributed job failed: {type(err).__name__}.",
+                          "Read the per-rank output above; rank 0's message names the problem.") from None
+
+
 def init_distributed(timeout_s: int = 1800) -> DistContext:
     """Join the process group when launched with several processes; no-op for one process."""
     rank, world_size, local_rank = env_world()
@@ -62,6 +88,22 @@ def shutdown() -> None:
 def barrier(group: Any = None) -> None:
     if torch_dist.is_initialized():
         torch_dist.barrier(group=group)
+
+
+def leave_together() -> None:
+    """Every rank finished: wait for the others, then tear the process groups down before the interpreter
+    exits (gloo's threads destroyed at interpreter teardown can abort a process that already succeeded)."""
+    barrier()
+    shutdown()
+
+
+def all_gather_lists(items: list[Any], world_size: int, group: Any = None) -> list[Any]:
+    """The picklable ``items`` of every rank of ``group`` (``world_size`` ranks), concatenated in rank order."""
+    if world_size <= 1:
+        return items
+    gathered: list[Any] = [None] * world_size
+    torch_dist.all_gather_object(gathered, items, group=group)
+    return [x for part in gathered for x in part]
 
 
 def all_reduce_mean_(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:

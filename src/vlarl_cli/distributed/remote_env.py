@@ -59,7 +59,8 @@ class RemoteVectorEnv:
         replies = [recv_dict(r) for r in self.env_ranks]
         for send in self._pending.pop(stage):
             send.wait()
-        infos: dict[str, Any] = {}
+        infos: dict[str, Any] = _merge_final([rep["obs"] for rep in replies],
+                                             [rep["infos"].pop(keys.FINAL_OBSERVATION, None) for rep in replies])
         for key in replies[0]["infos"]:
             values = [rep["infos"][key] for rep in replies]
             if key == keys.ERRORS:
@@ -88,6 +89,14 @@ class RemoteVectorEnv:
     def close(self) -> None:
         """Nothing to send: every rank runs the same number of iterations, and each env rank closes its own
         env after its last one (if a rank fails, the launcher stops the others)."""
+
+
+def _merge_final(obs: list[dict[str, Any]], finals: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """``{keys.FINAL_OBSERVATION: batch}`` when any env rank returned one (the others' rows: their obs),
+    else ``{}`` (envs/base.py)."""
+    if all(f is None for f in finals):
+        return {}
+    return {keys.FINAL_OBSERVATION: _cat_obs([o if f is None else f for o, f in zip(obs, finals, strict=True)])}
 
 
 def _cat_obs(parts: list[dict[str, Any]]) -> dict[str, Any]:

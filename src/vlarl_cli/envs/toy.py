@@ -4,9 +4,10 @@ Each env holds a point starting at the origin and a goal drawn uniformly on an a
 ``goal_min_dist <= |g| <= goal_max_dist``. A policy emits action chunks ``[B, C, 2]``; every env step
 moves the point by ``step_size * clip(a, -1, 1)``. Reaching within ``goal_radius`` of the goal gives a
 sparse reward of 1 and ends the episode (``terminated``); after ``max_steps`` env steps the episode is
-``truncated``. There is no auto-reset: a finished env ignores further actions and reports
-``done`` on every later step, which is exactly what :func:`vlarl_cli.algorithms.advantages.loss_mask_from_dones`
-expects. Observations use the shared key ``STATES``: ``[pos_x, pos_y, goal_x, goal_y]``.
+``truncated``. A finished env ignores the rest of its chunk; without auto-reset it also ignores every later
+chunk and reports ``done`` on every later step, which is exactly what
+:func:`vlarl_cli.algorithms.advantages.loss_mask_from_dones` expects; with auto-reset
+(:class:`ToyVectorEnv`) it restarts from its goal after the chunk. Observations use the shared key ``STATES``: ``[pos_x, pos_y, goal_x, goal_y]``.
 
 Random actions rarely succeed (a few percent with the defaults); moving straight to the goal always
 does, so success rate is an unambiguous learning signal.
@@ -26,6 +27,7 @@ import torch
 from torch import Tensor
 
 from vlarl_cli import keys
+from vlarl_cli.envs.base import final_observation
 
 __all__ = ["ReachEnv", "ReachStep", "ToyVectorEnv"]
 
@@ -98,6 +100,13 @@ class ReachEnv:
         self.steps.zero_()
         return self.observe()
 
+    def restart(self, rows: Tensor) -> None:
+        """Start new episodes in ``rows`` (env indices) towards the same goals."""
+        self.pos[rows] = 0.0
+        self.done[rows] = False
+        self.success[rows] = False
+        self.steps[rows] = 0
+
     def observe(self) -> dict[str, Tensor]:
         return {keys.STATES: torch.cat([self.pos, self.goal], dim=-1)}
 
@@ -130,25 +139,26 @@ class ToyVectorEnv:
     """:class:`ReachEnv` behind the vector-env interface the trainer uses (``LiberoVectorEnv``'s), so
     ``vlarl rl-train`` runs the toy task through exactly the same collect / advantage / update code.
 
-    Reset states are goals: ``pool`` holds ``pool_size`` ids of goals drawn once from ``seed``; one
-    episode per env per reset, no auto-reset (a finished env reports ``done`` until the next reset).
+    Reset states are goals: ``pool`` holds ``pool_size`` ids of goals drawn once from ``seed``. Without
+    ``auto_reset`` one episode per env per reset (a finished env reports ``done`` until the next reset);
+    with it, an env whose episode ended in a chunk restarts towards the same goal after that chunk, and
+    a time-limit cut is reported with the cut episode's last observation (``keys.FINAL_OBSERVATION``).
     """
 
-    def __init__(
-        self, num_envs: int, *, chunk: int = 4, max_steps: int = 16, seed: int = 0, pool_size: int = 1024
-    ) -> None:
+    def __init__(self, num_envs: int, *, chunk: int = 4, max_steps: int = 16, seed: int = 0,
+                 pool_size: int = 1024, auto_reset: bool = False) -> None:
         env = ReachEnv(num_envs, chunk=chunk, max_steps=max_steps)
-        self._setup(env, env.sample_goals(pool_size, torch.Generator().manual_seed(seed)))
+        self._setup(env, env.sample_goals(pool_size, torch.Generator().manual_seed(seed)), auto_reset)
 
     @classmethod
-    def over(cls, env: ReachEnv, goals: Tensor) -> ToyVectorEnv:
+    def over(cls, env: ReachEnv, goals: Tensor, *, auto_reset: bool = False) -> ToyVectorEnv:
         """``env`` behind this interface with the pool ``goals [P, 2]`` (reset id ``i`` is goal ``i``)."""
         out = cls.__new__(cls)
-        out._setup(env, goals)
+        out._setup(env, goals, auto_reset)
         return out
 
-    def _setup(self, env: ReachEnv, goals: Tensor) -> None:
-        self._env = env
+    def _setup(self, env: ReachEnv, goals: Tensor, auto_reset: bool) -> None:
+        self._env, self.auto_reset = env, auto_reset
         self.num_envs = env.num_envs
         self.goals = goals
         self.pool = np.arange(len(goals))
@@ -179,7 +189,17 @@ class ToyVectorEnv:
             keys.EPISODE_LEN: self._env.steps.clone(),
             keys.ERRORS: {},
         }
-        return out.obs, out.rewards, out.dones, infos
+        obs = out.obs
+        if self.auto_reset and bool(ended.any()):
+            cut = (ended & out.truncated.any(-1)).nonzero().flatten().tolist()
+            finals = {e: {k: v[e] for k, v in out.obs.items()} for e in cut}
+            rows = ended.nonzero().flatten()
+            self._env.restart(rows)
+            self._return[rows] = 0.0
+            obs = self._env.observe()
+            if finals:
+                infos[keys.FINAL_OBSERVATION] = final_observation(obs, finals)
+        return obs, out.rewards, out.dones, infos
 
     def episode_frames(self, env_id: int) -> list[dict[str, Any]]:
         return []

@@ -266,7 +266,16 @@ def _obs_layout(spec: VectorEnvSpec) -> dict[str, tuple[tuple[int, ...], str]]:
     layout[keys.STATES] = ((n, state_dim(spec.obs_mode)), "float32")
     for name, dim in RAW_STATE_KEYS.items():
         layout[name] = ((n, dim), "float32")
+    if spec.auto_reset:  # the last observation of an episode the time limit cut, for the value bootstrap
+        layout.update({_FINAL + k: v for k, v in list(layout.items())})
     return layout
+
+
+_FINAL = "final:"  # prefix of the shared arrays of final observations (envs/base.py, keys.FINAL_OBSERVATION)
+
+
+def _obs_names(layout: dict[str, Any]) -> list[str]:
+    return [k for k in layout if not k.startswith(_FINAL)]
 
 
 def _attach(
@@ -296,9 +305,9 @@ def _worker_main(conn: Any, env_ids: list[int], spec_fields: dict, shm_names: di
     options = spec.env_options()
     envs: dict[int, LiberoEnv] = {}
 
-    def write(gid: int, obs: dict[str, Any]) -> None:
-        for k in layout:
-            arrays[k][gid] = obs[k]
+    def write(gid: int, obs: dict[str, Any], prefix: str = "") -> None:
+        for k in _obs_names(layout):
+            arrays[prefix + k][gid] = obs[k]
 
     def start(gid: int, task_id: int, trial_id: int, seed: int | None = None) -> str:
         env = envs.get(gid)
@@ -350,6 +359,9 @@ def _worker_main(conn: Any, env_ids: list[int], spec_fields: dict, shm_names: di
                         )  # fmt: skip
                         if result.episode is None:
                             write(gid, result.obs)
+                        elif spec.auto_reset and result.truncated.any():
+                            write(gid, result.obs, _FINAL)
+                            out["final"] = True
                     episode = out.get("episode")
                     if episode is not None:
                         if spec.record_video:
@@ -673,8 +685,14 @@ class LiberoVectorEnv:
         import torch
 
         idx = np.asarray(env_ids)
-        obs: dict[str, Any] = {k: torch.from_numpy(arr[idx]) for k, arr in self._arrays.items()}
+        obs: dict[str, Any] = {k: torch.from_numpy(self._arrays[k][idx]) for k in _obs_names(self._layout)}
         obs[keys.TASK_DESCRIPTIONS] = [self._task_descriptions[e] for e in env_ids]
+        return obs
+
+    def _final_observation(self, env_id: int) -> dict[str, Any]:
+        """Env ``env_id``'s last observation of the episode the time limit just cut (before its reset)."""
+        obs: dict[str, Any] = {k: self._arrays[_FINAL + k][env_id].copy() for k in _obs_names(self._layout)}
+        obs[keys.TASK_DESCRIPTIONS] = self._task_descriptions[env_id]
         return obs
 
     # ------------------------------------------------------------------ stepping
@@ -718,13 +736,15 @@ class LiberoVectorEnv:
         ``success_once`` / ``success_at_end`` ``[n]`` bool, ``return`` ``[n]`` float, ``episode_len``
         ``[n]`` int (valid where ``episode_done``), ``errors`` {env_id: message}, ``reset_state_ids``
         ``[n]``, ``active`` ``[n]``, and ``env_ids`` (the global ids of the rows).
-        With auto-reset the observation of an env whose episode ended is the first of its next episode.
+        With auto-reset the observation of an env whose episode ended is the first of its next episode;
+        ``final_observation`` (present when the time limit cut one) holds the cut episode's last.
         """
         import torch
 
         ids, chunk, tags, lost_now = self._pending_stage.pop(stage)
         replies = self._gather(tags)
         n = len(ids)
+        finals: dict[int, dict[str, Any]] = {}  # row -> final observation of an episode the time limit cut
         rewards = np.zeros((n, chunk), np.float32)
         dones = np.zeros((n, chunk), bool)
         success = np.zeros((n, chunk), bool)
@@ -757,6 +777,8 @@ class LiberoVectorEnv:
                     self._frames.setdefault(e, []).append(out["frames"])
                 if not self.spec.auto_reset:
                     self._active[e] = False
+            if out.get("final"):
+                finals[row] = self._final_observation(e)
             if "task_description" in out:
                 self._task_descriptions[e] = out["task_description"]
         if self._parent_resets:
@@ -776,7 +798,12 @@ class LiberoVectorEnv:
             ACTIVE: torch.from_numpy(self._active[ids].copy()),
             "env_ids": ids,
         }
-        return self._observation(ids), torch.from_numpy(rewards), torch.from_numpy(dones), infos
+        obs = self._observation(ids)
+        if finals:
+            from vlarl_cli.envs.base import final_observation  # torch: parent side only, workers stay light
+
+            infos[keys.FINAL_OBSERVATION] = final_observation(obs, finals)
+        return obs, torch.from_numpy(rewards), torch.from_numpy(dones), infos
 
     def step_chunk(self, actions: Any) -> tuple[dict[str, Any], Any, Any, dict[str, Any]]:
         """Execute ``[N, C, 7]`` actions in all envs; returns ``(obs, rewards [N, C], dones [N, C], infos)``.
@@ -849,6 +876,9 @@ def _merge_stages(parts: list[tuple], n: int) -> tuple[dict[str, Any], Any, Any,
     rewards = cat([p[1] for p in parts])
     dones = cat([p[2] for p in parts])
     infos: dict[str, Any] = {}
+    finals = [p[3].pop(keys.FINAL_OBSERVATION, p[0]) for p in parts]
+    if any(f is not p[0] for f, p in zip(finals, parts, strict=True)):  # some stage cut an episode
+        infos[keys.FINAL_OBSERVATION] = {k: cat([f[k] for f in finals]) for k in obs}
     for k in parts[0][3]:
         if k == ERRORS:
             infos[k] = {e: m for p in parts for e, m in p[3][k].items()}

@@ -15,6 +15,7 @@ from vlarl_cli.algorithms.advantages import (
     advantage_metrics,
     aggregate_dones,
     aggregate_rewards,
+    bootstrap_truncated,
     compute_advantages,
     loss_mask_from_dones,
     normalize_pieces,
@@ -65,7 +66,11 @@ def epoch_advantages(config: VlarlConfig, r: Rollout, *, critic: bool, normalize
     ``rlinf/utils/metric_utils.py``: the actions of the ending chunk after the done are masked)."""
     algo = config.algorithm
     t, n, c = r.rewards.shape
-    rewards = aggregate_rewards(r.rewards, algo.reward_type)  # [T, N] or [T, N, C]
+    values = _critic_values(r.values, algo.reward_type) if critic and algo.adv_type == "gae" else None
+    step_rewards = r.rewards
+    if values is not None and config.bootstrap_truncation:
+        step_rewards = bootstrap_truncated(r.rewards, r.truncated, r.final_values, algo.gamma)
+    rewards = aggregate_rewards(step_rewards, algo.reward_type)  # [T, N] or [T, N, C]
     dones = aggregate_dones(r.dones, algo.reward_type)  # [T+1, N] or [T+1, N, C]
     action_level = algo.reward_type == "action_level"
     if config.env.train.auto_reset:
@@ -73,7 +78,6 @@ def epoch_advantages(config: VlarlConfig, r: Rollout, *, critic: bool, normalize
     else:  # from the action dones [T+1, N, C] or the chunk dones [T+1, N]
         step_mask = loss_mask_from_dones(r.dones if action_level else r.dones.any(dim=-1))
     bounds = (algo.rewards_lower_bound, algo.rewards_upper_bound) if algo.filter_rewards else None
-    values = _critic_values(r.values, algo.reward_type) if critic and algo.adv_type == "gae" else None
     return compute_advantages(
         algo.adv_type, rewards, dones, step_mask, values=values, gamma=algo.gamma,
         gae_lambda=algo.gae_lambda, group_size=config.train_group_size, normalize=normalize,

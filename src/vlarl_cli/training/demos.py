@@ -200,8 +200,6 @@ def record_expert_demos(out_dir: str | Path, n: int, *, suite: str = "libero_spa
     """
     from vlarl_cli.envs.libero import suites
     from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
-    from vlarl_cli.envs.libero.expert import PickPlaceExpert
-    from vlarl_cli.errors import EnvError
 
     if n < 1:
         raise VlarlError(f"Cannot record {n} demonstrations.", "Pass --record N with N >= 1.")
@@ -212,52 +210,62 @@ def record_expert_demos(out_dir: str | Path, n: int, *, suite: str = "libero_spa
                          max_episode_steps=max_episode_steps, settle_steps=settle_steps)
     env = LiberoEnv(suite, tasks[0], options)
     paths: list[Path] = []
-    index = next_episode_index(out)
+    start = next_episode_index(out)
     attempt = 0
     unscripted: list[int] = []
     try:
         while len(paths) < n:
             if not tasks:
-                raise VlarlError(f"The scripted expert handles none of the tasks {unscripted} of {suite} (it only "
-                                 "scripts a single on/in goal).",
-                                 "Record on libero_spatial (or libero_object) tasks, or bring your own "
-                                 "demonstrations with --demos.")
+                raise _none_scripted(unscripted, suite)
             if attempts_left <= 0:
                 raise VlarlError(f"The scripted expert succeeded in only {len(paths)} of {attempt} episodes "
-                                 f"on {suite} tasks {tasks}; {n} were requested.",
-                                 "Use a task the expert solves (libero_spatial), raise max_episode_steps, or "
-                                 "record fewer demonstrations.")
+                                 f"on {suite} tasks {tasks}; {n} were requested.", _FEWER)
             task = tasks[attempt % len(tasks)]
             trial = (first_trial + attempt // len(tasks)) % len(suites.init_states(suite, task))
-            attempt += 1
-            attempts_left -= 1
             if env.task_id != task:
                 env.set_task(task)
             obs = env.reset(trial)
-            try:
-                expert = PickPlaceExpert(env.raw_env.env)
-            except EnvError as err:  # a goal the expert does not script: drop the task, not the recording
+            expert = _expert_or_skip(env, suite, task, progress)
+            if expert is None:  # a goal the expert does not script: drop the task, not the recording
                 tasks.remove(task)
                 unscripted.append(task)
-                attempt -= 1
-                attempts_left += 1
-                if progress is not None:
-                    progress(f"skipping {suite} task {task}: {err.problem}")
                 continue
+            attempt += 1
+            attempts_left -= 1
             ep = _expert_episode(env, obs, expert, meta={"env_type": "libero", "suite": suite, "task_id": task,
                                                           "trial_id": trial, "expert": "PickPlaceExpert",
                                                           "resolution": resolution, "protocol": protocol})
             if progress is not None:
                 progress(f"demo attempt {attempt}: task {task} trial {trial}: "
                          f"{'success' if ep.success else 'failure'} in {len(ep.actions)} steps")
-            if not ep.success:
-                continue
-            paths.append(save_episode(out / f"episode_{index:05d}.npz", ep))
-            index += 1
+            if ep.success:
+                paths.append(save_episode(out / f"episode_{start + len(paths):05d}.npz", ep))
     finally:
         env.close()
     return paths
 
+
+
+_FEWER = "Use a task the expert solves (libero_spatial), raise max_episode_steps, or record fewer demonstrations."
+
+
+def _none_scripted(unscripted: Sequence[int], suite: str) -> VlarlError:
+    return VlarlError(f"The scripted expert handles none of the tasks {list(unscripted)} of {suite} (it only "
+                      "scripts a single on/in goal).", "Record on libero_spatial (or libero_object) tasks, or "
+                      "bring your own demonstrations with --demos.")
+
+
+def _expert_or_skip(env: Any, suite: str, task: int, progress: Any) -> Any:
+    """The scripted expert of ``env``'s current episode, or None (reported) when it does not script the goal."""
+    from vlarl_cli.envs.libero.expert import PickPlaceExpert
+    from vlarl_cli.errors import EnvError
+
+    try:
+        return PickPlaceExpert(env.raw_env.env)
+    except EnvError as err:
+        if progress is not None:
+            progress(f"skipping {suite} task {task}: {err.problem}")
+        return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -394,6 +402,17 @@ def _record_worker(job: _RecordJob) -> dict[str, Any]:
     return {"worker": job.worker, "successes": successes}
 
 
+def _run_jobs(jobs: list[_RecordJob]) -> None:
+    """The recording jobs: in this process for one, else in as many spawned processes."""
+    import multiprocessing as mp
+
+    if len(jobs) == 1:
+        _record_worker(jobs[0])
+        return
+    with mp.get_context("spawn").Pool(len(jobs)) as pool:
+        pool.map(_record_worker, jobs)
+
+
 def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_spatial",
                           task_ids: Sequence[int] | None = None, resolution: int = 128,
                           cameras: Sequence[str] = ("main", "wrist"), max_episode_steps: int | None = None,
@@ -414,10 +433,8 @@ def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_s
     not script are skipped. The report gives the expert's success rate over its attempts. ``obs_mode``
     ``state`` (with no ``cameras``) records the env's 14-d privileged state (``EnvOptions.obs_mode``).
     """
-    import multiprocessing as mp
     import shutil
 
-    from vlarl_cli.datasets.lerobot import write_lerobot
     from vlarl_cli.envs.libero import suites
 
     if n < 1:
@@ -435,13 +452,8 @@ def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_s
                "max_episode_steps": max_episode_steps, "settle_steps": settle_steps, "obs_mode": obs_mode}
     workers = max(1, min(workers, n))
     quotas = [n // workers + (w < n % workers) for w in range(workers)]
-    jobs = [_RecordJob(w, workers, quotas[w], max_attempts or 3 * quotas[w] + 3, str(staging), suite, tasks,
-                       options, first_trial, init, keep_failures) for w in range(workers)]
-    if workers == 1:
-        _record_worker(jobs[0])
-    else:
-        with mp.get_context("spawn").Pool(workers) as pool:
-            pool.map(_record_worker, jobs)
+    _run_jobs([_RecordJob(w, workers, quotas[w], max_attempts or 3 * quotas[w] + 3, str(staging), suite, tasks,
+                          options, first_trial, init, keep_failures) for w in range(workers)])
     done = _done_attempts(staging)
     unscripted = sorted({int(r["task"]) for r in done.values() if r.get("unscripted")})
     rows = [r for r in done.values() if not r.get("unscripted")]
@@ -451,22 +463,28 @@ def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_s
                  f"{suite} tasks {list(tasks)}" + (f"; not scripted: tasks {unscripted}" if unscripted else ""))
     if successes < n:
         if len(unscripted) == len(tasks):
-            raise VlarlError(f"The scripted expert handles none of the tasks {unscripted} of {suite} (it only "
-                             "scripts a single on/in goal).", "Record on libero_spatial (or libero_object) tasks, "
-                             "or bring your own demonstrations with --demos.")
+            raise _none_scripted(unscripted, suite)
         raise VlarlError(f"The scripted expert succeeded in only {successes} of {len(rows)} episodes on {suite} "
-                         f"tasks {list(tasks)}; {n} were requested (staged episodes kept in {staging}).",
-                         "Use a task the expert solves (libero_spatial), raise max_episode_steps, or record fewer.")
+                         f"tasks {list(tasks)}; {n} were requested (staged episodes kept in {staging}).", _FEWER)
+    report = _write_dataset(out, staging, rows, suite=suite, tasks=tasks, init=init, unscripted=unscripted, fps=fps)
+    shutil.rmtree(staging)
+    return report
+
+
+def _write_dataset(out: Path, staging: Path, rows: list[dict[str, Any]], *, suite: str, tasks: tuple[int, ...],
+                   init: str, unscripted: list[int], fps: int) -> RecordReport:
+    """The staged episodes as one LeRobot dataset at ``out``, with how they came about in its meta/."""
+    from vlarl_cli.datasets.lerobot import write_lerobot
+
     episodes = [load_episode(p) for p in sorted(staging.glob(EPISODE_PATTERN))]
     for e in episodes:
         e.meta = {**e.meta, "suite": suite}
-    report = RecordReport(out, len(rows), successes, len(episodes), unscripted)
+    report = RecordReport(out, len(rows), sum(bool(r["success"]) for r in rows), len(episodes), unscripted)
     provenance = {"expert": "PickPlaceExpert", "suite": suite, "tasks": list(tasks), "init": init,
                   "attempts": report.attempts, "successes": report.successes, "kept": report.kept,
                   "success_rate": report.success_rate, "unscripted_tasks": unscripted, "episodes": sorted(
                       (r for r in rows), key=lambda r: r["attempt"])}
     write_lerobot(out, episodes, fps=fps, extra_meta={RECORDING_META: provenance})
-    shutil.rmtree(staging)
     return report
 
 

@@ -51,7 +51,7 @@ def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank:
         from vlarl_cli.envs.toy import ToyVectorEnv
 
         return ToyVectorEnv(num_envs, chunk=config.actor.model.num_action_chunks,
-                            max_steps=split.max_episode_steps, seed=split.seed)
+                            max_steps=split.max_episode_steps, seed=split.seed, auto_reset=split.auto_reset)
     if split.env_type == "maniskill":
         from vlarl_cli.envs.maniskill.make import make_maniskill_env
 

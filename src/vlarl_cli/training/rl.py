@@ -308,7 +308,8 @@ class Trainer:
                              epoch_index=epoch_index)
         streams = sampling_generator(config.actor.seed, epoch_index, columns)
         return collect(cast(Policy, policy), self.env, config.chunk_steps_per_epoch,
-                       stages=config.rollout.pipeline_stage_num, reset_state_ids=ids, generator=streams)
+                       stages=config.rollout.pipeline_stage_num, reset_state_ids=ids, generator=streams,
+                       bootstrap=config.bootstrap_truncation)
 
     def hand_to_actors(self, rollouts: list[Rollout] | None, metrics: dict[str, float]) -> list[Rollout] | None:
         """The actor ranks' env columns of every rollout epoch (None on ranks that are not actors)."""
@@ -437,8 +438,3 @@ def _print_plan(config: VlarlConfig, world_size: int, policy: torch.nn.Module, r
               f"total_num_envs {config.train_num_envs}: mini-batches are shuffled by sample, so this run's "
               "mini-batches differ from a 1-process run's (otherwise every env gives each mini-batch the same "
               "number of its chunk steps)", flush=True)
-    if config.env.train.auto_reset and config.algorithm.adv_type == "gae":
-        # REFERENCE.md section 2: with auto-reset RLinf adds gamma * V(final_obs) to a truncated last step; the
-        # vector env returns the next episode's first observation instead of the final one, so we cannot
-        print("note: env.train.auto_reset with gae: a time-limit (truncated) step is treated as terminal, "
-              "without RLinf's bootstrap r += gamma * V(final observation).", flush=True)

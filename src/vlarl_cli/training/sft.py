@@ -60,6 +60,7 @@ from vlarl_cli.config.schema import VlarlConfig
 from vlarl_cli.distributed import dist
 from vlarl_cli.errors import ConfigError, VlarlError
 from vlarl_cli.policies.base import policy_obs_mode
+from vlarl_cli.training.common import derived_seed
 from vlarl_cli.training.demos import ChunkDataset
 
 __all__ = ["SftResult", "SftState", "default_record_count", "export_policy", "record_demos", "run_sft",
@@ -350,26 +351,170 @@ def _demonstrations(config: VlarlConfig, demos: Path | None, record: int | None,
 # ------------------------------------------------------------------------------------------------ training
 
 
+def _total_steps(config: VlarlConfig, steps: int | None) -> int:
+    """``--steps``, else ``sft.steps``, else ``runner.max_steps``."""
+    if steps is None:
+        steps = config.sft.steps or (config.runner.max_steps if config.runner.max_steps > 0 else None)
+    if steps is None or steps < 1:
+        raise ConfigError("No number of SFT steps: --steps is not given and neither sft.steps nor "
+                          "runner.max_steps is set.", "Pass --steps K (or set sft.steps in the config).")
+    return steps
+
+
+@dataclass
+class _Demos:
+    """The run's demonstrations: their folder, format and successful episodes."""
+
+    folder: Path
+    format: str
+    episodes: list[Any]
+
+
+def _load_demos(config: VlarlConfig, demos: Path | None, record: int | None, run_dir: Path, *, resuming: bool,
+                is_main: bool, say: Any) -> _Demos:
+    """Rank 0 writes the run's config and records the demonstrations when asked; everyone waits and reads."""
+    from vlarl_cli.checkpoints.atomic import atomic_write_text
+    from vlarl_cli.config.loading import to_yaml
+    from vlarl_cli.datasets import load_demonstrations
+
+    sft = config.sft
+    if is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run_dir / "config.yaml", to_yaml(config))
+    demo_dir = _demonstrations(config, demos, record, run_dir, resuming=resuming, is_main=is_main, say=say)
+    dist.barrier()
+    episodes, demo_format = load_demonstrations(demo_dir, state_key=sft.state_key, action_key=sft.action_key,
+                                                main_camera_key=sft.main_camera_key,
+                                                wrist_camera_key=sft.wrist_camera_key)
+    return _Demos(demo_dir, demo_format, [e for e in episodes if e.success])
+
+
+class _Learner:
+    """This rank's policy (the same init on every rank), its data and optimizer, and one SFT step."""
+
+    def __init__(self, config: VlarlConfig, demos: _Demos, ctx: dist.DistContext, steps: int, say: Any) -> None:
+        from vlarl_cli.policies.registry import build_policy
+        from vlarl_cli.training.common import build_scheduler, resolve_model_path, seed_everything
+
+        seed_everything(config.actor.seed)
+        model_cfg = trainable_model(config.actor.model, config.sft.trainable)
+        self.config = config = config.model_copy(update={"actor": config.actor.model_copy(update={"model": model_cfg})})
+        model_cfg = model_cfg.model_copy(update={"model_path": resolve_model_path(model_cfg.model_path)})
+        self.policy = policy = build_policy(model_cfg, ctx.device)
+        dist.broadcast_module_(policy)
+        self.stats_note = self._statistics(demos, say)
+        # chunks as long as the policy executes (C of the loaded model, normally actor.model.num_action_chunks)
+        self.dataset = ChunkDataset(demos.episodes,
+                                    int(getattr(policy, "num_action_chunks", config.actor.model.num_action_chunks)))
+        check_dataset(self.dataset, policy, config, demos.folder)
+        # eval mode: dropout off (the families disable it for RL too) and frozen backbones stay frozen
+        policy.eval()
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+        if not self.params:
+            raise ConfigError("The policy has no trainable parameters.",
+                              "Check sft.trainable / actor.model.train_expert_only / is_lora.")
+        optim = config.actor.optim
+        self.optimizer = torch.optim.AdamW(self.params, lr=optim.lr, betas=optim.betas, eps=optim.adam_eps,
+                                           weight_decay=optim.weight_decay)
+        self.scheduler = build_scheduler(self.optimizer, config, steps)
+        self.ctx, self.glob, self.micro = ctx, config.actor.global_batch_size, config.actor.micro_batch_size
+        if self.glob % (self.micro * ctx.world_size):
+            raise ConfigError(f"actor.global_batch_size ({self.glob}) must be divisible by micro_batch_size x "
+                              f"processes ({self.micro} x {ctx.world_size}).", "Adjust the batch sizes.")
+        self.local = self.glob // ctx.world_size
+        # the flow noise / times of step k come from (seed, rank, k): nothing to carry across a resume, on any rank
+        self.flow_gen = torch.Generator()
+        self.generators: dict[str, torch.Generator] = {}
+        self.loss_fn = _loss_fn(policy, self.flow_gen)
+
+    def _statistics(self, demos: _Demos, say: Any) -> str:
+        """The normalisation statistics: the demonstrations' (a preset model), else the checkpoint's."""
+        from vlarl_cli.datasets.stats import apply_data_stats
+
+        if not use_data_stats(self.config):
+            return "the checkpoint's"
+        unnorm = getattr(getattr(self.policy, "cfg", None), "unnorm_key", None) or "vlarl_demos"
+        note = apply_data_stats(self.policy, demos.episodes, dataset_name=unnorm) or "none (toy policy)"
+        say(f"normalisation statistics from the demonstrations: {note}")
+        return note
+
+    def restore(self, path: Path) -> int:
+        """The step the checkpoint at ``path`` reached, with weights, optimizer and schedule restored."""
+        return _restore(path, self.policy, self.optimizer, self.scheduler, self.generators)
+
+    def step(self, step: int, ids: np.ndarray) -> tuple[float, float, float]:
+        """One optimizer step on this rank's share of the global batch ``ids``: (loss over all ranks,
+        gradient norm, learning rate used)."""
+        ctx, local, micro = self.ctx, self.local, self.micro
+        ids = ids[ctx.rank * local:(ctx.rank + 1) * local]
+        self.flow_gen.manual_seed(derived_seed(self.config.actor.seed, ctx.rank, 12, step))
+        self.optimizer.zero_grad(set_to_none=True)
+        total = torch.zeros((), dtype=torch.float64)
+        for k in range(0, local, micro):
+            obs, actions = self.dataset.batch(ids[k:k + micro])
+            loss = self.loss_fn(obs, actions.to(ctx.device))
+            if not torch.isfinite(loss):
+                raise VlarlError(f"The SFT loss became {loss.item()} at step {step}.",
+                                 "Lower actor.optim.lr or check the demonstrations for outliers.")
+            (loss * (len(ids[k:k + micro]) / local)).backward()
+            total += loss.detach().double().cpu() * (len(ids[k:k + micro]) / local)
+        dist.gradient_all_reduce(self.policy)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.actor.optim.clip_grad)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        return float(dist.all_reduce_mean_(total).item()), float(grad_norm), lr
+
+    def state(self, step: int, demos: _Demos, losses: list[float]) -> SftState:
+        from vlarl_cli import __version__
+
+        return SftState(steps=step, samples=len(self.dataset), episodes=len(demos.episodes),
+                        demos=str(demos.folder.resolve()), first_loss=losses[0] if losses else float("nan"),
+                        last_loss=losses[-1] if losses else float("nan"),
+                        model_type=self.config.actor.model.model_type, version=__version__,
+                        demos_format=demos.format, norm_stats=self.stats_note)
+
+
+class _MetricsLog:
+    """``sft_metrics.jsonl`` (rank 0) and the console: the means of every ``every`` steps."""
+
+    def __init__(self, run_dir: Path, *, is_main: bool, resumed_at: int | None, every: int, steps: int,
+                 say: Any) -> None:
+        path = run_dir / METRICS_FILE
+        if is_main and resumed_at is not None:
+            _trim_metrics(path, resumed_at)
+        self.file = path.open("a" if resumed_at is not None else "w") if is_main else None
+        self.every, self.steps, self.say = every, steps, say
+        self.window: list[tuple[float, float]] = []
+        self.start = time.perf_counter()
+
+    def add(self, step: int, loss: float, grad_norm: float, lr: float) -> None:
+        self.window.append((loss, grad_norm))
+        if step % self.every and step != self.steps:
+            return
+        row = {"step": step, "sft/loss": float(np.mean([w[0] for w in self.window])),
+               "sft/grad_norm": float(np.mean([w[1] for w in self.window])), "sft/lr": lr,
+               "time/elapsed": time.perf_counter() - self.start}
+        self.window = []
+        if self.file is not None:
+            self.file.write(json.dumps(row) + "\n")
+            self.file.flush()
+        self.say(f"step {step}/{self.steps}  loss {row['sft/loss']:.4f}  grad_norm {row['sft/grad_norm']:.3f}  "
+                 f"lr {lr:.2e}")
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
 def train_sft(loaded: LoadedConfig, *, demos: Path | None = None, record: int | None = None,
               steps: int | None = None, output: Path | None = None, log_every: int | None = None,
               quiet: bool = False, resume: str | None = None) -> SftResult:
     """Behaviour cloning as described in the module docstring; returns where everything went."""
-    from vlarl_cli import __version__
-    from vlarl_cli.checkpoints.atomic import atomic_write_text
-    from vlarl_cli.config.loading import to_yaml
-    from vlarl_cli.datasets import load_demonstrations
-    from vlarl_cli.datasets.stats import apply_data_stats
-    from vlarl_cli.policies.registry import build_policy
     from vlarl_cli.training import checkpoint as ckpt
-    from vlarl_cli.training.common import build_scheduler, derived_seed, resolve_model_path, seed_everything
 
     config = loaded.config
-    sft = config.sft
-    if steps is None:
-        steps = sft.steps or (config.runner.max_steps if config.runner.max_steps > 0 else None)
-    if steps is None or steps < 1:
-        raise ConfigError("No number of SFT steps: --steps is not given and neither sft.steps nor "
-                          "runner.max_steps is set.", "Pass --steps K (or set sft.steps in the config).")
+    total = _total_steps(config, steps)
     output = Path(output).expanduser().resolve() if output is not None else None
     run_dir = Path(config.runner.logger.log_path).expanduser()
     resume_path = ckpt.resolve_checkpoint(run_dir, resume) if resume else None
@@ -377,138 +522,57 @@ def train_sft(loaded: LoadedConfig, *, demos: Path | None = None, record: int | 
     check_run_dir(run_dir, resume_path is not None)
     ctx = dist.init_distributed()
     say = (lambda *a: None) if quiet else dist.print0
-    seed = config.actor.seed
-
-    # ---- demonstrations (rank 0 records, everyone waits and reads)
-    if ctx.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run_dir / "config.yaml", to_yaml(config))
-    demo_dir = _demonstrations(config, demos, record, run_dir, resuming=resume_path is not None,
-                               is_main=ctx.is_main, say=say)
-    dist.barrier()
-    episodes, demo_format = load_demonstrations(demo_dir, state_key=sft.state_key, action_key=sft.action_key,
-                                                main_camera_key=sft.main_camera_key,
-                                                wrist_camera_key=sft.wrist_camera_key)
-    episodes = [e for e in episodes if e.success]
-
-    # ---- model, statistics and optimizer (the same init on every rank)
-    seed_everything(seed)
-    model_cfg = trainable_model(config.actor.model, sft.trainable)
-    config = config.model_copy(update={"actor": config.actor.model_copy(update={"model": model_cfg})})
-    model_cfg = model_cfg.model_copy(update={"model_path": resolve_model_path(model_cfg.model_path)})
-    policy = build_policy(model_cfg, ctx.device)
-    dist.broadcast_module_(policy)
-    stats_note = "the checkpoint's"
-    if use_data_stats(config):
-        unnorm = getattr(getattr(policy, "cfg", None), "unnorm_key", None) or "vlarl_demos"
-        stats_note = apply_data_stats(policy, episodes, dataset_name=unnorm) or "none (toy policy)"
-        say(f"normalisation statistics from the demonstrations: {stats_note}")
-    # chunks as long as the policy executes (C of the loaded model, normally actor.model.num_action_chunks)
-    dataset = ChunkDataset(episodes, int(getattr(policy, "num_action_chunks", config.actor.model.num_action_chunks)))
-    check_dataset(dataset, policy, config, demo_dir)
-    # eval mode: dropout off (the families disable it for RL too) and frozen backbones stay frozen
-    policy.eval()
-    params = [p for p in policy.parameters() if p.requires_grad]
-    if not params:
-        raise ConfigError("The policy has no trainable parameters.",
-                          "Check sft.trainable / actor.model.train_expert_only / is_lora.")
-    optim_cfg = config.actor.optim
-    optimizer = torch.optim.AdamW(params, lr=optim_cfg.lr, betas=optim_cfg.betas, eps=optim_cfg.adam_eps,
-                                  weight_decay=optim_cfg.weight_decay)
-    scheduler = build_scheduler(optimizer, config, steps)
-
-    world = ctx.world_size
-    glob, micro = config.actor.global_batch_size, config.actor.micro_batch_size
-    if glob % (micro * world):
-        raise ConfigError(f"actor.global_batch_size ({glob}) must be divisible by micro_batch_size x processes "
-                          f"({micro} x {world}).", "Adjust the batch sizes.")
-    local = glob // world
-    # the flow noise / times of step k come from (seed, rank, k): nothing to carry across a resume, on any rank
-    flow_gen = torch.Generator()
-    generators: dict[str, torch.Generator] = {}
+    data = _load_demos(config, demos, record, run_dir, resuming=resume_path is not None, is_main=ctx.is_main, say=say)
+    learner = _Learner(config, data, ctx, total, say)
     done = 0
     if resume_path is not None:
-        done = _restore(resume_path, policy, optimizer, scheduler, generators)
+        done = learner.restore(resume_path)
         say(f"resumed from {resume_path} at step {done}")
-    sampler = _Sampler(len(dataset), derived_seed(seed, 11), skip=done * glob)
-    loss_fn = _loss_fn(policy, flow_gen)
-    log_every = log_every or max(1, steps // 100)
-    say(f"SFT: {config.actor.model.model_type} on {len(episodes)} episodes / {len(dataset)} samples from "
-        f"{demo_dir} ({demo_format}); {steps} steps of {glob} samples ({world} process(es)), run dir {run_dir}")
+    losses, last_saved = _train_steps(learner, data, run_dir, total, done, output=output, log_every=log_every,
+                                      resumed=resume_path is not None, say=say)
+    # ---- the final policy: -o OUT (a new folder), else the run's last checkpoint
+    folder = ckpt.checkpoint_dir(run_dir, total)
+    if output is not None:
+        if ctx.is_main:
+            export_policy(learner.policy, learner.config, output, learner.state(total, data, losses))
+            say(f"checkpoint: {output}")
+        folder = output
+    elif last_saved != total and ctx.is_main:  # resumed at the end: the last checkpoint is the result
+        say(f"nothing left to train: step {total} was already reached")
+    dist.barrier()
+    return SftResult(run_dir=run_dir, checkpoint=folder, demos=data.folder, steps=total,
+                     first_loss=losses[0] if losses else float("nan"),
+                     last_loss=losses[-1] if losses else float("nan"), losses=losses)
 
-    def sft_state(step: int) -> SftState:
-        return SftState(steps=step, samples=len(dataset), episodes=len(episodes), demos=str(demo_dir.resolve()),
-                        first_loss=losses[0] if losses else float("nan"),
-                        last_loss=losses[-1] if losses else float("nan"), model_type=config.actor.model.model_type,
-                        version=__version__, demos_format=demo_format, norm_stats=stats_note)
 
+def _train_steps(learner: _Learner, data: _Demos, run_dir: Path, total: int, done: int, *, output: Path | None,
+                 log_every: int | None, resumed: bool, say: Any) -> tuple[list[float], int]:
+    """Steps ``done + 1 .. total`` with their metrics and checkpoints: (the losses, the last saved step)."""
+    config, ctx = learner.config, learner.ctx
+    sampler = _Sampler(len(learner.dataset), derived_seed(config.actor.seed, 11), skip=done * learner.glob)
+    say(f"SFT: {config.actor.model.model_type} on {len(data.episodes)} episodes / {len(learner.dataset)} samples "
+        f"from {data.folder} ({data.format}); {total} steps of {learner.glob} samples ({ctx.world_size} "
+        f"process(es)), run dir {run_dir}")
     losses: list[float] = []
-    window: list[tuple[float, float]] = []
-    metrics_path = run_dir / METRICS_FILE
-    if ctx.is_main and resume_path is not None:
-        _trim_metrics(metrics_path, done)
-    metrics_file = metrics_path.open("a" if resume_path is not None else "w") if ctx.is_main else None
-    start = time.perf_counter()
-    last_saved = done if resume_path is not None else -1
+    log = _MetricsLog(run_dir, is_main=ctx.is_main, resumed_at=done if resumed else None,
+                      every=log_every or max(1, total // 100), steps=total, say=say)
+    last_saved = done if resumed else -1
     try:
-        for step in range(done + 1, steps + 1):
-            ids = sampler.next(glob)[ctx.rank * local:(ctx.rank + 1) * local]
-            flow_gen.manual_seed(derived_seed(seed, ctx.rank, 12, step))
-            optimizer.zero_grad(set_to_none=True)
-            total = torch.zeros((), dtype=torch.float64)
-            for k in range(0, local, micro):
-                obs, actions = dataset.batch(ids[k:k + micro])
-                loss = loss_fn(obs, actions.to(ctx.device))
-                if not torch.isfinite(loss):
-                    raise VlarlError(f"The SFT loss became {loss.item()} at step {step}.",
-                                     "Lower actor.optim.lr or check the demonstrations for outliers.")
-                (loss * (len(ids[k:k + micro]) / local)).backward()
-                total += loss.detach().double().cpu() * (len(ids[k:k + micro]) / local)
-            dist.gradient_all_reduce(policy)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, optim_cfg.clip_grad)
-            lr = optimizer.param_groups[0]["lr"]
-            optimizer.step()
-            scheduler.step()
-            step_loss = float(dist.all_reduce_mean_(total).item())
-            losses.append(step_loss)
-            window.append((step_loss, float(grad_norm)))
-            if step % log_every == 0 or step == steps:
-                row = {"step": step, "sft/loss": float(np.mean([w[0] for w in window])),
-                       "sft/grad_norm": float(np.mean([w[1] for w in window])), "sft/lr": lr,
-                       "time/elapsed": time.perf_counter() - start}
-                window = []
-                if metrics_file is not None:
-                    metrics_file.write(json.dumps(row) + "\n")
-                    metrics_file.flush()
-                say(f"step {step}/{steps}  loss {row['sft/loss']:.4f}  grad_norm {row['sft/grad_norm']:.3f}  "
-                    f"lr {lr:.2e}")
-            interval = sft.save_interval > 0 and step % sft.save_interval == 0 and step < steps
-            if interval or (step == steps and output is None):
+        for step in range(done + 1, total + 1):
+            loss, grad_norm, lr = learner.step(step, sampler.next(learner.glob))
+            losses.append(loss)
+            log.add(step, loss, grad_norm, lr)
+            interval = config.sft.save_interval > 0 and step % config.sft.save_interval == 0 and step < total
+            if interval or (step == total and output is None):
                 if ctx.is_main:
-                    path = _save_checkpoint(run_dir, policy, optimizer, scheduler, generators, config,
-                                            sft_state(step))
+                    path = _save_checkpoint(run_dir, learner.policy, learner.optimizer, learner.scheduler,
+                                            learner.generators, config, learner.state(step, data, losses))
                     say(f"checkpoint: {path}")
                 last_saved = step
                 dist.barrier()
     finally:
-        if metrics_file is not None:
-            metrics_file.close()
-
-    # ---- the final policy: -o OUT (a new folder), else the run's last checkpoint
-    if output is not None:
-        if ctx.is_main:
-            export_policy(policy, config, output, sft_state(steps))
-            say(f"checkpoint: {output}")
-        folder = output
-    else:
-        if last_saved != steps and ctx.is_main:  # resumed at the end: the last checkpoint is the result
-            say(f"nothing left to train: step {steps} was already reached")
-        folder = ckpt.checkpoint_dir(run_dir, steps)
-    dist.barrier()
-    return SftResult(run_dir=run_dir, checkpoint=folder, demos=demo_dir, steps=steps,
-                     first_loss=losses[0] if losses else float("nan"),
-                     last_loss=losses[-1] if losses else float("nan"), losses=losses)
-
+        log.close()
+    return losses, last_saved
 
 def run_sft(*, config: str, demos: Path | None, overrides: list[str], steps: int | None, output: Path | None,
             record: int | None = None, resume: str | None = None) -> SftResult:

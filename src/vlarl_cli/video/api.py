@@ -3,12 +3,15 @@
 Recorded:  ``render_videos(episodes=Path("eval/x/episodes.jsonl"), failures=True, task=3)`` writes one MP4
 per episode plus a montage of all of them; ``against=OTHER`` puts the same (suite, task, trial) of another
 results folder next to each (two checkpoints on the same init state).
-Live:      ``render_videos(checkpoint=..., suite=..., task=..., trial=...)``; ``compare_checkpoint`` adds a
-second policy side by side on the same init state.
+Live:      ``render_videos(checkpoint=..., suite=..., task=..., trial=..., load_policy=...)``;
+``compare_checkpoint`` adds a second policy side by side on the same init state. Policies come from the
+caller's ``load_policy`` (``training.evaluation.load_policy`` for ``vlarl video``): building models from
+checkpoints is the training side's job, above this package.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,8 +62,10 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
                   compare_checkpoint: Path | None = None, suite: str | None = None, task: int | None = None,
                   trial: int = 0, protocol: str = "standard", max_steps: int | None = None,
                   settle_steps: int | None = None, resolution: int | None = None, out: Path | None = None,
-                  fps: int = 20, montage_max: int = 16, sims: Any = None) -> list[Path]:
-    """Write MP4s (see module docstring); returns the written paths. ``sims``: reuse these simulators."""
+                  fps: int = 20, montage_max: int = 16, sims: Any = None,
+                  load_policy: Callable[..., tuple[Any, Any, Any]] | None = None) -> list[Path]:
+    """Write MP4s (see module docstring); returns the written paths. ``sims``: reuse these simulators;
+    ``load_policy(checkpoint, config, overrides) -> (policy, info, config)`` builds the live policies."""
     from vlarl_cli.video import render
     from vlarl_cli.video.resim import Simulators, live_episode, resimulate
 
@@ -107,8 +112,8 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
     if suite is None or task is None:
         raise ConfigError("A live rollout needs --suite and --task (and --trial, default 0).",
                           "e.g. --suite libero_10 --task 3 --trial 0")
-    from vlarl_cli.training.evaluation import load_policy
-
+    if load_policy is None:
+        raise ValueError("a live rollout needs load_policy (e.g. vlarl_cli.training.evaluation.load_policy)")
     out = Path(out) if out is not None else Path("videos")
     kwargs: dict[str, Any] = dict(protocol=protocol, resolution=resolution or 256, max_steps=max_steps,
                                   settle_steps=settle_steps)

@@ -26,7 +26,8 @@ def _rollout(policy: Any, make_obs: Any, t: int, n: int) -> Rollout:
     return Rollout(replay={k: torch.cat([o.replay[k] for o in outs]) for k in outs[0].replay},
                    logprobs=torch.stack([o.logprobs for o in outs]),
                    values=torch.cat([torch.stack([o.values for o in outs]), last[None]]).float(),
-                   rewards=rewards, dones=dones, success=rewards.bool())
+                   rewards=rewards, dones=dones, truncated=torch.zeros_like(dones[1:]), final_values=torch.zeros(t, n),
+                   success=rewards.bool())
 
 
 def test_oft_action_level_values_through_gae_and_the_update(make_policy, make_obs) -> None:

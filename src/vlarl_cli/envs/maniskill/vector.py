@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from vlarl_cli import keys
+from vlarl_cli.envs.base import final_observation
 from vlarl_cli.envs.maniskill.tasks import check_task
 from vlarl_cli.errors import EnvError
 
@@ -288,6 +289,7 @@ class ManiSkillVectorEnv:
         ep_done = np.zeros(n, bool)
         ep = {keys.SUCCESS_ONCE: np.zeros(n, bool), keys.SUCCESS_AT_END: np.zeros(n, bool),
               keys.RETURN: np.zeros(n, np.float32), keys.EPISODE_LEN: np.zeros(n, np.int64)}
+        finals: dict[int, dict[str, Any]] = {}  # envs/base.py: the last observation of an episode the limit cut
         for e in range(n):
             summary = self._step_env(e, a[e], out)
             if summary is None:
@@ -298,6 +300,8 @@ class ManiSkillVectorEnv:
             if self.spec.record_video:
                 self._done_frames.setdefault(e, []).append({"main": np.stack(self._episodes[e].frames)})
             if self.spec.auto_reset:
+                if out["truncated"][e].any():
+                    finals[e] = {**self._obs[e], keys.TASK_DESCRIPTIONS: self.instruction}
                 self._start(e)
         infos: dict[str, Any] = {
             keys.SUCCESS: torch.from_numpy(out["success"]),
@@ -309,7 +313,10 @@ class ManiSkillVectorEnv:
             ACTIVE: torch.tensor([x.active for x in self._episodes]),
             "env_ids": list(range(n)),
         }
-        return self._observation(), torch.from_numpy(out["rewards"]), torch.from_numpy(out["dones"]), infos
+        obs = self._observation()
+        if finals:
+            infos[keys.FINAL_OBSERVATION] = final_observation(obs, finals)
+        return obs, torch.from_numpy(out["rewards"]), torch.from_numpy(out["dones"]), infos
 
     def episode_frames(self, env_id: int) -> list[dict[str, np.ndarray]]:
         """Frames of ``env_id``'s episodes finished since the last call (record_video): ``{"main": [T, H, W, 3]}``."""

@@ -6,6 +6,7 @@ resume or discard) and the gathering of records over ranks when nothing is writt
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,9 @@ def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | N
     if log is not None:
         summary = summarize(log.read(), card, plan)
     else:
-        summary = summarize(_gather_records(records, world_size, group), card, plan)
+        summary = summarize(records if world_size <= 1 else [
+            EpisodeRecord.from_dict(json.loads(line))
+            for line in dist.all_gather_lists([r.to_json() for r in records], world_size, group)], card, plan)
     summary.run_now, summary.skipped, summary.out_dir, summary.stats = len(records), len(plan) - len(todo), out_dir, stats
     if rank == 0:
         if out_dir is not None:
@@ -64,18 +67,6 @@ def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | N
         if show:
             print_summary(summary)
     return summary
-
-
-def _gather_records(records: list[EpisodeRecord], world_size: int, group: Any = None) -> list[EpisodeRecord]:
-    if world_size <= 1:
-        return records
-    import torch.distributed as torch_dist
-
-    gathered: list[Any] = [None] * world_size
-    torch_dist.all_gather_object(gathered, [r.to_json() for r in records], group=group)
-    import json
-
-    return [EpisodeRecord.from_dict(json.loads(line)) for part in gathered for line in part]
 
 
 def _prepare_folder(out_dir: Path, card: dict[str, Any], resume: bool) -> None:

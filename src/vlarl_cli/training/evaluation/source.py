@@ -123,21 +123,7 @@ def load_policy(checkpoint: Path | None, config: str | None, overrides: list[str
         sha, hash_of = _weights_sha256(ckpt)
         info = PolicyInfo("checkpoint", str(ckpt), sha, hash_of, model_cfg.model_type, str(cfg_source))
     elif ckpt is not None:
-        from vlarl_cli.checkpoints.safety import load_state_dict
-
-        fix = "Evaluate with the config the checkpoint was trained with (drop --config, or fix the overrides)."
-        state = load_state_dict(ckpt / "model.safetensors")  # a damaged file is named in a CheckpointError
-        try:
-            result = policy.load_state_dict(state, strict=False)
-        except RuntimeError as err:  # shape mismatches raise even when strict=False
-            first = str(err).splitlines()[1:2] or [str(err)[:200]]
-            raise CheckpointError(f"Checkpoint {ckpt} does not match the model built from "
-                                  f"{Path(cfg_source).name}: {first[0].strip()}", fix) from None
-        if result.missing_keys or result.unexpected_keys:
-            raise CheckpointError(
-                f"Checkpoint {ckpt} does not match the model built from {Path(cfg_source).name}: "
-                f"{len(result.missing_keys)} missing keys (e.g. {result.missing_keys[:3]}), "
-                f"{len(result.unexpected_keys)} unexpected (e.g. {result.unexpected_keys[:3]}).", fix)
+        _load_weights_strictly(policy, ckpt, cfg_source)
         info = PolicyInfo("checkpoint", str(ckpt), _sha256_file(ckpt / "model.safetensors"), "model.safetensors",
                           model_cfg.model_type, str(cfg_source))
     elif model_path is not None and list(Path(model_path).glob("*.safetensors")):
@@ -148,3 +134,22 @@ def load_policy(checkpoint: Path | None, config: str | None, overrides: list[str
                           "state dict", model_cfg.model_type, str(loaded.source))
     policy.eval()
     return policy, info, loaded.config
+
+
+def _load_weights_strictly(policy: torch.nn.Module, ckpt: Path, cfg_source: str) -> None:
+    """``ckpt/model.safetensors`` into ``policy``: every key, every shape, or a CheckpointError."""
+    from vlarl_cli.checkpoints.safety import load_state_dict
+
+    fix = "Evaluate with the config the checkpoint was trained with (drop --config, or fix the overrides)."
+    state = load_state_dict(ckpt / "model.safetensors")  # a damaged file is named in a CheckpointError
+    try:
+        result = policy.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatches raise even when strict=False
+        first = str(err).splitlines()[1:2] or [str(err)[:200]]
+        raise CheckpointError(f"Checkpoint {ckpt} does not match the model built from "
+                              f"{Path(cfg_source).name}: {first[0].strip()}", fix) from None
+    if result.missing_keys or result.unexpected_keys:
+        raise CheckpointError(
+            f"Checkpoint {ckpt} does not match the model built from {Path(cfg_source).name}: "
+            f"{len(result.missing_keys)} missing keys (e.g. {result.missing_keys[:3]}), "
+            f"{len(result.unexpected_keys)} unexpected (e.g. {result.unexpected_keys[:3]}).", fix)
