@@ -221,7 +221,9 @@ class InitParams(Section):
     # ManiSkill (env_type maniskill): RLinf's env/train/PickCube.yaml keys under init_params.
     id: str = Field("PickCube-v1", description="ManiSkill task id (env_type maniskill): a built-in task.")
     control_mode: str = Field("pd_ee_delta_pose", description="ManiSkill controller (only pd_ee_delta_pose).")
-    sim_backend: Literal["cpu"] = Field("cpu", description="ManiSkill simulation backend (only cpu so far).")
+    sim_backend: Literal["cpu", "gpu"] = Field(
+        "cpu", description="ManiSkill simulation backend: cpu (one single-env scene per env, stepped in turn) or "
+        "gpu (physx_cuda: all envs in one batched scene; needs a CUDA device, refused on a CPU-only machine).")
 
 
 class EnvSplitConfig(Section):
@@ -250,6 +252,9 @@ class EnvSplitConfig(Section):
     use_step_penalty: bool = Field(False, description="Subtract step_penalty every step.")
     step_penalty: float = Field(0.0, ge=0, description="Penalty per step when use_step_penalty is on.")
     reward_coef: float = Field(1.0, description="Scale of the success reward.")
+    reward_mode: Literal["only_success", "raw"] = Field(
+        "only_success", description="ManiSkill (RLinf's key): only_success = success reward (as LIBERO); raw = "
+        "the task's own normalized dense reward in [0, 1] (ManiSkill's reward_mode normalized_dense).")
     reset_gripper_open: bool = Field(True, description="Open the gripper during the settle steps.")
     hard_reset: bool = Field(False, description="Rebuild the simulator model on every reset (+~2.5 s). The "
                              "default soft reset gives bit-identical episodes (tests/envs, tests/training).")
@@ -320,6 +325,9 @@ class EnvSplitConfig(Section):
                              f"{self.init_params.camera_heights} x {self.init_params.camera_widths}")
         if self.env_type == "libero":
             self._check_libero()
+        if self.reward_mode != "only_success" and self.env_type != "maniskill":
+            raise ValueError(f'reward_mode "{self.reward_mode}" exists for env_type maniskill only; '
+                             f"{self.env_type} rewards success (reward_mode: only_success)")
         if self.total_num_envs is not None and self.total_num_envs % self.group_size:
             raise ValueError(f"total_num_envs must be a multiple of group_size "
                              f"(got {self.total_num_envs} envs, group_size {self.group_size})")
@@ -410,6 +418,9 @@ class ModelConfig(Section):
         "(pi0 only: a mid-size model for benchmarks) or full (real size). With model_path set, it is ignored.")
     precision: str | None = Field(None, description="bf16, fp16 or fp32 (null: the checkpoint's; CPU uses fp32).")
     action_dim: int = Field(7, ge=1, description="Env action dimensionality.")
+    obs_dim: int | None = Field(None, ge=1, description="Toy (MLP) policies: size of the state vector they read "
+                                "(RLinf's mlp_policy key; null: 4, the toy reach task's; 42 for ManiSkill "
+                                "PickCube-v1 state observations).")
     num_action_chunks: int = Field(5, ge=1, description="Env steps executed per sampled chunk.")
     denoising_steps: int | None = Field(None, ge=1, description="Flow-matching denoising steps (K).")
     num_steps: int | None = Field(None, ge=1, description="RLinf's name for denoising_steps (openpi).")

@@ -235,12 +235,13 @@ class ModelSettings:
     noise_level: float = 1.0
     joint_logprob: bool = False
     hidden: int = 64
+    obs_dim: int = 4  # the state vector's size: 4 on the toy reach task, the task's on ManiSkill state obs
     model_path: str | None = None  # a folder with model.safetensors (an rl-train or sft checkpoint)
     value_type: str = "chunk_level"  # chunk_level: values [B]; action_level: one per executed action [B, C]
 
 
 def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> nn.Module:
-    """A toy policy for the 2-D reach task (state_dim 4); seeded from the global torch RNG, or loaded
+    """A toy policy on ``obs_dim``-d states (4: the 2-D reach task); seeded from the global torch RNG, or loaded
     from ``model_path`` (``model.safetensors``, as rl-train and sft write it)."""
     if model.value_type not in ("chunk_level", "action_level"):
         from vlarl_cli.errors import ConfigError
@@ -248,7 +249,7 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> nn
         raise ConfigError(f'Unknown value_type "{model.value_type}" for the toy policies.',
                           "Use chunk_level (one value per chunk) or action_level (one per executed action).")
     seed = int(torch.randint(0, 2**31 - 1, ()).item())
-    kw = {"state_dim": 4, "action_dim": model.action_dim, "chunk": model.num_action_chunks,
+    kw = {"state_dim": model.obs_dim, "action_dim": model.action_dim, "chunk": model.num_action_chunks,
           "hidden": model.hidden, "seed": seed}
     action_values = model.value_type == "action_level"
     if model.model_type == "toy_gaussian":
