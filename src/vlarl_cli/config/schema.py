@@ -707,9 +707,11 @@ class VlarlConfig(Section):
                              "value per chunk needs reward_type chunk_level (or adv_type grpo)")
         toy_env = self.env.train.env_type == "toy_reach"
         toy_model = self.actor.model.model_type.startswith("toy_")
-        if toy_env != toy_model:
+        state_env = toy_env or self.env.train.env_type == "maniskill"  # ManiSkill gives them state observations
+        if (toy_env and not toy_model) or (toy_model and not state_env):
             raise ValueError(f"the toy policies ({', '.join(t for t in MODEL_TYPES if t.startswith('toy_'))}) "
-                             f"and the toy_reach env only go together (got env_type {self.env.train.env_type} "
+                             "read state vectors: they run on toy_reach and maniskill (state observations), and "
+                             f"toy_reach runs only them (got env_type {self.env.train.env_type} "
                              f"with model_type {self.actor.model.model_type})")
         if toy_env and (self.actor.model.action_dim != 2 or self.rollout.pipeline_stage_num != 1):
             raise ValueError("toy_reach has 2-d actions and runs in-process: set actor.model.action_dim 2 and "

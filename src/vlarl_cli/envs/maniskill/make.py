@@ -31,8 +31,23 @@ def sim_backend_for(requested: str, cuda_available: bool | None = None) -> str:
     return "physx_cuda"
 
 
+def gripper_convention(model_type: str, embodiment_tag: str | None) -> str:
+    """The gripper convention of a policy's env actions: ``libero`` (-1 open, +1 close) or ``maniskill``.
+
+    pi0 / pi0.5 / OpenVLA-OFT and GR00T with a LIBERO embodiment emit LIBERO's convention (their
+    processors map the model's [0, 1] gripper with ``-sign(2 g - 1)``); GR00T's ``maniskill_*``
+    embodiments emit ManiSkill actions unchanged (RLinf ``gr00t/simulation_io.py``
+    ``convert_to_maniskill_action``); the toy MLP policies have no convention and learn ManiSkill's.
+    """
+    if model_type.startswith("toy_"):
+        return "maniskill"
+    if model_type.startswith("gr00t") and (embodiment_tag or "").startswith("maniskill"):
+        return "maniskill"
+    return "libero"
+
+
 def make_maniskill_env(split: Any, *, num_envs: int, rank: int, group_size: int, cameras: tuple[str, ...],
-                       record_video: bool, stages: int) -> ManiSkillVectorEnv:
+                       record_video: bool, stages: int, gripper: str) -> ManiSkillVectorEnv:
     """This rank's ManiSkill envs; LIBERO-only keys that would change behaviour are refused, not ignored."""
     if stages != 1:
         raise EnvError("the ManiSkill env steps in-process: pipelining stages are not supported.",
@@ -56,6 +71,7 @@ def make_maniskill_env(split: Any, *, num_envs: int, rank: int, group_size: int,
         ignore_terminations=split.ignore_terminations,
         reward_mode=split.reward_mode,
         sim_backend=sim_backend_for(params.sim_backend),
+        gripper=gripper,
         record_video=record_video,
     )
     spec.validate()

@@ -28,8 +28,11 @@ LIBERO-style 8-d proprio (tcp position, tcp axis-angle, two finger joints). Imag
 (LIBERO's 180-degree flip is a LIBERO camera convention).
 
 Actions: ``[N, C, 7]`` for ``pd_ee_delta_pose`` (xyz delta, axis-angle delta, gripper), clipped to
-ManiSkill's action box [-1, 1]; the gripper is ManiSkill's: +1 open, -1 closed (the opposite of LIBERO's).
-Policies map their own gripper output onto it (RLinf ``prepare_actions_for_maniskill``).
+ManiSkill's action box [-1, 1]. ManiSkill's gripper is +1 open, -1 closed, the opposite of LIBERO's; the
+spec's ``gripper`` says which one the policy speaks (``make.gripper_convention``) and LIBERO-convention
+actions are negated on the gripper dim. For OpenVLA-OFT this reproduces RLinf's
+``prepare_actions_for_maniskill`` (``2 * (g > 0.5) - 1`` of the model's [0, 1] gripper, 1 = open) from the
+policy's LIBERO output ``-sign(2 g - 1)``.
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ class ManiSkillSpec:
         auto_reset, group_size, reward_coef, use_rel_reward, step_penalty, ignore_terminations: as LIBERO.
         reward_mode: ``only_success`` (success) or ``raw`` (ManiSkill's normalized dense reward).
         sim_backend: ``cpu`` (N single-env scenes) or ``physx_cuda`` (one batched scene; needs CUDA).
+        gripper: the gripper convention of the actions we are given: ``maniskill`` (+1 open, -1 closed, the
+            controller's own) or ``libero`` (-1 open, +1 closed: negated here; ``make.gripper_convention``).
         record_video: keep the main camera's frames of every episode.
     """
 
@@ -88,6 +93,7 @@ class ManiSkillSpec:
     ignore_terminations: bool = False
     reward_mode: str = "only_success"
     sim_backend: str = "cpu"
+    gripper: str = "maniskill"
     record_video: bool = False
 
     def validate(self) -> str:
@@ -102,6 +108,7 @@ class ManiSkillSpec:
             (set(self.cameras) <= {"main", "wrist"}, f"unknown cameras {self.cameras}"),
             (self.reward_mode in ("only_success", "raw"),
              f'reward_mode "{self.reward_mode}" is not supported (only_success or raw)'),
+            (self.gripper in ("maniskill", "libero"), f'gripper "{self.gripper}" is not maniskill or libero'),
             (self.sim_backend in ("cpu", "physx_cuda"), f'sim_backend "{self.sim_backend}" is not cpu or physx_cuda'),
             (self.max_episode_steps >= 1, f"max_episode_steps must be >= 1, got {self.max_episode_steps}"),
         ]  # fmt: skip
@@ -241,7 +248,10 @@ class ManiSkillVectorEnv:
         if a.ndim != 3 or a.shape[0] != self.num_envs or a.shape[2] != ACTION_DIM or a.shape[1] < 1:
             raise EnvError(f"Action batch has shape {list(a.shape)}, expected [{self.num_envs}, chunk, 7].",
                            fix="Pass one [chunk, 7] action chunk per env (pd_ee_delta_pose).")
-        return np.clip(a, -1.0, 1.0)  # ManiSkill's pd_ee_delta_pose action space is [-1, 1]
+        a = np.clip(a, -1.0, 1.0)  # ManiSkill's pd_ee_delta_pose action space is [-1, 1]
+        if self.spec.gripper == "libero":  # LIBERO's -1 open / +1 close -> ManiSkill's +1 open / -1 close
+            a[..., -1] = -a[..., -1]
+        return a
 
     def _sim_step(self, actions: np.ndarray, running: list[int]) -> dict[int, tuple[dict[str, np.ndarray], float, bool]]:
         """One env step of the ``running`` envs with ``actions [N, 7]``: row, task reward, success per env."""
