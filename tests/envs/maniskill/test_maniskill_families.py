@@ -60,3 +60,23 @@ def test_family_trains_with_ppo_and_grpo_and_evaluates(preset: str, tmp_path: Pa
     assert summary["wilson95"] == pytest.approx([0.0, 2 * 0.9604 / 2.9208], abs=1e-4)
     assert summary["protocol"]["gripper"] == gripper and [e["seed"] for e in summary["per_episode"]] == [0, 1]
     assert len(list((out / "videos").glob("*.mp4"))) == 1
+
+
+def test_state_learning_preset_trains_an_mlp_on_dense_rewards(tmp_path: Path) -> None:
+    """maniskill_pushcube_ppo_mlp: the toy Gaussian MLP on 35-d PushCube-v1 states, ManiSkill's normalized
+    dense reward (in [0, 1] per step), with the in-training evaluation (benchmarks/maniskill_learning.py
+    runs it long enough to learn)."""
+    from vlarl_cli.config.loading import load_config
+    from vlarl_cli.training.rl import train
+
+    overrides = ["runner.max_epochs=1", "runner.val_check_interval=1", "runner.save_interval=1",
+                 "env.train.total_num_envs=2", "env.eval.total_num_envs=2", "env.train.max_episode_steps=5",
+                 "env.train.max_steps_per_rollout_epoch=5", "env.eval.max_episode_steps=5",
+                 "env.eval.max_steps_per_rollout_epoch=5", "actor.global_batch_size=10", "actor.micro_batch_size=10",
+                 f"runner.logger.log_path={tmp_path}"]
+    result = train(load_config("maniskill_pushcube_ppo_mlp", overrides))
+    row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert result.iterations == 1 and row["env/num_trajectories"] == 2 and row["env/episode_len"] == 5
+    # the dense reward is a level in (0, 1] at every step (reaching term > 0 while the cube is not placed)
+    assert 0.0 < row["env/return"] <= 5.0 and 0.0 < row["eval/return"] <= 5.0
+    assert row["train/critic/value_loss"] > 0 and row["train/actor/grad_norm"] > 0

@@ -43,11 +43,9 @@ from typing import Any
 import numpy as np
 
 from vlarl_cli import keys
-from vlarl_cli.envs.maniskill.sims import CpuBank, GpuBank, axis_angle
+from vlarl_cli.envs.maniskill.sims import CpuBank, GpuBank
 from vlarl_cli.envs.maniskill.tasks import check_task
 from vlarl_cli.errors import EnvError
-
-_axis_angle = axis_angle  # the name the tests import
 
 EPISODE_DONE = "episode_done"
 ERRORS = "errors"
