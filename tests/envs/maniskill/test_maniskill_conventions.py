@@ -98,7 +98,7 @@ def test_libero_gripper_is_negated_into_maniskills_and_matches_rlinf_for_oft() -
 
 def test_batched_gpu_bank_gives_the_cpu_banks_episodes() -> None:
     scripts = [[False, False, True] + [True] * 9, [False] * 12, [False, True] + [True] * 10, [False] * 12]
-    spec = ManiSkillSpec(num_envs=4, max_episode_steps=5, auto_reset=True, reward_coef=2.0, group_size=2, seed=3)
+    spec = ManiSkillSpec(num_envs=4, max_episode_steps=5, auto_reset=True, reward_coef=2.0, seed=3)
     cpu = ManiSkillVectorEnv(spec, sims=[Sim(s) for s in scripts])
     batched = BatchedSim(scripts)
     gpu = ManiSkillVectorEnv(spec, batched_sim=batched)
@@ -136,6 +136,8 @@ def test_the_gpu_backend_is_chosen_in_one_place_and_refused_without_cuda() -> No
     assert "sim_backend=cpu" in str(err.value)
     with pytest.raises(EnvError, match="not a ManiSkill backend"):
         sim_backend_for("physx_gpu")
+    with pytest.raises(EnvError, match="GRPO groups"):  # equal seeds do not give equal scenes on ManiSkill's GPU
+        ManiSkillSpec(num_envs=4, group_size=2, sim_backend="physx_cuda").validate()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")

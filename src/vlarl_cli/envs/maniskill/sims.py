@@ -15,7 +15,10 @@ ManiSkill objects stepped one after the other (envs whose episode is over are no
 ``GpuBank``: ManiSkill's ``physx_cuda`` backend simulates all N envs in ONE scene; every step advances all
 of them (a finished env is stepped too and its results are dropped by the caller until it is reset), and
 a partial reset is ``reset(seed=<N seeds>, options={"env_idx": ids})`` (ManiSkill's ``BaseEnv.reset``:
-a seed list must have one seed per env; only ``env_idx`` are re-initialised). Which bank runs is chosen in
+a seed list must have one seed per env; only ``env_idx`` are re-initialised). Unlike the CPU bank, a
+seed does not fix its env's scene there: ManiSkill seeds torch once per reset call with the first seed
+and draws all reset envs' scenes from that stream, so GPU episodes are reproducible per reset call, not
+per env, and GRPO groups are refused on it (``ManiSkillSpec.validate``). Which bank runs is chosen in
 one place, :func:`vlarl_cli.envs.maniskill.make.sim_backend_for`. NOT TESTED on a GPU: the machines these
 tests run on have none (the code path is exercised with a double in tests/envs/maniskill).
 

@@ -108,6 +108,12 @@ class ManiSkillSpec:
              f'reward_mode "{self.reward_mode}" is not supported (only_success or raw)'),
             (self.gripper in ("maniskill", "libero"), f'gripper "{self.gripper}" is not maniskill or libero'),
             (self.sim_backend in ("cpu", "physx_cuda"), f'sim_backend "{self.sim_backend}" is not cpu or physx_cuda'),
+            # ManiSkill's GPU reset draws every reset env's scene from ONE torch stream seeded with the first
+            # seed (BaseEnv.reset: torch.manual_seed(self._episode_seed[0])), so equal seeds do not give equal
+            # scenes there: GRPO groups would silently not share a start state
+            (self.group_size == 1 or self.sim_backend == "cpu",
+             f"GRPO groups (group_size {self.group_size}) are not implemented on the GPU backend: ManiSkill's "
+             "batched reset does not give envs with equal seeds equal scenes; use sim_backend cpu"),
             (self.max_episode_steps >= 1, f"max_episode_steps must be >= 1, got {self.max_episode_steps}"),
         ]  # fmt: skip
         for ok, message in rules:
