@@ -54,7 +54,8 @@ def command(
                                         "the standard protocol's is recorded as a deviation."),
     task: str | None = typer.Option(None, "--task", help="Evaluate on this ManiSkill3 built-in task (e.g. "
                                     "PickCube-v1) instead of LIBERO: episode i from episode seed (--env-seed or 0) + i, --episodes of "
-                                    "them, --live-video K records the first K (training/evaluation/maniskill.py)."),
+                                    "them, --live-video K records the first K, cameras at the config's size unless --resolution "
+                                    "is given (training/evaluation/maniskill.py)."),
     episodes: int = typer.Option(50, "--episodes", min=1, help="ManiSkill (--task): number of episodes."),
     compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Compare two results folders A B "
                                                      "(B - A per task, Newcombe 95% interval) and exit."),
@@ -73,6 +74,10 @@ def command(
         task_ids = tuple(int(t) for t in tasks.split(",") if t.strip()) if tasks else None
     except ValueError:
         raise ConfigError(f'--tasks "{tasks}" is not a comma-separated list of integers.', "Use e.g. --tasks 0,1,5.") from None
+    from vlarl_cli.envs.maniskill.tasks import BUILTIN_TASKS
+
+    if task is None and suite in BUILTIN_TASKS:
+        raise ConfigError(f'--suite takes LIBERO suites; "{suite}" is a ManiSkill task.', f"Use --task {suite}.")
     if task is not None:
         from vlarl_cli.training.evaluation.maniskill import ManiSkillEvalSettings, evaluate_maniskill
 
