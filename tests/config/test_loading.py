@@ -17,7 +17,8 @@ SEED_PRESETS = [
     "libero_spatial_ppo_gr00t_n1d6", "libero_10_ppo_openpi", "libero_10_grpo_openpi",
     "libero_10_ppo_openpi_pi05", "libero_10_grpo_openpi_pi05", "libero_10_ppo_openvlaoft",
     "libero_10_grpo_openvlaoft", "quickstart", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach", "sft_learning_run",
-    "maniskill_pickcube_ppo_openpi",
+    "maniskill_pickcube_ppo_openpi", "maniskill_pickcube_ppo_openvlaoft", "maniskill_pickcube_grpo_openvlaoft",
+    "maniskill_pickcube_ppo_gr00t", "maniskill_pickcube_ppo_gr00t_n1d6", "maniskill_pushcube_ppo_mlp",
 ]
 
 

@@ -15,7 +15,9 @@ EXPECTED_BILLIONS = {
 
 
 TINY_PRESETS = ("quickstart", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach",  # CPU demos, tiny on purpose
-                "sft_learning_run", "maniskill_pickcube_ppo_openpi")
+                "sft_learning_run", "maniskill_pickcube_ppo_openpi", "maniskill_pickcube_ppo_openvlaoft",
+                "maniskill_pickcube_grpo_openvlaoft", "maniskill_pickcube_ppo_gr00t",
+                "maniskill_pickcube_ppo_gr00t_n1d6", "maniskill_pushcube_ppo_mlp")
 
 
 @pytest.mark.parametrize("name", [p for p in list_presets() if p not in TINY_PRESETS])

@@ -10,6 +10,7 @@ Examples:
   vlarl eval --suite libero_spatial --config quickstart --tasks 0,1 --trials 5 actor.model.preset=tiny
   vlarl eval --suite libero_10 --checkpoint PATH --temperature 1.0       # sampled actions
   vlarl eval --compare eval/a eval/b                                     # B - A per task, significance
+  vlarl eval --task PickCube-v1 --checkpoint PATH --episodes 100         # ManiSkill3 (env_type maniskill)
   torchrun --nproc-per-node 2 -m vlarl_cli.cli.main eval --suite libero_90 --checkpoint PATH
 """
 
@@ -51,6 +52,11 @@ def command(
     env_seed: int | None = typer.Option(None, "--env-seed", min=0, help="Env seed (default: the protocol's for the "
                                         "policy family: standard 7 openpi / 0 OFT; rlinf 0). A change from "
                                         "the standard protocol's is recorded as a deviation."),
+    task: str | None = typer.Option(None, "--task", help="Evaluate on this ManiSkill3 built-in task (e.g. "
+                                    "PickCube-v1) instead of LIBERO: episode i from episode seed (--env-seed or 0) + i, --episodes of "
+                                    "them, --live-video K records the first K, cameras at the config's size unless --resolution "
+                                    "is given (training/evaluation/maniskill.py)."),
+    episodes: int = typer.Option(50, "--episodes", min=1, help="ManiSkill (--task): number of episodes."),
     compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Compare two results folders A B "
                                                      "(B - A per task, Newcombe 95% interval) and exit."),
 ) -> None:
@@ -68,6 +74,18 @@ def command(
         task_ids = tuple(int(t) for t in tasks.split(",") if t.strip()) if tasks else None
     except ValueError:
         raise ConfigError(f'--tasks "{tasks}" is not a comma-separated list of integers.', "Use e.g. --tasks 0,1,5.") from None
+    from vlarl_cli.envs.maniskill.tasks import BUILTIN_TASKS
+
+    if task is None and suite in BUILTIN_TASKS:
+        raise ConfigError(f'--suite takes LIBERO suites; "{suite}" is a ManiSkill task.', f"Use --task {suite}.")
+    if task is not None:
+        from vlarl_cli.training.evaluation.maniskill import ManiSkillEvalSettings, evaluate_maniskill
+
+        ms = ManiSkillEvalSettings(task=task, episodes=episodes, num_envs=num_envs, max_steps=max_steps,
+                                   temperature=temperature, policy_seed=seed, first_seed=env_seed or 0,
+                                   videos=live_video, resolution=resolution if resolution != 256 else None)
+        evaluate_maniskill(checkpoint, config, list(overrides or []), settings=ms, out_dir=out)
+        return
     from vlarl_cli.training.evaluation import EvalSettings, evaluate
 
     settings = EvalSettings(suite=suite, tasks=task_ids, trials=trials, protocol=protocol,

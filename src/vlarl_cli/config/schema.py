@@ -232,8 +232,8 @@ class InitParams(Section):
                               "RLinf's None, the task's default controller, is read as pd_ee_delta_pose and "
                               "printed as a deviation).")
     sim_backend: Literal["cpu", "gpu"] = Field(
-        "cpu", description="ManiSkill simulation backend; gpu (RLinf's recipes) is accepted and printed as a "
-        "deviation: vlarl steps the CPU backend.")
+        "cpu", description="ManiSkill simulation backend: cpu (one single-env scene per env, stepped in turn) or "
+        "gpu (physx_cuda: all envs in one batched scene; needs a CUDA device, refused on a CPU-only machine).")
 
     @field_validator("control_mode", mode="before")
     @classmethod
@@ -270,6 +270,9 @@ class EnvSplitConfig(Section):
     use_step_penalty: bool = Field(False, description="Subtract step_penalty every step.")
     step_penalty: float = Field(0.0, ge=0, description="Penalty per step when use_step_penalty is on.")
     reward_coef: float = Field(1.0, description="Scale of the success reward.")
+    reward_mode: Literal["only_success", "raw"] = Field(
+        "only_success", description="ManiSkill (RLinf's key): only_success = success reward (as LIBERO); raw = "
+        "the task's own normalized dense reward in [0, 1] (ManiSkill's reward_mode normalized_dense).")
     reset_gripper_open: bool = Field(True, description="Open the gripper during the settle steps.")
     hard_reset: bool = Field(False, description="Rebuild the simulator model on every reset (+~2.5 s). The "
                              "default soft reset gives bit-identical episodes (tests/envs, tests/training).")
@@ -340,6 +343,9 @@ class EnvSplitConfig(Section):
                              f"{self.init_params.camera_heights} x {self.init_params.camera_widths}")
         if self.env_type == "libero":
             self._check_libero()
+        if self.reward_mode != "only_success" and self.env_type != "maniskill":
+            raise ValueError(f'reward_mode "{self.reward_mode}" exists for env_type maniskill only; '
+                             f"{self.env_type} rewards success (reward_mode: only_success)")
         if self.total_num_envs is not None and self.total_num_envs % self.group_size:
             raise ValueError(f"total_num_envs must be a multiple of group_size "
                              f"(got {self.total_num_envs} envs, group_size {self.group_size})")
@@ -432,6 +438,9 @@ class ModelConfig(Section):
         "(pi0 only: a mid-size model for benchmarks) or full (real size). With model_path set, it is ignored.")
     precision: str | None = Field(None, description="bf16, fp16 or fp32 (null: the checkpoint's; CPU uses fp32).")
     action_dim: int = Field(7, ge=1, description="Env action dimensionality.")
+    obs_dim: int | None = Field(None, ge=1, description="Toy (MLP) policies: size of the state vector they read "
+                                "(RLinf's mlp_policy key; null: 4, the toy reach task's; 42 for ManiSkill "
+                                "PickCube-v1 state observations).")
     num_action_chunks: int = Field(5, ge=1, description="Env steps executed per sampled chunk.")
     denoising_steps: int | None = Field(None, ge=1, description="Flow-matching denoising steps (K).")
     num_steps: int | None = Field(None, ge=1, description="RLinf's name for denoising_steps (openpi).")
@@ -727,9 +736,11 @@ class VlarlConfig(Section):
                              "value per chunk needs reward_type chunk_level (or adv_type grpo)")
         toy_env = self.env.train.env_type == "toy_reach"
         toy_model = model_types.MODEL_TYPES[self.actor.model.model_type].family == "toy"
-        if toy_env != toy_model:
+        state_env = toy_env or self.env.train.env_type == "maniskill"  # ManiSkill gives them state observations
+        if (toy_env and not toy_model) or (toy_model and not state_env):
             raise ValueError(f"the toy policies ({', '.join(model_types.model_types_of('toy'))}) "
-                             f"and the toy_reach env only go together (got env_type {self.env.train.env_type} "
+                             "read state vectors: they run on toy_reach and maniskill (state observations), and "
+                             f"toy_reach runs only them (got env_type {self.env.train.env_type} "
                              f"with model_type {self.actor.model.model_type})")
         if toy_env and (self.actor.model.action_dim != 2 or self.rollout.pipeline_stage_num != 1):
             raise ValueError("toy_reach has 2-d actions and runs in-process: set actor.model.action_dim 2 and "

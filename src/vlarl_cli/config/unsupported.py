@@ -99,22 +99,16 @@ class Deviation:
     instead: str
 
 
-def _never(_: Any) -> bool:
-    return False
-
-
 DEVIATIONS: dict[str, Deviation] = {
     # RLinf rlinf/workers/env/env_worker.py: with auto_reset it adds gamma * V(final obs) to the last reward
     # of a chunk whose episode ended (standard: truncations only; always: every end)
     "algorithm.bootstrap_type": Deviation(
-        _never, "vlarl adds no gamma * V(final observation) at an auto-reset episode end; a time-limit end "
-        "is treated as terminal"),
+        lambda v: v == "standard", "vlarl bootstraps time-limit truncations only (RLinf's standard: with "
+        "env.train.auto_reset and GAE, r += gamma * V(final observation)); a termination stays terminal"),
     # RLinf's pi0_maniskill / pi05_maniskill read one image; vlarl's pi0 family reads main + wrist
     "openpi.num_images_in_input": Deviation(
         lambda v: v == 2, "vlarl's pi0 / pi0.5 read the main and the wrist camera; a task without a wrist "
         "camera (PickCube-v1 ...) has it masked, one with it (StackCube-v1) feeds it"),
-    "init_params.sim_backend": Deviation(
-        lambda v: v == "cpu", "vlarl steps ManiSkill's CPU backend, one single-env simulator per env in-process"),
     # other controllers are kept and refused when the env is made (envs/maniskill/vector.py ManiSkillSpec)
     "init_params.control_mode": Deviation(
         lambda v: v not in (None, "None"), "RLinf's None (the task's default controller) is read as "

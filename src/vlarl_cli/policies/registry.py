@@ -85,6 +85,7 @@ def settings_values(model: ModelConfig) -> dict[str, Any]:
         "tokenizer_path": model.tokenizer_path,
         "norm_stats_path": model.norm_stats_path,
         "asset_id": model.asset_id,
+        "obs_dim": model.obs_dim,
         "sft_loss_reduction": model.sft_loss_reduction,
         "use_proprio": model.use_proprio,
         "max_prompt_length": model.max_prompt_length,

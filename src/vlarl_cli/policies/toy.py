@@ -65,6 +65,8 @@ def _states(obs: Observation | Replay) -> Tensor:
 class ToyFlowPolicy(nn.Module):
     """Flow-matching chunk policy: velocity MLP on ``[x_t, t, state]``; action horizon = ``chunk``."""
 
+    cameras: tuple[str, ...] = ()  # states only: ManiSkill builds state observations for it
+
     def __init__(self, state_dim: int = 4, action_dim: int = 2, chunk: int = 4, *,
                  flow: FlowConfig | None = None, hidden: int = 64, seed: int = 0, action_values: bool = False
                  ) -> None:
@@ -136,6 +138,8 @@ class ToyFlowPolicy(nn.Module):
 class ToyGaussianPolicy(nn.Module):
     """Diagonal Gaussian chunk policy: ``N(mlp(state), exp(log_std)^2)`` per element."""
 
+    cameras: tuple[str, ...] = ()  # states only: ManiSkill builds state observations for it
+
     def __init__(self, state_dim: int = 4, action_dim: int = 2, chunk: int = 4, *, hidden: int = 64,
                  init_std: float = 1.0, seed: int = 0, action_values: bool = False) -> None:
         super().__init__()
@@ -181,6 +185,8 @@ class ToyGaussianPolicy(nn.Module):
 
 class ToyTokenPolicy(nn.Module):
     """Per-element categorical over ``n_bins`` action bins in ``[-1, 1]``, sampled at ``temperature``."""
+
+    cameras: tuple[str, ...] = ()  # states only: ManiSkill builds state observations for it
 
     def __init__(self, state_dim: int = 4, action_dim: int = 2, chunk: int = 4, *, n_bins: int = 9,
                  temperature: float = 1.0, hidden: int = 64, seed: int = 0) -> None:
@@ -235,12 +241,13 @@ class ModelSettings:
     noise_level: float = 1.0
     joint_logprob: bool = False
     hidden: int = 64
+    obs_dim: int = 4  # the state vector's size: 4 on the toy reach task, the task's on ManiSkill state obs
     model_path: str | None = None  # a folder with model.safetensors (an rl-train or sft checkpoint)
     value_type: str = "chunk_level"  # chunk_level: values [B]; action_level: one per executed action [B, C]
 
 
 def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> nn.Module:
-    """A toy policy for the 2-D reach task (state_dim 4); seeded from the global torch RNG, or loaded
+    """A toy policy on ``obs_dim``-d states (4: the 2-D reach task); seeded from the global torch RNG, or loaded
     from ``model_path`` (``model.safetensors``, as rl-train and sft write it)."""
     if model.value_type not in ("chunk_level", "action_level"):
         from vlarl_cli.errors import ConfigError
@@ -248,7 +255,7 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> nn
         raise ConfigError(f'Unknown value_type "{model.value_type}" for the toy policies.',
                           "Use chunk_level (one value per chunk) or action_level (one per executed action).")
     seed = int(torch.randint(0, 2**31 - 1, ()).item())
-    kw = {"state_dim": 4, "action_dim": model.action_dim, "chunk": model.num_action_chunks,
+    kw = {"state_dim": model.obs_dim, "action_dim": model.action_dim, "chunk": model.num_action_chunks,
           "hidden": model.hidden, "seed": seed}
     action_values = model.value_type == "action_level"
     if model.model_type == "toy_gaussian":

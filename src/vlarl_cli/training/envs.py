@@ -53,10 +53,12 @@ def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank:
         return ToyVectorEnv(num_envs, chunk=config.actor.model.num_action_chunks,
                             max_steps=split.max_episode_steps, seed=split.seed, auto_reset=split.auto_reset)
     if split.env_type == "maniskill":
-        from vlarl_cli.envs.maniskill.make import make_maniskill_env
+        from vlarl_cli.envs.maniskill.make import gripper_convention, make_maniskill_env
 
+        model = config.actor.model
         return make_maniskill_env(split, num_envs=num_envs, rank=rank, group_size=group_size, cameras=cameras,
-                                  record_video=record_video, stages=stages)
+                                  record_video=record_video, stages=stages,
+                                  gripper=gripper_convention(model.model_type, model.embodiment_tag))
     from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec, split_spec_fields, workers_for
 
     spec = VectorEnvSpec(

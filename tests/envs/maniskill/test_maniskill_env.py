@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from vlarl_cli import keys
+from vlarl_cli.envs.maniskill.sims import axis_angle as _axis_angle
 from vlarl_cli.envs.maniskill.tasks import check_task
-from vlarl_cli.envs.maniskill.vector import ManiSkillSpec, ManiSkillVectorEnv, _axis_angle
+from vlarl_cli.envs.maniskill.vector import ManiSkillSpec, ManiSkillVectorEnv
 from vlarl_cli.errors import EnvError
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -5,4 +5,7 @@
 - ``envs.maniskill.assets``: the hub dataset repos those tasks read and where they go.
 - ``envs.maniskill.setup``: ``check_maniskill`` (import + Vulkan check naming the missing packages).
 - ``envs.maniskill.vector``: ``ManiSkillVectorEnv``, the LIBERO vector-env contract over ManiSkill.
+- ``envs.maniskill.sims``: the simulators behind it: N single-env CPU scenes, or one batched physx_cuda scene.
+- ``envs.maniskill.make``: config -> env; the one place the backend (cpu / gpu) and the policy's gripper
+  convention are chosen.
 """

@@ -1,4 +1,4 @@
-"""``env.<split>`` (``env_type: maniskill``) -> :class:`ManiSkillVectorEnv` (called by ``training.rl.make_env``)."""
+"""``env.<split>`` (``env_type: maniskill``) -> :class:`ManiSkillVectorEnv` (called by ``training.envs.make_env``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,46 @@ from vlarl_cli.envs.maniskill.vector import ManiSkillSpec, ManiSkillVectorEnv
 from vlarl_cli.errors import EnvError
 
 
+def sim_backend_for(requested: str, cuda_available: bool | None = None) -> str:
+    """THE place the ManiSkill backend is chosen: ``init_params.sim_backend`` (RLinf's key) against the device.
+
+    ``cpu`` -> ManiSkill ``cpu`` (N single-env scenes); ``gpu`` -> ``physx_cuda`` (one scene of N envs),
+    refused with a clear error on a machine without CUDA rather than left to fail inside sapien.
+    """
+    if requested == "cpu":
+        return "cpu"
+    if requested != "gpu":
+        raise EnvError(f'init_params.sim_backend "{requested}" is not a ManiSkill backend vlarl runs.',
+                       fix="Use cpu, or gpu on a machine with a CUDA device.")
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    if not cuda_available:
+        raise EnvError("init_params.sim_backend: gpu asks for ManiSkill's physx_cuda backend (all envs in one "
+                       "batched GPU scene), but this machine has no CUDA device.",
+                       fix="Set env.train.init_params.sim_backend=cpu and env.eval.init_params.sim_backend=cpu "
+                       "(N single-env CPU scenes), or run on a machine with an NVIDIA GPU.")
+    return "physx_cuda"
+
+
+def gripper_convention(model_type: str, embodiment_tag: str | None) -> str:
+    """The gripper convention of a policy's env actions: ``libero`` (-1 open, +1 close) or ``maniskill``.
+
+    pi0 / pi0.5 / OpenVLA-OFT and GR00T with a LIBERO embodiment emit LIBERO's convention (their
+    processors map the model's [0, 1] gripper with ``-sign(2 g - 1)``); GR00T's ``maniskill_*``
+    embodiments emit ManiSkill actions unchanged (RLinf ``gr00t/simulation_io.py``
+    ``convert_to_maniskill_action``); the toy MLP policies have no convention and learn ManiSkill's.
+    """
+    if model_type.startswith("toy_"):
+        return "maniskill"
+    if model_type.startswith("gr00t") and (embodiment_tag or "").startswith("maniskill"):
+        return "maniskill"
+    return "libero"
+
+
 def make_maniskill_env(split: Any, *, num_envs: int, rank: int, group_size: int, cameras: tuple[str, ...],
-                       record_video: bool, stages: int) -> ManiSkillVectorEnv:
+                       record_video: bool, stages: int, gripper: str) -> ManiSkillVectorEnv:
     """This rank's ManiSkill envs; LIBERO-only keys that would change behaviour are refused, not ignored."""
     if stages != 1:
         raise EnvError("the ManiSkill env steps in-process: pipelining stages are not supported.",
@@ -31,6 +69,9 @@ def make_maniskill_env(split: Any, *, num_envs: int, rank: int, group_size: int,
         use_rel_reward=split.use_rel_reward,
         step_penalty=split.step_penalty if split.use_step_penalty else 0.0,
         ignore_terminations=split.ignore_terminations,
+        reward_mode=split.reward_mode,
+        sim_backend=sim_backend_for(params.sim_backend),
+        gripper=gripper,
         record_video=record_video,
     )
     spec.validate()

@@ -35,6 +35,7 @@ from vlarl_cli.policies.normalization import gripper_to_libero
 __all__ = [
     "EMBODIMENT_IDS",
     "LANGUAGE_KEY",
+    "ZERO_STATE_TAGS",
     "ModalitySpec",
     "default_modality",
     "min_max_normalize",
@@ -48,6 +49,10 @@ EMBODIMENT_IDS: dict[str, int] = {
     "maniskill_widowx": 30, "libero_franka": 31, "isaaclab_franka": 31, "new_embodiment": 10,
 }
 LANGUAGE_KEY = "annotation.human.action.task_description"
+#: Embodiments whose state input is all zeros: RLinf's ManiSkill GR00T path feeds a zero ``state.left_arm``
+#: ("State from simulation are not unified yet", ``gr00t/simulation_io.py``
+#: ``convert_maniskill_obs_to_gr00t_format``) and passes ``action.left_arm`` to the env unchanged.
+ZERO_STATE_TAGS = frozenset({"maniskill_widowx"})
 _STAT_FIELDS = ("min", "max", "mean", "std", "q01", "q99")
 
 
@@ -347,26 +352,35 @@ _POSE = (("x", 1), ("y", 1), ("z", 1), ("roll", 1), ("pitch", 1), ("yaw", 1))
 def default_modality(tag: str, config: Any | None = None) -> ModalitySpec:
     """The LIBERO modality of ``tag`` with placeholder statistics (for presets without a checkpoint).
 
+    ``maniskill_widowx`` (RLinf ``ManiskillWidowXDataConfig``, N1.5 and N1.6): camera ``ego_view`` (the
+    env's ``main_images``), state and action ``left_arm`` (7), a zero state (:data:`ZERO_STATE_TAGS`), the
+    actions passed to ManiSkill unchanged (gripper_convention none).
     ``libero_franka`` (N1.5, RLinf ``LiberoFrankaDataConfig``): state x..yaw + 2-d gripper qpos = the
     8 env state columns; ``libero_panda`` (N1.6): 1-d gripper, 7 state columns. Actions: 7 (pose deltas +
     gripper). Placeholder statistics make normalisation the identity on pose dims and map the gripper
     action from [-1, 1] to [0, 1].
     """
     slot = _slot(tag, None)
-    gripper_state = 2 if tag in ("libero_franka", "isaaclab_franka") else 1
-    state_keys = (*_POSE, ("gripper", gripper_state))
-    action_keys = (*_POSE, ("gripper", 1))
 
     def unit(n: int, lo: float = -1.0) -> dict[str, list[float]]:
         return {"min": [lo] * n, "max": [1.0] * n, "mean": [0.0] * n, "std": [1.0] * n,
                 "q01": [lo] * n, "q99": [1.0] * n}
+
+    convention = config.version if config is not None else ("n1.6" if tag == "libero_panda" else "n1.5")
+    if tag in ZERO_STATE_TAGS:  # RLinf's ManiskillWidowXDataConfig: one camera, 7-d left_arm state / action
+        arm = (("left_arm", 7),)
+        return ModalitySpec(embodiment_tag=tag, embodiment_id=slot, video_keys=("ego_view",), state_keys=arm,
+                            action_keys=arm, statistics={"state": {"left_arm": unit(7)}, "action": {"left_arm": unit(7)}},
+                            convention=convention, clip_outliers=convention == "n1.6", gripper_convention="none")
+    gripper_state = 2 if tag in ("libero_franka", "isaaclab_franka") else 1
+    state_keys = (*_POSE, ("gripper", gripper_state))
+    action_keys = (*_POSE, ("gripper", 1))
 
     stats = {"state": {k: unit(n) for k, n in state_keys},
              "action": {k: unit(n, 0.0 if k == "gripper" else -1.0) for k, n in action_keys}}
     if config is not None and sum(n for _, n in state_keys) > config.state_dim:
         raise ConfigError(f"embodiment {tag} has {sum(n for _, n in state_keys)} state dims but the model "
                           f"only {config.state_dim}.", "Use a model with a larger state_dim.")
-    convention = config.version if config is not None else ("n1.6" if tag == "libero_panda" else "n1.5")
     return ModalitySpec(embodiment_tag=tag, embodiment_id=slot, state_keys=state_keys,
                         action_keys=action_keys, statistics=stats, convention=convention,
                         clip_outliers=convention == "n1.6")

@@ -40,7 +40,7 @@ from vlarl_cli.policies.gr00t.action_head import ActionHead
 from vlarl_cli.policies.gr00t.backbone import EagleBackbone
 from vlarl_cli.policies.gr00t.config import FSDP_WRAP_CLASSES, Gr00tConfig, ModelSettings
 from vlarl_cli.policies.gr00t.critic import Gr00tCritic, pool_vl
-from vlarl_cli.policies.gr00t.modality import ModalitySpec
+from vlarl_cli.policies.gr00t.modality import ZERO_STATE_TAGS, ModalitySpec
 from vlarl_cli.policies.gr00t.processing import (
     PromptTokenizer,
     build_prompt,
@@ -246,6 +246,8 @@ class Gr00tPolicy(nn.Module):
                                  image_token_id=cfg.image_token_id, pad_id=cfg.prompt_pad_id,
                                  formalize=cfg.formalize_language, style=cfg.prompt_style, version=cfg.version)
         state = torch.zeros(b, cfg.state_dim, dtype=torch.float32)
+        if self.modality.embodiment_tag in ZERO_STATE_TAGS:  # RLinf feeds this embodiment a zero raw state
+            states = torch.zeros(b, self.modality.state_width)
         if self.settings.use_proprio:
             state[:, : self.modality.state_width] = self.modality.normalize_state(
                 rlinf_state_rounding(states.cpu(), self.dtype))
