@@ -123,6 +123,9 @@ class RunnerConfig(Section):
     max_steps: int = Field(-1, description="Stop after this many optimizer steps (-1: no limit).")
     only_eval: bool = Field(False, description="Run evaluation only, no training.")
     val_check_interval: int = Field(-1, description="Evaluate every N iterations (-1: never).")
+    val_before_train: bool = Field(False, description="Also evaluate before the first iteration (verl's "
+                                   "trainer.val_before_train); the run then ends by printing the evaluation "
+                                   "success before and after training. Not on a resumed run.")
     save_interval: int = Field(-1, description="Save a checkpoint every N iterations (-1: only at the end).")
     resume_dir: str | None = Field(None, description="Checkpoint folder to resume training from.")
     ckpt_path: str | None = Field(None, description="Weights to load after the model is built (eval).")

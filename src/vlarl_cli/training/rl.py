@@ -92,6 +92,7 @@ def train(loaded: LoadedConfig, resume: str | None = None) -> TrainResult:
     run.open_logs()
     run.open_envs()
     try:
+        run.evaluate_before_training()
         while run.running():
             metrics = run.start_iteration()
             run.sync(metrics)
@@ -177,6 +178,7 @@ class Trainer:
         self.progress: Any = None
         self.eval_copy: torch.nn.Module | None = None
         self.last_metrics: dict[str, float] = {}
+        self.eval_before: dict[str, float] = {}  # runner.val_before_train: eval/* of the starting weights
         self.last_checkpoint: Path | None = None
         self.iteration_start = 0.0
         self.resumed = False
@@ -350,13 +352,28 @@ class Trainer:
         return {**update_metrics, **adv_metrics, "time/cal_adv_and_returns": t_update - t_adv,
                 "time/actor_training": time.perf_counter() - t_update}
 
+    def evaluate_before_training(self) -> None:
+        """``runner.val_before_train``: ``eval/*`` of the starting weights, logged at step 0 (fresh runs only)."""
+        if not self.config.runner.val_before_train or self.state.iteration > 0:
+            return
+        self.iteration_start = time.perf_counter()
+        metrics: dict[str, float] = {}
+        self._evaluate_now(metrics)
+        metrics = self.cluster.combine_metrics(metrics)
+        self.logger.log(metrics, step=0)
+        self.eval_before = metrics
+
     def evaluate(self, metrics: dict[str, float]) -> None:
         """``eval/*`` every ``val_check_interval`` iterations, with the weights this iteration produced."""
-        from vlarl_cli.training.validate import evaluate_in_training
-
-        interval, cluster = self.config.runner.val_check_interval, self.cluster
+        interval = self.config.runner.val_check_interval
         if interval <= 0 or self.state.iteration % interval:
             return
+        self._evaluate_now(metrics)
+
+    def _evaluate_now(self, metrics: dict[str, float]) -> None:
+        from vlarl_cli.training.validate import evaluate_in_training
+
+        cluster = self.cluster
         if self.weights.stale:
             self.weights.push(metrics)
         if not cluster.is_rollout:
@@ -410,8 +427,25 @@ class Trainer:
     def result(self) -> TrainResult:
         if self.cluster.is_actor_source and self.last_checkpoint is not None:
             print(f"checkpoint: {self.last_checkpoint}", flush=True)
+        self._print_before_after()
         return TrainResult(run_dir=self.run_dir, iterations=self.state.iteration, last_metrics=self.last_metrics,
                            checkpoint=self.last_checkpoint)
+
+    def _print_before_after(self) -> None:
+        """``runner.val_before_train``: one line comparing the first and the last evaluation (same trials)."""
+        after = self.last_metrics or {}
+        key = "eval/success_rate"
+        if self.cluster.rank != 0 or key not in self.eval_before or key not in after:
+            return
+        n = int(after.get("eval/num_episodes", 0))
+
+        def rate(m: dict[str, float]) -> str:
+            return (f"{m[key]:.2f} ({round(m[key] * n)}/{n}, 95% CI [{m['eval/ci95_low']:.2f}, "
+                    f"{m['eval/ci95_high']:.2f}])")
+
+        print(f"eval success before training {rate(self.eval_before)} -> after {self.state.iteration} "
+              f"iterations {rate(after)}", flush=True)
+
 
 
 def _env_view(policy: torch.nn.Module | None) -> dict[str, Any]:
