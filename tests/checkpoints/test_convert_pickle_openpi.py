@@ -17,7 +17,7 @@ def pickle_only_openpi(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from vlarl_cli.policies.pi0.checkpoint import save_policy
     from vlarl_cli.training.evaluation import load_policy
 
-    policy, _, _ = load_policy(None, "quickstart", [])  # tiny pi0 (openpi family)
+    policy, _, _ = load_policy(None, "libero_tiny_ppo", [])  # tiny pi0 (openpi family)
     root = tmp_path_factory.mktemp("rlinf_pt")
     save_policy(policy, root, format="openpi")
     tensors: dict[str, torch.Tensor] = {}

@@ -16,7 +16,7 @@ SEED_PRESETS = [
     "libero_spatial_ppo_gr00t", "libero_object_ppo_gr00t", "libero_goal_ppo_gr00t", "libero_10_ppo_gr00t",
     "libero_spatial_ppo_gr00t_n1d6", "libero_10_ppo_openpi", "libero_10_grpo_openpi",
     "libero_10_ppo_openpi_pi05", "libero_10_grpo_openpi_pi05", "libero_10_ppo_openvlaoft",
-    "libero_10_grpo_openvlaoft", "quickstart", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach", "sft_learning_run",
+    "libero_10_grpo_openvlaoft", "quickstart", "libero_tiny_ppo", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach", "sft_learning_run",
     "maniskill_pickcube_ppo_openpi", "maniskill_pickcube_ppo_openvlaoft", "maniskill_pickcube_grpo_openvlaoft",
     "maniskill_pickcube_ppo_gr00t", "maniskill_pickcube_ppo_gr00t_n1d6", "maniskill_pushcube_ppo_mlp",
 ]
@@ -172,7 +172,7 @@ def test_command_line_overrides(rlinf_recipe: Path) -> None:
 
 
 def test_placement_override_replaces_the_files_placement() -> None:
-    loaded = load_config("quickstart", ['cluster.component_placement={env: 0, rollout: 1, actor: 0-1}'],
+    loaded = load_config("libero_tiny_ppo", ['cluster.component_placement={env: 0, rollout: 1, actor: 0-1}'],
                          world_size=2)
     assert loaded.config.cluster.placement(2) == {"env": [0], "rollout": [1], "actor": [0, 1]}
 
@@ -309,7 +309,7 @@ def test_every_field_is_described() -> None:
 
 
 def test_resolved_yaml_is_plain_data() -> None:
-    data = yaml.safe_load(to_yaml(load_config("quickstart").config))
+    data = yaml.safe_load(to_yaml(load_config("libero_tiny_ppo").config))
     assert data["actor"]["model"]["preset"] == "tiny"
     assert data["env"]["train"]["task_suite_name"] == "libero_spatial"
 
@@ -324,7 +324,7 @@ def test_readme_config_reference_is_current() -> None:
 
 def test_gae_with_action_level_rewards_needs_action_level_values() -> None:
     with pytest.raises(ConfigError, match="value_type: action_level") as err:
-        load_config("quickstart", ["algorithm.reward_type=action_level"])
+        load_config("libero_tiny_ppo", ["algorithm.reward_type=action_level"])
     assert "reward_type chunk_level" in str(err.value)
 
 

@@ -14,7 +14,7 @@ EXPECTED_BILLIONS = {
 }
 
 
-TINY_PRESETS = ("quickstart", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach",  # CPU demos, tiny on purpose
+TINY_PRESETS = ("quickstart", "libero_tiny_ppo", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach",  # CPU demos, tiny on purpose
                 "sft_learning_run", "maniskill_pickcube_ppo_openpi", "maniskill_pickcube_ppo_openvlaoft",
                 "maniskill_pickcube_grpo_openvlaoft", "maniskill_pickcube_ppo_gr00t",
                 "maniskill_pickcube_ppo_gr00t_n1d6", "maniskill_pushcube_ppo_mlp")
@@ -52,7 +52,7 @@ def test_memory_estimate_shards_over_actor_ranks_and_offloads() -> None:
     assert eight.env_host / GIB == pytest.approx(8 * 1.7)
 
 
-@pytest.mark.parametrize("name", ["quickstart", "toy_reach_ppo"])
+@pytest.mark.parametrize("name", ["quickstart", "libero_tiny_ppo", "toy_reach_ppo"])
 def test_cpu_presets_are_tiny(name: str) -> None:
     params = count_parameters(build_meta_policy(load_config(name).config))
     assert params.total < 1_000_000

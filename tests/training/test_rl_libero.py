@@ -28,7 +28,7 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 def test_train_then_resume_reproduces_the_uninterrupted_run(tmp_path: Path) -> None:
     full_dir, cut_dir = tmp_path / "full", tmp_path / "cut"
-    full = train(load_config("quickstart", [*SMALL, "runner.max_epochs=2", f"runner.logger.log_path={full_dir}"]))
+    full = train(load_config("libero_tiny_ppo", [*SMALL, "runner.max_epochs=2", f"runner.logger.log_path={full_dir}"]))
     assert full.iterations == 2
     rows = _metrics(full_dir)
     assert [r["step"] for r in rows] == [1, 2]
@@ -48,8 +48,8 @@ def test_train_then_resume_reproduces_the_uninterrupted_run(tmp_path: Path) -> N
     assert json.loads((last / "trainer_state.json").read_text())["iteration"] == 2
 
     # "kill" after iteration 1, then resume: iteration 2 must equal the uninterrupted run's
-    train(load_config("quickstart", [*SMALL, "runner.max_epochs=1", f"runner.logger.log_path={cut_dir}"]))
-    resumed = train(load_config("quickstart", [*SMALL, "runner.max_epochs=2", f"runner.logger.log_path={cut_dir}"]),
+    train(load_config("libero_tiny_ppo", [*SMALL, "runner.max_epochs=1", f"runner.logger.log_path={cut_dir}"]))
+    resumed = train(load_config("libero_tiny_ppo", [*SMALL, "runner.max_epochs=2", f"runner.logger.log_path={cut_dir}"]),
                     resume="auto")
     assert resumed.iterations == 2
     cut_rows = _metrics(cut_dir)

@@ -518,7 +518,7 @@ def test_learning_run_stage_configs_validate(argv, tmp_path):
     lr = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lr)
     args = lr.parse(["--out", str(tmp_path), *argv])
-    cfg = load_config("quickstart", lr.rl_overrides(tmp_path, args, tmp_path / "ckpt")).config
+    cfg = load_config("libero_tiny_ppo", lr.rl_overrides(tmp_path, args, tmp_path / "ckpt")).config
     assert cfg.algorithm.adv_type == "grpo" and cfg.train_num_envs == args.rl_envs
     assert cfg.samples_per_iteration() % cfg.actor.global_batch_size == 0
     assert cfg.actor.model.openpi.train_expert_only is False
