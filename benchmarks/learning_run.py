@@ -140,7 +140,7 @@ def stage_eval(out: Path, args: argparse.Namespace, checkpoint: Path, name: str)
 
 
 def rl_overrides(out: Path, args: argparse.Namespace, sft_ckpt: Path) -> list[str]:
-    """``vlarl rl-train --config quickstart`` turned into the learning run's GRPO stage."""
+    """``vlarl rl-train --config libero_tiny_ppo`` turned into the learning run's GRPO stage."""
     steps = 220
     chunk_steps = steps // 5
     samples = args.rl_envs * chunk_steps
@@ -163,7 +163,7 @@ def rl_overrides(out: Path, args: argparse.Namespace, sft_ckpt: Path) -> list[st
 
 
 def stage_rl(out: Path, args: argparse.Namespace, sft_ckpt: Path) -> None:
-    cmd = _cli("rl-train", "--config", "quickstart", *rl_overrides(out, args, sft_ckpt))
+    cmd = _cli("rl-train", "--config", "libero_tiny_ppo", *rl_overrides(out, args, sft_ckpt))
     if (out / "rl" / "checkpoints" / "latest").is_file():
         cmd += ["--resume", "auto"]
     _run(cmd, out / "logs" / "rl.log")

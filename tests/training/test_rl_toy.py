@@ -142,3 +142,25 @@ def test_action_level_rewards_with_chunk_values_are_refused(tmp_path: Path) -> N
     r.values = torch.zeros(t + 1, n, c)
     with pytest.raises(ConfigError, match="reward_type: action_level"):
         build_batch(chunk, [r], critic=True)
+
+
+def test_val_before_train_evaluates_the_start_and_prints_before_and_after(tmp_path: Path, capsys) -> None:
+    """``runner.val_before_train``: eval/* of the starting weights at step 0 (the same numbers a run with no
+    training would log), then one line comparing them with the last evaluation."""
+    common = [f"runner.logger.log_path={tmp_path / 'a'}", "runner.val_before_train=True", "runner.max_epochs=2",
+              "runner.val_check_interval=2", "env.train.total_num_envs=8", "actor.global_batch_size=16",
+              "actor.micro_batch_size=8"]
+    train(load_config("toy_reach_ppo", common))
+    rows = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2] and set(rows[0]) >= {"eval/success_once", "eval/return"}
+    assert "env/success_once" not in rows[0]  # step 0 is the evaluation only
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("eval success before training"))
+    assert line == (f"eval success before training {rows[0]['eval/success_once']:.2f} -> after 2 iterations "
+                    f"{rows[2]['eval/success_once']:.2f}")
+    # the step-0 evaluation does not change the training that follows: a run without it collects the same
+    # rollouts and ends with the same evaluation
+    plain = [f"runner.logger.log_path={tmp_path / 'b'}", *common[2:]]
+    train(load_config("toy_reach_ppo", plain))
+    again = [json.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert again[0]["env/success_once"] == rows[1]["env/success_once"]
+    assert again[1]["eval/success_once"] == rows[2]["eval/success_once"]

@@ -432,19 +432,21 @@ class Trainer:
                            checkpoint=self.last_checkpoint)
 
     def _print_before_after(self) -> None:
-        """``runner.val_before_train``: one line comparing the first and the last evaluation (same trials)."""
-        after = self.last_metrics or {}
-        key = "eval/success_rate"
-        if self.cluster.rank != 0 or key not in self.eval_before or key not in after:
+        """``runner.val_before_train``: one line comparing the first and the last evaluation (same trials).
+        LIBERO evaluations give a success rate with its Wilson interval; the others their ``success_once``."""
+        before, after = self.eval_before, self.last_metrics or {}
+        key = next((k for k in ("eval/success_rate", "eval/success_once") if k in before and k in after), None)
+        if self.cluster.rank != 0 or key is None:
             return
-        n = int(after.get("eval/num_episodes", 0))
 
         def rate(m: dict[str, float]) -> str:
-            return (f"{m[key]:.2f} ({round(m[key] * n)}/{n}, 95% CI [{m['eval/ci95_low']:.2f}, "
-                    f"{m['eval/ci95_high']:.2f}])")
+            if "eval/ci95_low" not in m:
+                return f"{m[key]:.2f}"
+            n = int(m.get("eval/num_episodes", 0))
+            return f"{m[key]:.2f} ({round(m[key] * n)}/{n}, 95% CI [{m['eval/ci95_low']:.2f}, {m['eval/ci95_high']:.2f}])"
 
-        print(f"eval success before training {rate(self.eval_before)} -> after {self.state.iteration} "
-              f"iterations {rate(after)}", flush=True)
+        print(f"eval success before training {rate(before)} -> after {self.state.iteration} iterations "
+              f"{rate(after)}", flush=True)
 
 
 
