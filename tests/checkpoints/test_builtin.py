@@ -41,3 +41,11 @@ def test_the_shipped_policy_loads_in_state_mode_with_its_statistics() -> None:
     obs = {keys.STATES: torch.zeros(2, 14), keys.TASK_DESCRIPTIONS: ["pick up the black bowl"] * 2}
     out = policy.sample(obs, deterministic=True)
     assert out.actions.shape == (2, 5, 7) and torch.isfinite(out.actions).all()
+
+
+def test_vlarl_eval_takes_a_builtin_checkpoint() -> None:
+    from vlarl_cli.training.evaluation.source import resolve_checkpoint_folder
+
+    assert resolve_checkpoint_folder(f"builtin:{NAME}") == (ROOT / NAME).resolve()
+    with pytest.raises(CheckpointError, match="no built-in checkpoint"):
+        resolve_checkpoint_folder("builtin:nothing")

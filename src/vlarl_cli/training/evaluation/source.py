@@ -48,9 +48,12 @@ def state_dict_sha256(module: torch.nn.Module) -> str:
 
 
 def resolve_checkpoint_folder(path: Path) -> Path:
-    """A training checkpoint folder from itself, a folder with ``latest``, or a run folder."""
+    """A training checkpoint folder from itself, a folder with ``latest``, a run folder or ``builtin:<name>``."""
+    from vlarl_cli.checkpoints.builtin import PREFIX, builtin_checkpoint
     from vlarl_cli.training.checkpoint import LATEST
 
+    if str(path).startswith(PREFIX):
+        path = builtin_checkpoint(str(path))
     path = Path(path).expanduser()
     for pointer in (path / LATEST, path / "checkpoints" / LATEST):
         if pointer.is_file():
