@@ -32,7 +32,7 @@ class Case:
     kept: tuple[str, ...] = ()  # files (relative to {tmp}) that must still exist afterwards
 
 
-QUICK = ("rl-train", "-c", "quickstart")
+QUICK = ("rl-train", "-c", "libero_tiny_ppo")
 DRY = (*QUICK, "--dry-run")
 EP = {"suite": "libero_10", "task": 0, "trial": 0, "episode_id": 0, "task_name": "t", "language": "l",
       "success": True, "steps": 3, "env_seed": 7, "max_steps": 10, "settle_steps": 2}
@@ -48,7 +48,7 @@ CASES: dict[str, Case] = {
     "trials 51": Case(("eval", "--trials", "51"), ("'--trials'", "less than or equal to 50")),
     "fps 0": Case(("video", "x.jsonl", "--fps", "0"), ("'--fps'", "greater than or equal to 1")),
     "retries -1": Case(("download", "a/b", "--retries", "-1"), ("'--retries'", "greater than or equal to 0")),
-    "steps 0": Case(("sft", "-c", "quickstart", "--steps", "0"), ("'--steps'",)),
+    "steps 0": Case(("sft", "-c", "libero_tiny_ppo", "--steps", "0"), ("'--steps'",)),
     "nproc 0": Case((*QUICK, "--nproc-per-node", "0"), ("'--nproc-per-node'",)),
     "world size -4": Case((*DRY, "--world-size", "-4"), ("'--world-size'",)),
     "env seed -3": Case((*DRY, "--env-seed", "-3"), ("'--env-seed'",)),
@@ -60,16 +60,16 @@ CASES: dict[str, Case] = {
     "compare needs two": Case(("eval", "--compare", "a"), ("--compare", "2 arguments")),
     "world size without dry-run": Case((*QUICK, "--world-size", "4"), ("--world-size 4", "--dry-run")),
     "node rank": Case((*QUICK, "--nnodes", "2", "--node-rank", "2"), ("--node-rank 2", "--nnodes 2")),
-    "tasks not ints": Case(("eval", "--config", "quickstart", "--tasks", "a,b"), ("comma-separated",)),
+    "tasks not ints": Case(("eval", "--config", "libero_tiny_ppo", "--tasks", "a,b"), ("comma-separated",)),
     "deterministic and temperature": Case(("eval", "--deterministic", "--temperature", "1"),
                                           ("exclude each other",)),
     "bad repo id": Case(("download", "bad id!!"), ("not a repository id",), absent=("HF_HUB_OFFLINE",)),
     "repo id with ..": Case(("download", "../etc"), ("not a repository id",)),
     "local dir is a file": Case(("download", "org/name", "--local-dir", "{tmp}/f"), ("--local-dir", "is a file"),
                                 files={"f": "mine"}, kept=("f",)),
-    "eval resolution": Case(("eval", "--config", "quickstart", "--resolution", "300"), ("Resolution 300",)),
-    "eval protocol": Case(("eval", "--config", "quickstart", "--protocol", "foo"), ('protocol "foo"',)),
-    "eval unknown suite": Case(("eval", "--config", "quickstart", "--suite", "libero_spatail"),
+    "eval resolution": Case(("eval", "--config", "libero_tiny_ppo", "--resolution", "300"), ("Resolution 300",)),
+    "eval protocol": Case(("eval", "--config", "libero_tiny_ppo", "--protocol", "foo"), ('protocol "foo"',)),
+    "eval unknown suite": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_spatail"),
                                ('Did you mean "libero_spatial"',)),
     "video needs a selection": Case(("video",), ("Nothing to render",)),
     "sft missing demos": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/nope"), ("do not exist", "--demos")),
@@ -139,9 +139,9 @@ CASES: dict[str, Case] = {
     "memory no machine has": Case(("rl-train", "-c", "libero_10_ppo_openpi", "--dry-run",
                                    "env.train.total_num_envs=100000", "actor.global_batch_size=100000",
                                    "actor.micro_batch_size=100"), ("fits on no machine", "host memory"), code=0),
-    "eval out is a file": Case(("eval", "--config", "quickstart", "--suite", "libero_spatial", "--out", "{tmp}/f"),
+    "eval out is a file": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_spatial", "--out", "{tmp}/f"),
                                ("results folder", "is a file"), files={"f": "mine"}, kept=("f",)),
-    "eval out in /proc": Case(("eval", "--config", "quickstart", "--out", "/proc/vlarl-eval"), ("cannot be written",)),
+    "eval out in /proc": Case(("eval", "--config", "libero_tiny_ppo", "--out", "/proc/vlarl-eval"), ("cannot be written",)),
     # ---- broken files --------------------------------------------------------------------------------
     "convert truncated weights": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"),
                                       ("not a readable safetensors file", "truncated"), setup="truncated_ckpt",
@@ -157,7 +157,7 @@ CASES: dict[str, Case] = {
     "corrupt card": Case(("eval", "--compare", "{tmp}/a", "{tmp}/b"), ("card.json", "damaged"),
                          files={"a/card.json": "{not json", "a/episodes.jsonl": EP_LINE + "\n",
                                 "b/card.json": "{}", "b/episodes.jsonl": EP_LINE + "\n"}),
-    "resume into a corrupt card": Case(("eval", "--config", "quickstart", "--suite", "libero_spatial", "--tasks", "0",
+    "resume into a corrupt card": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_spatial", "--tasks", "0",
                                         "--trials", "1", "--out", "{tmp}/res"), ("card.json", "damaged"),
                                        files={"res/card.json": "{not json", "res/episodes.jsonl": EP_LINE + "\n"},
                                        kept=("res/episodes.jsonl",)),
@@ -214,7 +214,7 @@ def _safetensors_bytes() -> bytes:
 def _quickstart_yaml() -> str:
     from vlarl_cli.config.loading import load_config, to_yaml
 
-    return to_yaml(load_config("quickstart").config)
+    return to_yaml(load_config("libero_tiny_ppo").config)
 
 
 def _ckpt(tmp: Path, weights: bytes) -> None:
@@ -310,14 +310,14 @@ def test_a_bug_keeps_its_traceback_and_says_where_to_report(monkeypatch: pytest.
         raise ZeroDivisionError("division by zero")
 
     monkeypatch.setattr(entry, "launch", broken)
-    assert run(["rl-train", "-c", "quickstart"]) == 1
+    assert run(["rl-train", "-c", "libero_tiny_ppo"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "ZeroDivisionError" in err and "bug in vlarl" in err and "report" in err
 
 
 @pytest.mark.parametrize(("command", "words"), [
-    (["rl-train", "-c", "quickstart"], "--resume auto"),
-    (["eval", "--config", "quickstart"], "skipped"),
+    (["rl-train", "-c", "libero_tiny_ppo"], "--resume auto"),
+    (["eval", "--config", "libero_tiny_ppo"], "skipped"),
 ])
 def test_ctrl_c_exits_130_and_says_how_to_resume(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                                 command: list[str], words: str) -> None:
@@ -348,6 +348,6 @@ def test_os_errors_name_the_file_and_the_fix(monkeypatch: pytest.MonkeyPatch, ca
         raise OSError(getattr(errno, errno_name), "os says no", "/data/runs/x/model.safetensors")
 
     monkeypatch.setattr(entry, "launch", failing)
-    assert run(["rl-train", "-c", "quickstart"]) == 2
+    assert run(["rl-train", "-c", "libero_tiny_ppo"]) == 2
     err = capsys.readouterr().err
     assert words in err and "/data/runs/x/model.safetensors" in err and "fix: " in err and "Traceback" not in err

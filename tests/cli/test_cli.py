@@ -75,7 +75,7 @@ def test_broken_configs_fail_in_one_paragraph_with_exit_code_2(case: str, tmp_pa
 def test_missing_checkpoint_and_missing_config_exit_2(tmp_path: Path) -> None:
     out = vlarl("rl-train", "--config", str(tmp_path / "nope.yaml"))
     assert out.returncode == 2 and "neither a file nor a preset" in out.stderr and "Traceback" not in out.stderr
-    out = vlarl("rl-train", "--config", "quickstart", "actor.model.model_path=/no/such/checkpoint")
+    out = vlarl("rl-train", "--config", "libero_tiny_ppo", "actor.model.model_path=/no/such/checkpoint")
     assert out.returncode == 2 and "/no/such/checkpoint" in out.stderr and "Traceback" not in out.stderr
     out = vlarl("rl-train", "--config", "libero_10_ppo_openpi")  # a hub id that was never downloaded
     assert out.returncode == 2 and "vlarl download RLinf/RLinf-Pi0-SFT-Long" in out.stderr

@@ -87,7 +87,7 @@ def test_separated_placements_reproduce_the_collocated_run(single: Path, placeme
         assert all(r["time/transfer"] >= 0 for r in rows)
 
 
-LIBERO_SMALL = ["--config", "quickstart", "env.train.total_num_envs=2", "env.train.num_workers=1",
+LIBERO_SMALL = ["--config", "libero_tiny_ppo", "env.train.total_num_envs=2", "env.train.num_workers=1",
                 "env.train.max_episode_steps=10", "env.train.max_steps_per_rollout_epoch=10",
                 "env.train.settle_steps=2", "env.train.video_cfg.save_video=false", "actor.micro_batch_size=1",
                 "actor.global_batch_size=2", "algorithm.update_epoch=1", "runner.max_epochs=1"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-EVAL_ARGS = ["eval", "--suite", "libero_spatial", "--config", "quickstart", "--tasks", "0,1", "--trials", "2",
+EVAL_ARGS = ["eval", "--suite", "libero_spatial", "--config", "libero_tiny_ppo", "--tasks", "0,1", "--trials", "2",
              "--max-steps", "10", "--settle-steps", "2", "--num-envs", "2", "--num-workers", "1",
              "--resolution", "128", "--live-video", "1"]
 

@@ -8,7 +8,7 @@ from conftest import run_cli
 
 
 def test_eval_unknown_suite(tmp_path: Path) -> None:
-    run = run_cli(["eval", "--suite", "libero_spatail", "--config", "quickstart"], cwd=tmp_path, timeout=120)
+    run = run_cli(["eval", "--suite", "libero_spatail", "--config", "libero_tiny_ppo"], cwd=tmp_path, timeout=120)
     assert run.returncode == 2 and 'Did you mean "libero_spatial"' in run.stderr
     assert "Traceback" not in run.stderr
 

@@ -18,7 +18,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
 
     from vlarl_cli.config.loading import load_config, to_yaml
 
-    policy, _, _ = load_policy(None, "quickstart", [])
+    policy, _, _ = load_policy(None, "libero_tiny_ppo", [])
     with torch.no_grad():  # make the weights differ from a fresh build with the same seed
         for p in policy.parameters():
             p.add_(0.01)
@@ -29,7 +29,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
     path.mkdir(parents=True)
     save_file({k: v.detach().clone().contiguous() for k, v in policy.state_dict().items()},
               str(path / "model.safetensors"))
-    (path / "config.yaml").write_text(to_yaml(load_config("quickstart").config))
+    (path / "config.yaml").write_text(to_yaml(load_config("libero_tiny_ppo").config))
     (path / "trainer_state.json").write_text('{"iteration": 3}')
     (run / "checkpoints" / "latest").write_text("global_step_3\n")
     return path, {k: v.clone() for k, v in policy.state_dict().items()}
@@ -48,10 +48,10 @@ def test_checkpoint_round_trip(checkpoint: tuple[Path, dict[str, torch.Tensor]])
 
 
 def test_config_policy_is_reproducible() -> None:
-    _, info_a, _ = load_policy(None, "quickstart", [])
-    b, info_b, _ = load_policy(None, "quickstart", [])
+    _, info_a, _ = load_policy(None, "libero_tiny_ppo", [])
+    b, info_b, _ = load_policy(None, "libero_tiny_ppo", [])
     assert info_a.sha256 == info_b.sha256 == state_dict_sha256(b) and info_a.hash_of == "state dict"
-    _, info_c, _ = load_policy(None, "quickstart", ["actor.seed=1"])
+    _, info_c, _ = load_policy(None, "libero_tiny_ppo", ["actor.seed=1"])
     assert info_c.sha256 != info_a.sha256
 
 

@@ -208,7 +208,7 @@ def test_training_eval_maps_the_eval_split(monkeypatch: pytest.MonkeyPatch) -> N
         return summarize(recs, make_card(settings, _Policy(), None, plan), plan)
 
     monkeypatch.setattr(evaluation, "evaluate_policy", fake)
-    config = load_config("quickstart", ["env.eval.total_num_envs=4", "env.eval.rollout_epoch=2"]).config
+    config = load_config("libero_tiny_ppo", ["env.eval.total_num_envs=4", "env.eval.rollout_epoch=2"]).config
 
     class P(_Policy):
         training = True

@@ -18,7 +18,7 @@ def test_live_rollout_resimulates_exactly(tmp_path: Path) -> None:
     from vlarl_cli.video.episodes import EpisodeRecord
     from vlarl_cli.video.resim import Simulators, live_episode, resimulate
 
-    policy, _, _ = load_policy(None, "quickstart", [])
+    policy, _, _ = load_policy(None, "libero_tiny_ppo", [])
     with Simulators() as sims:
         live = live_episode(policy, "libero_spatial", 1, 3, resolution=128, max_steps=12, settle_steps=2, sims=sims)
         assert live.steps == 12 and live.frames["main"].shape == (13, 128, 128, 3)
@@ -44,7 +44,7 @@ def test_video_cli_live_rollout(tmp_path: Path) -> None:
 
     import imageio.v2 as imageio
 
-    proc = subprocess.run([sys.executable, "-m", "vlarl_cli.cli.main", "video", "--config", "quickstart",
+    proc = subprocess.run([sys.executable, "-m", "vlarl_cli.cli.main", "video", "--config", "libero_tiny_ppo",
                            "--suite", "libero_spatial", "--task", "0", "--trial", "2", "--max-steps", "5",
                            "--resolution", "128", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
