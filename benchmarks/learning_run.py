@@ -1,20 +1,22 @@
 """The two-stage pipeline end to end in real LIBERO on CPU: expert demos -> SFT -> eval -> RL -> eval.
 
-    python benchmarks/learning_run.py --out runs/learning_run                 # the full run (~1.5-2 h, 2 cores)
+    python benchmarks/learning_run.py --out runs/learning_run                 # the full run (~45 min, 2 cores)
     python benchmarks/learning_run.py --out runs/learning_short --short       # a few minutes: the pipeline only
     python benchmarks/learning_run.py --out runs/learning_run --docs docs/learning   # also copy the report
 
 Stages (each one resumable: run the same command again and finished stages are skipped, SFT and RL continue
 from their last checkpoint with ``--resume auto``, evaluations skip finished episodes):
 
-1. ``init_model``: a pi0 policy of the ``tiny`` architecture with 64 px images (random weights, built with
-   the family's own ``preset`` / ``save_policy``), so the SFT stage starts from a folder;
+1. ``init_model``: a pi0 policy of the ``tiny`` architecture with a wider action expert in LIBERO ``obs_mode:
+   state`` (no camera: proprio + the goal objects' positions; random weights, built with the family's own
+   ``preset`` / ``save_policy``), so the SFT stage starts from a folder;
 2. ``record``: ``--demos`` successful scripted-expert episodes of ``--suite`` task(s) ``--tasks`` as a LeRobot
    v3.0 dataset, from freshly sampled initial placements (``init="sampled"``: never the 50 evaluation
    states), in ``--workers`` simulator processes; the expert's own success rate is reported;
 3. ``sft``: ``vlarl sft --config sft_learning_run`` on that dataset (norm stats from the data);
 4. ``eval_sft``: ``vlarl eval`` under the standard protocol (openpi / OpenVLA: trial i = init state i, 220 steps
-   + 10 settle steps on libero_spatial, env seed 7; here 128 px renders) on ``--eval-trials`` (50) states;
+   + 10 settle steps on libero_spatial, env seed 7, deterministic; here without camera) on ``--eval-trials``
+   (50) states;
 5. ``rl``: ``vlarl rl-train`` GRPO from the SFT checkpoint (``--rl-envs`` envs in groups of ``--group-size``
    sharing an init state, sparse success reward, ``--rl-iters`` iterations, a checkpoint every iteration);
 6. ``eval_rl``: the same evaluation of the RL checkpoint;
@@ -204,7 +206,8 @@ def stage_report(out: Path, args: argparse.Namespace, stages: Stages) -> dict[st
         "command": shlex.join([sys.executable, *sys.argv]),
         "suite": args.suite, "tasks": list(args.tasks), "policy": f"pi0 tiny architecture, {MODEL}",
         "demonstrations": stages.data["record"]["info"], "sft_steps": args.sft_steps,
-        "eval_protocol": "standard (trial i = init state i, 220 + 10 settle steps, env seed 7), 128 px renders",
+        "eval_protocol": "standard (trial i = init state i, 220 + 10 settle steps, env seed 7, deterministic), "
+                         f"LIBERO obs_mode {OBS_MODE} (no camera)",
         "sft": sft_eval, "rl": rl_eval,
         "improvement": rl_eval["success_rate"] - sft_eval["success_rate"],
         "intervals_overlap": not (rl_eval["ci95_low"] > sft_eval["ci95_high"]
