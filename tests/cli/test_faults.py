@@ -13,9 +13,13 @@ from pathlib import Path
 
 from vlarl_cli.checkpoints.atomic import TMP_PREFIX
 
+# 30 iterations: the Ctrl-C goes in once iteration 2 is saved; on a loaded machine this test's process can
+# see that late, and the run must not reach its end in between (with 12 it once did: exit 0, not 130)
+EPOCHS = 30
+
 
 def _toy(run: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "vlarl_cli.cli.main", "rl-train", "-c", "toy_reach_ppo", "runner.max_epochs=12",
+    return [sys.executable, "-m", "vlarl_cli.cli.main", "rl-train", "-c", "toy_reach_ppo", f"runner.max_epochs={EPOCHS}",
             "runner.save_interval=1", "runner.val_check_interval=-1", f"runner.logger.log_path={run}", *extra]
 
 
@@ -37,12 +41,12 @@ def test_ctrl_c_during_training_exits_130_and_resume_auto_completes(tmp_path: Pa
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "Interrupted" in err and "--resume auto" in err
     kept = sorted(p.name for p in (run / "checkpoints").glob("global_step_*"))
-    assert "global_step_2" in kept and "global_step_12" not in kept
+    assert "global_step_2" in kept and f"global_step_{EPOCHS}" not in kept
     assert not [p for p in run.rglob("*") if p.name.startswith(TMP_PREFIX)]  # no half-written checkpoint
     again = subprocess.run(_toy(run, "--resume", "auto"), cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=300)
     assert again.returncode == 0, again.stderr
-    assert (run / "checkpoints" / "global_step_12" / "model.safetensors").is_file()
+    assert (run / "checkpoints" / f"global_step_{EPOCHS}" / "model.safetensors").is_file()
     assert not [p for p in run.rglob("*") if p.name.startswith(TMP_PREFIX)]
 
 
