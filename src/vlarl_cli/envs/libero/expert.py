@@ -53,16 +53,18 @@ def goal_positions(inner_env: Any) -> np.ndarray:
         raise EnvError(f"obs_mode state needs one on/in goal (an object and its target); this task has {goals}.",
                        fix="Use obs_mode rgb for this task (libero_spatial and libero_object tasks have one).")
     _, obj, target = goals[0]
+    return np.concatenate([named_position(inner_env, obj), named_position(inner_env, target)]).astype(np.float32)
+
+
+def named_position(inner_env: Any, name: str) -> np.ndarray:
+    """World position of an object or fixture body, or else of an object site (a region such as
+    ``basket_1_contain_region``), from the simulator."""
     sim = inner_env.sim
     registry = {**inner_env.objects_dict, **inner_env.fixtures_dict}
-
-    def pos(name: str) -> np.ndarray:
-        if name in registry:
-            return np.array(sim.data.body_xpos[sim.model.body_name2id(registry[name].root_body)])
-        site = inner_env.object_sites_dict[name]
-        return np.array(sim.data.site_xpos[sim.model.site_name2id(site.name)])
-
-    return np.concatenate([pos(obj), pos(target)]).astype(np.float32)
+    if name in registry:
+        return np.array(sim.data.body_xpos[sim.model.body_name2id(registry[name].root_body)])
+    site = inner_env.object_sites_dict[name]
+    return np.array(sim.data.site_xpos[sim.model.site_name2id(site.name)])
 
 
 class PickPlaceExpert:
@@ -87,15 +89,10 @@ class PickPlaceExpert:
     # ------------------------------------------------------------------ poses
 
     def _body_pos(self, name: str) -> np.ndarray:
-        registry = {**self.env.objects_dict, **self.env.fixtures_dict}
-        body = registry[name].root_body
-        return np.array(self.sim.data.body_xpos[self.sim.model.body_name2id(body)])
+        return named_position(self.env, name)
 
     def _target_pos(self) -> np.ndarray:
-        if self.target in self.env.objects_dict or self.target in self.env.fixtures_dict:
-            return self._body_pos(self.target)
-        site = self.env.object_sites_dict[self.target]
-        return np.array(self.sim.data.site_xpos[self.sim.model.site_name2id(site.name)])
+        return named_position(self.env, self.target)
 
     def _eef_pos(self) -> np.ndarray:
         return np.array(self.sim.data.site_xpos[self.sim.model.site_name2id("gripper0_grip_site")])
