@@ -16,6 +16,7 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
               plan: list[EpisodeKey]) -> dict[str, Any]:
     """The protocol card: everything a success rate depends on. ``plan`` fills its ``plan`` part."""
     from vlarl_cli.envs.libero.protocol import get_protocol
+    from vlarl_cli.policies.base import policy_cameras, policy_obs_mode  # torch: only when a card is made
 
     p = get_protocol(settings.protocol)
     chunk = int(getattr(policy, "num_action_chunks", 0))
@@ -44,9 +45,9 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
         "denoising_steps": denoising,
         "model_type": settings.model_type,
         "resolution": settings.resolution,
-        "cameras": list(getattr(policy, "cameras", ("main", "wrist"))),
+        "cameras": list(policy_cameras(policy)),
         # "state": no camera, privileged 14-d state (envs/libero/env.py EnvOptions.obs_mode), not a protocol's
-        "obs_mode": str(getattr(policy, "obs_mode", "rgb")),
+        "obs_mode": policy_obs_mode(policy),
         "policy_seed": settings.policy_seed,
         "checkpoint": asdict(info) if info is not None else None,
         # the prompt tokenizer (path, sha256, vocab_size, source) of policies that read a real one
@@ -89,7 +90,8 @@ def card_conflicts(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def _observation_deviations(policy: Any) -> list[str]:
     """Every published protocol gives the policy camera images; a state-mode policy sees none."""
-    if str(getattr(policy, "obs_mode", "rgb")) == "state":
+    from vlarl_cli.policies.base import policy_obs_mode
+    if policy_obs_mode(policy) == "state":
         return ["obs_mode state: no camera; the policy reads the 8-d proprio state plus the positions of the "
                 "goal's object and target (privileged, 14-d) instead of images"]
     return []

@@ -24,7 +24,6 @@ import numpy as np
 from vlarl_cli import keys
 from vlarl_cli.envs.vector import workers_for
 from vlarl_cli.errors import ConfigError
-from vlarl_cli.policies.base import policy_cameras, policy_obs_mode
 from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings, split_blocks
 from vlarl_cli.video.episodes import EpisodeData, EpisodeRecord, episode_paths, save_frames
 
@@ -109,6 +108,7 @@ def _prepare_sampling(policy: Any, settings: EvalSettings) -> bool:
 
 def _vector_spec(policy: Any, settings: EvalSettings, n: int) -> Any:
     from vlarl_cli.envs.vector import VectorEnvSpec
+    from vlarl_cli.policies.base import policy_cameras, policy_obs_mode
 
     return VectorEnvSpec(
         suite="libero_130", num_envs=n, num_workers=workers_for(n, settings.num_workers),
