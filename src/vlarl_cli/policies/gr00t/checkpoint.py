@@ -40,6 +40,7 @@ from vlarl_cli.config.model_types import MODEL_TYPES
 from vlarl_cli.errors import CheckpointError, ConfigError
 from vlarl_cli.policies.gr00t.config import Gr00tConfig, ModelSettings, preset
 from vlarl_cli.policies.gr00t.modality import EMBODIMENT_IDS, ModalitySpec
+from vlarl_cli.policies.lora import merge_lora_for_export
 
 __all__ = [
     "FORMATS",
@@ -48,6 +49,7 @@ __all__ = [
     "from_upstream_key",
     "infer_backbone_fields",
     "load_policy",
+    "merge_lora_for_export",
     "read_config",
     "save_policy",
     "to_upstream_key",
