@@ -20,7 +20,7 @@ Modules (each imports its heavy dependencies - huggingface_hub, torch, rich - on
   lacks into fresh RL heads / LoRA factors and real holes, one ``LoadReport``, sharded save (atomic per
   file).
 
-Adding a family: a row per model type in :mod:`vlarl_cli.config.model_types` (the one vocabulary the schema,
+Adding a family: a row per model type in :mod:`vlarl_cli.model_types` (the one vocabulary the schema,
 the policy registry, detection and preset matching read), ``vlarl_cli/policies/<family>/`` with its
 ``config.py`` / model, and a ``checkpoint.py`` with its key maps, layout rule, config-from-checkpoint and side
 files, calling :mod:`.pipeline` for the rest. Measured on the three families (``wc -l`` and an ``ast`` split of

@@ -34,8 +34,8 @@ from typing import Any
 
 from vlarl_cli.checkpoints.safetensors_header import read_safetensors_header
 from vlarl_cli.checkpoints.safety import is_pickle_file
-from vlarl_cli.config.model_types import MODEL_TYPES, family_model_types
 from vlarl_cli.errors import CheckpointError
+from vlarl_cli.model_types import MODEL_TYPES, family_model_types
 
 __all__ = [
     "FAMILY_MODEL_TYPES",
@@ -53,7 +53,7 @@ __all__ = [
 
 _NORM_STATS_NAMES = ("norm_stats.json", "dataset_statistics.json", "statistics.json")
 
-# model_type names of the config system per family package with checkpoints (config/model_types.py)
+# model_type names of the config system per family package with checkpoints (model_types.py)
 FAMILY_MODEL_TYPES: dict[str, tuple[str, ...]] = family_model_types()
 # saved GR00T config "version" -> variant (vlarl folders store the version, not the variant)
 _VERSION_VARIANT = {t.version: t.variant for t in MODEL_TYPES.values() if t.version is not None}
