@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from vlarl_cli.checkpoints.detect import FAMILY_MODEL_TYPES, _preset_variant
+from vlarl_cli.checkpoints.detect import FAMILY_MODEL_TYPES
+from vlarl_cli.config.presets import _preset_variant
 from vlarl_cli.config.schema import ModelConfig
 from vlarl_cli.envs.libero.protocol import get_protocol
 from vlarl_cli.errors import ConfigError

@@ -32,13 +32,13 @@ import fnmatch
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vlarl_cli.checkpoints.atomic import atomic_write_json, atomic_write_text, fsync_directory
-from vlarl_cli.checkpoints.detect import CheckpointInfo, configs_using, detect_checkpoint
+from vlarl_cli.checkpoints.detect import CheckpointInfo, detect_checkpoint
 from vlarl_cli.checkpoints.safety import check_relative_name, is_pickle_file, safe_join
 from vlarl_cli.checkpoints.transfer import (
     STATE_DIR,
@@ -94,6 +94,9 @@ KNOWN_REPOS: tuple[str, ...] = (
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
+#: ``(info, repo_id) -> {"uses": [...], "compatible": [...]}``: the config presets of a checkpoint
+Presets = Callable[[CheckpointInfo, str], dict[str, list[str]]]
+
 
 # --------------------------------------------------------------------------------------------------
 # Public data types
@@ -124,7 +127,8 @@ class DownloadResult:
         files: one record per listed file (after include/exclude filters).
         skipped_pickle: pickle-based files left out because ``allow_pickle`` was False.
         info: family/format detection of ``path``.
-        configs: ``{"uses": [...], "compatible": [...]}`` config presets for this checkpoint.
+        configs: ``{"uses": [...], "compatible": [...]}`` config presets for this checkpoint (empty when
+            ``download`` was given no ``presets``).
         offline: True when served from an earlier complete download without contacting the Hub.
     """
 
@@ -343,6 +347,7 @@ def download(
     quiet: bool = False,
     console: Console | None = None,
     repo_type: str = "model",
+    presets: Presets | None = None,
 ) -> DownloadResult:
     """Download ``repo_id`` at ``revision``, verify every file, detect the model and print a summary.
 
@@ -359,6 +364,7 @@ def download(
         quiet: no progress bars and no summary.
         console: rich console for the summary (progress goes to stderr).
         repo_type: ``model`` or ``dataset`` (a hub dataset repository, e.g. simulator assets).
+        presets: matches presets to the checkpoint (:data:`Presets`, e.g. ``config.presets.configs_using``).
 
     Raises:
         HubError: offline/unreachable hub, gated/missing repository or revision, unsafe listing,
@@ -368,13 +374,11 @@ def download(
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     out, err_console = _consoles(console)
     _check_arguments(repo_id, local_dir, repo_type)
-    requested = repo_id
-    repo_id = _follow_rename(repo_id, None if quiet else err_console)
+    requested, repo_id = repo_id, _follow_rename(repo_id, None if quiet else err_console)
     rev = revision or "main"
     endpoint = _endpoint()
-
     if _offline():
-        result = _offline_result(requested, repo_id, rev, local_dir, cache_dir, repo_type)
+        result = _offline_result(requested, repo_id, rev, local_dir, cache_dir, repo_type, presets)
     else:
         commit, listing = _remote_listing(repo_id, rev, endpoint, token, repo_type)
         wanted, skipped_pickle = _wanted(listing, include, exclude, allow_pickle, f"{repo_id}@{rev}")
@@ -384,7 +388,7 @@ def download(
         result = DownloadResult(repo_id=repo_id, requested_repo_id=requested, revision=rev, commit=commit,
                                 path=target.root, files=records, skipped_pickle=skipped_pickle)
         _record_download(target, result, repo_type, endpoint)
-        _detect(result, repo_type)
+        _detect(result, repo_type, presets)
     if not quiet:
         _print_summary(out, result)
     return result
@@ -474,11 +478,12 @@ def _record_download(target: Target, result: DownloadResult, repo_type: str, end
     atomic_write_json(target.state_dir / f"download-rev-{_slug(rev)}.json", state)
 
 
-def _detect(result: DownloadResult, repo_type: str) -> None:
+def _detect(result: DownloadResult, repo_type: str, presets: Presets | None) -> None:
     """Family / format detection and the presets that use it (models only: datasets are not checkpoints)."""
     if repo_type == "model":
         result.info = detect_checkpoint(result.path)
-        result.configs = configs_using(result.info, result.repo_id)
+        if presets is not None:
+            result.configs = presets(result.info, result.repo_id)
 
 
 def _slug(rev: str) -> str:
@@ -570,7 +575,8 @@ def _place_one(entry: RemoteFile, target: Target, manifest: Manifest, transfer: 
 
 
 def _offline_result(requested: str, repo_id: str, rev: str, local_dir: str | os.PathLike[str] | None,
-                    cache_dir: str | os.PathLike[str] | None, repo_type: str = "model") -> DownloadResult:
+                    cache_dir: str | os.PathLike[str] | None, repo_type: str = "model",
+                    presets: Presets | None = None) -> DownloadResult:
     """HF_HUB_OFFLINE: serve an earlier complete download of the same repo/revision, or fail clearly."""
     state_file: Path | None = None
     if local_dir is not None:
@@ -601,7 +607,7 @@ def _offline_result(requested: str, repo_id: str, rev: str, local_dir: str | os.
                             path=path, offline=True,
                             files=[FileRecord(p, safe_join(path, p).stat().st_size, "", "", "present")
                                    for p in state.get("files", [])])
-    _detect(result, repo_type)
+    _detect(result, repo_type, presets)
     return result
 
 
@@ -648,6 +654,6 @@ def _print_summary(console: Console, result: DownloadResult) -> None:
         lines.append(f"  configs:     {', '.join(uses)} (their model_path is this repository)")
     if compatible:
         lines.append(f"  compatible:  {', '.join(compatible)} (run with actor.model.model_path={result.path})")
-    if not uses and not compatible and info is not None:
+    if not uses and not compatible and info is not None and result.configs:
         lines.append("  configs:     no preset in configs/ uses this model family")
     console.print("\n".join(lines), markup=False)  # paths and names are the user's: never rich markup
