@@ -20,7 +20,7 @@ from torch import nn
 
 from vlarl_cli.errors import CheckpointError
 from vlarl_cli.policies.base import PolicyOutput
-from vlarl_cli.policies.lora import apply_lora
+from vlarl_cli.policies.lora import apply_lora, merge_lora_for_export  # noqa: F401 (the family API convert calls)
 
 FAMILY = "fakefam"
 FORMATS: tuple[str, ...] = ("vlarl", "upstream")

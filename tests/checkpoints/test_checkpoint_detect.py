@@ -11,8 +11,6 @@ import torch
 from safetensors.torch import save_file
 
 from vlarl_cli.checkpoints.detect import (
-    CheckpointInfo,
-    configs_using,
     count_parameters,
     detect_checkpoint,
     read_safetensors_header,
@@ -124,26 +122,6 @@ def test_header_reader_guards(tmp_path):
     (tmp_path / "short.safetensors").write_bytes(b"\x01")
     with pytest.raises(ValueError, match="too short"):
         read_safetensors_header(tmp_path / "short.safetensors")
-
-
-def test_configs_using_reads_defaults_and_overrides(tmp_path):
-    cfg = tmp_path / "configs"
-    (cfg / "model").mkdir(parents=True)
-    (cfg / "model" / "pi0_5.yaml").write_text('model_type: "openpi"\nmodel_path: "org/pi05-base"\n'
-                                              'openpi:\n  config_name: "pi05_libero"\n')
-    (cfg / "model" / "pi0.yaml").write_text('model_type: "openpi"\nmodel_path: "org/pi0-base"\n'
-                                            'openpi:\n  config_name: "pi0_libero"\n')
-    (cfg / "a_pi05.yaml").write_text("defaults:\n  - model/pi0_5@actor.model\n")
-    (cfg / "b_pi05_other.yaml").write_text("defaults:\n  - model/pi0_5@actor.model\n"
-                                           "actor:\n  model:\n    model_path: org/other\n")
-    (cfg / "c_pi0.yaml").write_text("defaults:\n  - model/pi0@actor.model\n")
-    (cfg / "broken.yaml").write_text("defaults: [\n")
-    info = CheckpointInfo(path=tmp_path, family="pi0", variant="pi05")
-    assert configs_using(info, "org/pi05-base", [cfg]) == {"uses": ["a_pi05"], "compatible": ["b_pi05_other"]}
-    info0 = CheckpointInfo(path=tmp_path, family="pi0", variant="pi0")
-    assert configs_using(info0, "x/y", [cfg]) == {"uses": [], "compatible": ["c_pi0"]}
-    # A local copy named like the repo counts as "uses".
-    assert configs_using(info0, "org/pi0-base", [cfg])["uses"] == ["c_pi0"]
 
 
 def test_peft_adapter_folder_is_named(tmp_path):

@@ -1,17 +1,22 @@
-"""House rule (issue 19): no function in training/ longer than ~60 lines, so each step stays readable."""
+"""House rule (issue 19): no function in training/ or checkpoints/ longer than ~60 lines, so each step
+stays readable."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
+import vlarl_cli.checkpoints
 import vlarl_cli.training
 
 LIMIT = 60  # lines from ``def`` to the last line, docstring included
 
 
-def test_no_function_in_training_is_over_the_limit() -> None:
-    root = Path(vlarl_cli.training.__file__).parent
+@pytest.mark.parametrize("package", [vlarl_cli.training, vlarl_cli.checkpoints], ids=lambda p: p.__name__)
+def test_no_function_is_over_the_limit(package) -> None:
+    root = Path(package.__file__).parent
     long = []
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

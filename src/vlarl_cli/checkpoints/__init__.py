@@ -9,7 +9,8 @@ Modules (each imports its heavy dependencies - huggingface_hub, torch, rich - on
 * :mod:`.transfer` - the byte side of a download: hashing while streaming, resume with ``Range`` from
   kept partial bytes, local-dir / hub-cache layouts, manifest of verified files, one-writer lock.
 * :mod:`.detect` - ``detect_checkpoint(path)``: family / format / parameter count / norm stats from
-  file names, config files and safetensors headers; ``configs_using`` for matching presets.
+  file names, config files and safetensors headers (the presets that use a checkpoint are config/'s
+  business: :func:`vlarl_cli.config.presets.configs_using`, handed to ``download`` by the command).
 * :mod:`.convert` - ``convert(src, dst, to_format, dtype, merge_lora, allow_pickle)`` through the family
   checkpoint modules, with a probe-batch self-check (``vlarl convert``).
 * :mod:`.safety` - ``load_state_dict`` (safetensors only unless ``allow_pickle``, then
@@ -20,7 +21,7 @@ Modules (each imports its heavy dependencies - huggingface_hub, torch, rich - on
   lacks into fresh RL heads / LoRA factors and real holes, one ``LoadReport``, sharded save (atomic per
   file).
 
-Adding a family: a row per model type in :mod:`vlarl_cli.config.model_types` (the one vocabulary the schema,
+Adding a family: a row per model type in :mod:`vlarl_cli.model_types` (the one vocabulary the schema,
 the policy registry, detection and preset matching read), ``vlarl_cli/policies/<family>/`` with its
 ``config.py`` / model, and a ``checkpoint.py`` with its key maps, layout rule, config-from-checkpoint and side
 files, calling :mod:`.pipeline` for the rest. Measured on the three families (``wc -l`` and an ``ast`` split of

@@ -2,13 +2,13 @@
 
 The family is detected from the files (:mod:`vlarl_cli.checkpoints.detect`); the work is done by the
 family's checkpoint module ``vlarl_cli.policies.<family>.checkpoint`` (shared API: ``FORMATS``,
-``detect_format``, ``load_policy``, ``save_policy``, ``describe``), so key maps live with the model
+``detect_format``, ``load_policy``, ``save_policy``, ``describe``, ``merge_lora_for_export``), so key maps live with the model
 code that defines the keys. This module adds what every family needs:
 
 * a pickle gate: sources holding only ``.bin``/``.pt`` weights need ``allow_pickle=True``; they are then
   read with ``torch.load(weights_only=True)`` into a private safetensors staging copy, so family
   loaders stay safetensors-only;
-* LoRA merging (``merge_lora=True``): every :class:`~vlarl_cli.policies.lora.LoRALinear` is folded into
+* LoRA merging (``merge_lora=True``, done by the family module): every LoRA layer is folded into
   its base weight, ``W + (B @ A) * alpha / r`` (Hu et al. 2021, arXiv:2106.09685, eq. 3);
 * dtype casting on save;
 * an atomic destination (built under a temporary name, renamed when complete);
@@ -19,7 +19,6 @@ code that defines the keys. This module adds what every family needs:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -191,22 +190,6 @@ def _compare(reference: tuple[Any, Any], converted: tuple[Any, Any], family: str
     return diff, diff_v
 
 
-def _merge_lora(policy: Any) -> int:
-    from vlarl_cli.policies.lora import merge_lora
-
-    merged = merge_lora(policy)
-    if merged:
-        # The saved model has no adapters any more: its config must say so, or a later load would
-        # expect LoRA factors. Families keep the flag on different attributes (GR00T ``settings``,
-        # pi0 ``cfg``); all are (frozen) dataclasses.
-        for attr in ("settings", "config", "cfg"):
-            value = getattr(policy, attr, None)
-            if dataclasses.is_dataclass(value) and not isinstance(value, type) \
-                    and any(f.name == "is_lora" for f in dataclasses.fields(value)):
-                setattr(policy, attr, dataclasses.replace(value, is_lora=False))
-    return merged
-
-
 def _stage_pickles(src: Path, stage: Path, pickle_files: list[str]) -> None:
     """Copy ``src`` to ``stage`` with every pickle weight file rewritten as safetensors.
 
@@ -375,7 +358,7 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format:
         policy = module.load_policy(read_from, format=src_format, device="cpu", dtype=torch.float32,
                                     strict=True)
         reference = _run_probe(module, policy) if check else None
-        merged = _merge_lora(policy) if merge_lora else 0
+        merged = module.merge_lora_for_export(policy) if merge_lora else 0
 
         diff = diff_v = None
         # The check runs on the temporary folder, before it is renamed to dst: a failed conversion

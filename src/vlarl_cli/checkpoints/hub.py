@@ -32,13 +32,13 @@ import fnmatch
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vlarl_cli.checkpoints.atomic import atomic_write_json, atomic_write_text, fsync_directory
-from vlarl_cli.checkpoints.detect import CheckpointInfo, configs_using, detect_checkpoint
+from vlarl_cli.checkpoints.detect import CheckpointInfo, detect_checkpoint
 from vlarl_cli.checkpoints.safety import check_relative_name, is_pickle_file, safe_join
 from vlarl_cli.checkpoints.transfer import (
     STATE_DIR,
@@ -94,6 +94,9 @@ KNOWN_REPOS: tuple[str, ...] = (
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
+#: ``(info, repo_id) -> {"uses": [...], "compatible": [...]}``: the config presets of a checkpoint
+Presets = Callable[[CheckpointInfo, str], dict[str, list[str]]]
+
 
 # --------------------------------------------------------------------------------------------------
 # Public data types
@@ -124,7 +127,8 @@ class DownloadResult:
         files: one record per listed file (after include/exclude filters).
         skipped_pickle: pickle-based files left out because ``allow_pickle`` was False.
         info: family/format detection of ``path``.
-        configs: ``{"uses": [...], "compatible": [...]}`` config presets for this checkpoint.
+        configs: ``{"uses": [...], "compatible": [...]}`` config presets for this checkpoint (empty when
+            ``download`` was given no ``presets``).
         offline: True when served from an earlier complete download without contacting the Hub.
     """
 
@@ -158,71 +162,83 @@ def _unreachable(endpoint: str, err: BaseException | str) -> HubError:
 
 @contextlib.contextmanager
 def _hub_errors(repo_id: str, revision: str, endpoint: str) -> Iterator[None]:
-    """Turn huggingface_hub / httpx failures into one-paragraph HubErrors (never a traceback)."""
-    import httpx2
-    from huggingface_hub import errors as hf_errors
-
+    """Turn huggingface_hub / httpx failures into one-paragraph HubErrors (never a traceback); anything
+    else (a bug of ours, Ctrl-C, an OSError other than a full disk) passes through unchanged."""
     web = endpoint.rstrip("/")
     try:
         yield
     except HubError:
         raise
-    except hf_errors.GatedRepoError as err:
-        raise HubError(
+    except Exception as err:
+        translated = _repository_error(err, repo_id, revision, web) or _transport_error(err, repo_id, web)
+        if translated is None:
+            raise
+        raise translated from err
+
+
+def _repository_error(err: Exception, repo_id: str, revision: str, web: str) -> HubError | None:
+    """What the hub said about the repository, revision or file (huggingface_hub's error classes)."""
+    from huggingface_hub import errors as hf_errors
+
+    # Most specific first: GatedRepoError, RevisionNotFoundError, ... are RepositoryNotFoundError /
+    # HfHubHTTPError subclasses, and OfflineModeIsEnabled is an OSError (huggingface_hub/errors.py).
+    if isinstance(err, hf_errors.GatedRepoError):
+        return HubError(
             f"{repo_id} is a gated repository: its files are only served to logged-in users who accepted "
             "its access conditions.",
             fix=f"Open {web}/{repo_id}, accept the conditions, then log in with `hf auth login` or set "
-            "HF_TOKEN to a token with read access, and run the command again.",
-        ) from err
-    except hf_errors.RevisionNotFoundError as err:
-        raise HubError(
+            "HF_TOKEN to a token with read access, and run the command again.")
+    if isinstance(err, hf_errors.RevisionNotFoundError):
+        return HubError(
             f"Revision {revision!r} does not exist in {repo_id}.",
             fix=f"Pass a branch, tag or commit that exists (see {web}/{repo_id}/tree/main), or omit "
-            "--revision to use main.",
-        ) from err
-    except hf_errors.RemoteEntryNotFoundError as err:
-        raise HubError(f"A file of {repo_id}@{revision} listed by the hub is missing on the server: {err}",
-                       fix="Try again later or pick another revision with --revision.") from err
-    except hf_errors.DisabledRepoError as err:
-        raise HubError(f"Access to {repo_id} has been disabled on the hub.",
-                       fix="Use another repository.") from err
-    except hf_errors.RepositoryNotFoundError as err:
-        raise HubError(
+            "--revision to use main.")
+    if isinstance(err, hf_errors.RemoteEntryNotFoundError):
+        return HubError(f"A file of {repo_id}@{revision} listed by the hub is missing on the server: {err}",
+                        fix="Try again later or pick another revision with --revision.")
+    if isinstance(err, hf_errors.DisabledRepoError):
+        return HubError(f"Access to {repo_id} has been disabled on the hub.", fix="Use another repository.")
+    if isinstance(err, hf_errors.RepositoryNotFoundError):
+        return HubError(
             f"Repository {repo_id} was not found on {web} (it does not exist, or it is private and you "
             "are not logged in).",
             fix="Check the name (organisation/name, case-sensitive)." + did_you_mean(repo_id, KNOWN_REPOS)
-            + " For a private repository log in with `hf auth login` or set HF_TOKEN.",
-        ) from err
-    except hf_errors.OfflineModeIsEnabled as err:
-        raise HubError(
+            + " For a private repository log in with `hf auth login` or set HF_TOKEN.")
+    if isinstance(err, hf_errors.OfflineModeIsEnabled):
+        return HubError(
             f"HF_HUB_OFFLINE is set, and {repo_id} has no complete earlier download here.",
             fix="Unset HF_HUB_OFFLINE to download, or point --local-dir / model_path at a folder that "
-            "already holds the model.",
-        ) from err
-    except hf_errors.HFValidationError as err:
-        raise HubError(f"{repo_id!r} is not a valid repository id: {err}",
-                       fix="Use the form organisation/name, e.g. RLinf/RLinf-Pi05-LIBERO-SFT.") from err
-    except hf_errors.HfHubHTTPError as err:
+            "already holds the model.")
+    if isinstance(err, hf_errors.HFValidationError):
+        return HubError(f"{repo_id!r} is not a valid repository id: {err}",
+                        fix="Use the form organisation/name, e.g. RLinf/RLinf-Pi05-LIBERO-SFT.")
+    if isinstance(err, hf_errors.HfHubHTTPError):
         status = err.response.status_code if err.response is not None else "?"
-        raise HubError(f"The hub at {web} answered HTTP {status} for {repo_id}: {str(err).splitlines()[0]}",
-                       fix="Try again later; if it persists check HF_ENDPOINT and your token.") from err
-    except OSError as err:
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise HubError(f"The disk is full while downloading {repo_id} ({err}). Bytes received so far "
-                           "are kept and resume on the next run.",
-                           fix="Free some space (or pass --local-dir / --cache-dir on a larger disk) and run "
-                           "the same command again.") from err
-        raise
-    except json.JSONDecodeError as err:  # a captive portal, proxy or web page answering 200 with HTML
-        raise HubError(f"The server at {web} answered the hub API for {repo_id} with something that is not JSON "
-                       f"({err.msg} at line {err.lineno}); it is not a Hugging Face hub (an HTML page from a "
-                       "proxy, a login portal or a wrong HF_ENDPOINT?).",
-                       fix="Point HF_ENDPOINT at a hub or mirror API (or unset it for https://huggingface.co) "
-                       "and check any proxy settings, then run the same command again.") from err
-    except httpx2.TransportError as err:  # connect/timeout/protocol errors: not HfHubHTTPError (REF s6)
-        raise _unreachable(web, f"{type(err).__name__}: {err}") from err
-    except httpx2.HTTPError as err:
-        raise _unreachable(web, f"{type(err).__name__}: {err}") from err
+        return HubError(f"The hub at {web} answered HTTP {status} for {repo_id}: {str(err).splitlines()[0]}",
+                        fix="Try again later; if it persists check HF_ENDPOINT and your token.")
+    return None
+
+
+def _transport_error(err: Exception, repo_id: str, web: str) -> HubError | None:
+    """A full disk, a server that is no hub, or no connection at all; None for any other error."""
+    import httpx2
+
+    if isinstance(err, OSError):
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return None
+        return HubError(f"The disk is full while downloading {repo_id} ({err}). Bytes received so far "
+                        "are kept and resume on the next run.",
+                        fix="Free some space (or pass --local-dir / --cache-dir on a larger disk) and run "
+                        "the same command again.")
+    if isinstance(err, json.JSONDecodeError):  # a captive portal, proxy or web page answering 200 with HTML
+        return HubError(f"The server at {web} answered the hub API for {repo_id} with something that is not JSON "
+                        f"({err.msg} at line {err.lineno}); it is not a Hugging Face hub (an HTML page from a "
+                        "proxy, a login portal or a wrong HF_ENDPOINT?).",
+                        fix="Point HF_ENDPOINT at a hub or mirror API (or unset it for https://huggingface.co) "
+                        "and check any proxy settings, then run the same command again.")
+    if isinstance(err, httpx2.HTTPError):  # connect/timeout/protocol errors: not HfHubHTTPError (REF s6)
+        return _unreachable(web, f"{type(err).__name__}: {err}")
+    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -240,7 +256,7 @@ def resolve_repo_id(repo_id: str) -> tuple[str, str | None]:
 _REPO_ID_RE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 
-def _check_arguments(repo_id: str, local_dir: str | os.PathLike[str] | None) -> None:
+def _check_arguments(repo_id: str, local_dir: str | os.PathLike[str] | None, repo_type: str) -> None:
     """What is wrong with the arguments themselves, said before the hub (or its offline cache) is asked."""
     if not _REPO_ID_RE.match(repo_id) or ".." in repo_id:
         raise HubError(f"{repo_id!r} is not a repository id (organisation/name: letters, digits, '-', '_', '.').",
@@ -252,6 +268,25 @@ def _check_arguments(repo_id: str, local_dir: str | os.PathLike[str] | None) -> 
         if blocker is not None:
             raise HubError(f"Cannot create the download folder {target} (--local-dir): {blocker} is a file.",
                            fix="Choose a folder path for --local-dir (or move the file away).")
+    if repo_type not in ("model", "dataset"):
+        raise HubError(f"Repository type {repo_type!r} is not one vlarl downloads.",
+                       fix="Use --repo-type model (checkpoints) or --repo-type dataset (e.g. simulator assets).")
+
+
+def _consoles(console: Console | None) -> tuple[Console, Console]:
+    """The summary's console (``console`` or stdout) and stderr's, for notes and progress."""
+    from rich.console import Console
+
+    return console or Console(highlight=False, soft_wrap=True), Console(stderr=True, highlight=False,
+                                                                        soft_wrap=True)
+
+
+def _follow_rename(repo_id: str, note_to: Console | None) -> str:
+    """The repository to download after :data:`RENAMED_REPOS`, with a note when it was renamed."""
+    new_id, message = resolve_repo_id(repo_id)
+    if message and note_to is not None:
+        note_to.print(f"note: {message}", markup=False)
+    return new_id
 
 
 def _endpoint() -> str:
@@ -312,6 +347,7 @@ def download(
     quiet: bool = False,
     console: Console | None = None,
     repo_type: str = "model",
+    presets: Presets | None = None,
 ) -> DownloadResult:
     """Download ``repo_id`` at ``revision``, verify every file, detect the model and print a summary.
 
@@ -328,6 +364,7 @@ def download(
         quiet: no progress bars and no summary.
         console: rich console for the summary (progress goes to stderr).
         repo_type: ``model`` or ``dataset`` (a hub dataset repository, e.g. simulator assets).
+        presets: matches presets to the checkpoint (:data:`Presets`, e.g. ``config.presets.configs_using``).
 
     Raises:
         HubError: offline/unreachable hub, gated/missing repository or revision, unsafe listing,
@@ -335,28 +372,31 @@ def download(
     """
     # Set before huggingface_hub is imported (its constants are read at import time; REFERENCE s6).
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    from rich.console import Console
-
-    out = console or Console(highlight=False, soft_wrap=True)
-    err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-    _check_arguments(repo_id, local_dir)
-    if repo_type not in ("model", "dataset"):
-        raise HubError(f"Repository type {repo_type!r} is not one vlarl downloads.",
-                       fix="Use --repo-type model (checkpoints) or --repo-type dataset (e.g. simulator assets).")
-    requested = repo_id
-    repo_id, renamed_msg = resolve_repo_id(repo_id)
-    if renamed_msg and not quiet:
-        err_console.print(f"note: {renamed_msg}", markup=False)
+    out, err_console = _consoles(console)
+    _check_arguments(repo_id, local_dir, repo_type)
+    requested, repo_id = repo_id, _follow_rename(repo_id, None if quiet else err_console)
     rev = revision or "main"
     endpoint = _endpoint()
-
     if _offline():
-        result = _offline_result(requested, repo_id, rev, local_dir, cache_dir, repo_type)
-        if not quiet:
-            _print_summary(out, result)
-        return result
+        result = _offline_result(requested, repo_id, rev, local_dir, cache_dir, repo_type, presets)
+    else:
+        commit, listing = _remote_listing(repo_id, rev, endpoint, token, repo_type)
+        wanted, skipped_pickle = _wanted(listing, include, exclude, allow_pickle, f"{repo_id}@{rev}")
+        target = _prepared_target(wanted, local_dir, cache_dir, repo_id, repo_type, commit)
+        records = _fetch_all(repo_id, commit, endpoint, token, retries, retry_wait, quiet, err_console,
+                             wanted, target, repo_type)
+        result = DownloadResult(repo_id=repo_id, requested_repo_id=requested, revision=rev, commit=commit,
+                                path=target.root, files=records, skipped_pickle=skipped_pickle)
+        _record_download(target, result, repo_type, endpoint)
+        _detect(result, repo_type, presets)
+    if not quiet:
+        _print_summary(out, result)
+    return result
 
+
+def _remote_listing(repo_id: str, rev: str, endpoint: str, token: str | bool | None,
+                    repo_type: str) -> tuple[str, list[RemoteFile]]:
+    """Ask the hub which commit ``rev`` is and which files that commit holds."""
     import huggingface_hub
     from huggingface_hub import HfApi
     from huggingface_hub import constants as hf_constants
@@ -371,25 +411,41 @@ def download(
         if not commit or not _COMMIT_RE.match(commit):
             raise HubError(f"The hub at {endpoint} gave no commit id for {repo_id}@{rev}.",
                            fix="Check that HF_ENDPOINT points at a Hugging Face Hub compatible server.")
-        listing = _listing(api, repo_id, commit, repo_type)
+        return commit, _listing(api, repo_id, commit, repo_type)
 
+
+def _wanted(listing: list[RemoteFile], include: Sequence[str] | None, exclude: Sequence[str] | None,
+            allow_pickle: bool, where: str) -> tuple[list[RemoteFile], list[str]]:
+    """The files to fetch after the filters, and the pickle files left out; an empty choice is an error."""
     selected = _select(listing, include, exclude)
     skipped_pickle = [] if allow_pickle else [f.path for f in selected if is_pickle_file(f.path)]
     wanted = [f for f in selected if allow_pickle or not is_pickle_file(f.path)]
     if not wanted:
         raise HubError(
-            f"Nothing to download from {repo_id}@{rev}: {len(listing)} files listed, none left after the "
+            f"Nothing to download from {where}: {len(listing)} files listed, none left after the "
             f"filters (include={list(include or [])}, exclude={list(exclude or [])}"
             + (f", {len(skipped_pickle)} pickle files skipped" if skipped_pickle else "") + ").",
             fix="Loosen --include/--exclude" + (" or pass --allow-pickle" if skipped_pickle else "") + ".",
         )
+    return wanted, skipped_pickle
 
+
+def _cache_root(cache_dir: str | os.PathLike[str] | None) -> Path:
+    """``--cache-dir``, else huggingface_hub's ``HF_HUB_CACHE``."""
+    from huggingface_hub import constants as hf_constants
+
+    return Path(cache_dir).expanduser() if cache_dir is not None else Path(hf_constants.HF_HUB_CACHE)
+
+
+def _prepared_target(wanted: list[RemoteFile], local_dir: str | os.PathLike[str] | None,
+                     cache_dir: str | os.PathLike[str] | None, repo_id: str, repo_type: str,
+                     commit: str) -> Target:
+    """The destination (``local_dir`` or the cache snapshot), every file name in it checked, its folders made."""
     target: Target
     if local_dir is not None:
         target = LocalDirTarget(Path(local_dir).expanduser())
     else:
-        cache = Path(cache_dir).expanduser() if cache_dir is not None else Path(hf_constants.HF_HUB_CACHE)
-        target = CacheTarget(repo_cache_folder(cache, repo_id, repo_type), commit)
+        target = CacheTarget(repo_cache_folder(_cache_root(cache_dir), repo_id, repo_type), commit)
     # Validate every destination before the first byte moves (a bad name aborts everything).
     reserved = "/".join(STATE_DIR) + "/"
     for f in wanted:
@@ -406,29 +462,28 @@ def download(
     except OSError as err:  # a file in the way, no permission, read-only filesystem
         raise HubError(f"Cannot create the download folder {target.root}: {err.strerror or err}.",
                        fix="Pass a writable folder with --local-dir (or --cache-dir).") from err
-    with exclusive_lock(target.state_dir / "lock", target.root):
-        check_free_space(wanted, target)
-        manifest = Manifest(target.state_dir / "verified.json")
-        records = _fetch_all(repo_id, commit, endpoint, token, retries, retry_wait, quiet, err_console,
-                             wanted, target, manifest, repo_type)
+    return target
 
+
+def _record_download(target: Target, result: DownloadResult, repo_type: str, endpoint: str) -> None:
+    """Write the branch ref (cache) and the records a later offline run serves from."""
+    commit, rev = result.commit, result.revision
     if isinstance(target, CacheTarget):
         if not _COMMIT_RE.match(rev):
             ref = safe_join(target.repo_folder / "refs", rev)
             atomic_write_text(ref, commit)
-    state = {"repo_id": repo_id, "repo_type": repo_type, "revision": rev, "commit": commit, "endpoint": endpoint,
-             "files": [r.path for r in records], "complete": True}
+    state = {"repo_id": result.repo_id, "repo_type": repo_type, "revision": rev, "commit": commit,
+             "endpoint": endpoint, "files": [r.path for r in result.files], "complete": True}
     atomic_write_json(target.state_dir / f"download-{commit}.json", state)
     atomic_write_json(target.state_dir / f"download-rev-{_slug(rev)}.json", state)
 
-    result = DownloadResult(repo_id=repo_id, requested_repo_id=requested, revision=rev, commit=commit,
-                            path=target.root, files=records, skipped_pickle=skipped_pickle)
+
+def _detect(result: DownloadResult, repo_type: str, presets: Presets | None) -> None:
+    """Family / format detection and the presets that use it (models only: datasets are not checkpoints)."""
     if repo_type == "model":
-        result.info = detect_checkpoint(target.root)
-        result.configs = configs_using(result.info, repo_id)
-    if not quiet:
-        _print_summary(out, result)
-    return result
+        result.info = detect_checkpoint(result.path)
+        if presets is not None:
+            result.configs = presets(result.info, result.repo_id)
 
 
 def _slug(rev: str) -> str:
@@ -437,7 +492,18 @@ def _slug(rev: str) -> str:
 
 def _fetch_all(repo_id: str, commit: str, endpoint: str, token: str | bool | None, retries: int,
                retry_wait: float, quiet: bool, err_console: Console, wanted: list[RemoteFile],
-               target: Target, manifest: Manifest, repo_type: str = "model") -> list[FileRecord]:
+               target: Target, repo_type: str = "model") -> list[FileRecord]:
+    """Every wanted file present and verified in ``target``, one writer at a time, with progress bars."""
+    with exclusive_lock(target.state_dir / "lock", target.root):
+        check_free_space(wanted, target)
+        manifest = Manifest(target.state_dir / "verified.json")
+        return _fetch_each(repo_id, commit, endpoint, token, retries, retry_wait, quiet, err_console,
+                           wanted, target, manifest, repo_type)
+
+
+def _fetch_each(repo_id: str, commit: str, endpoint: str, token: str | bool | None, retries: int,
+                retry_wait: float, quiet: bool, err_console: Console, wanted: list[RemoteFile],
+                target: Target, manifest: Manifest, repo_type: str) -> list[FileRecord]:
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -509,17 +575,15 @@ def _place_one(entry: RemoteFile, target: Target, manifest: Manifest, transfer: 
 
 
 def _offline_result(requested: str, repo_id: str, rev: str, local_dir: str | os.PathLike[str] | None,
-                    cache_dir: str | os.PathLike[str] | None, repo_type: str = "model") -> DownloadResult:
+                    cache_dir: str | os.PathLike[str] | None, repo_type: str = "model",
+                    presets: Presets | None = None) -> DownloadResult:
     """HF_HUB_OFFLINE: serve an earlier complete download of the same repo/revision, or fail clearly."""
     state_file: Path | None = None
     if local_dir is not None:
         state_file = Path(local_dir).expanduser().joinpath(*STATE_DIR, f"download-rev-{_slug(rev)}.json")
         root = Path(local_dir).expanduser()
     else:
-        from huggingface_hub import constants as hf_constants
-
-        cache = Path(cache_dir).expanduser() if cache_dir is not None else Path(hf_constants.HF_HUB_CACHE)
-        folder = repo_cache_folder(cache, repo_id, repo_type)
+        folder = repo_cache_folder(_cache_root(cache_dir), repo_id, repo_type)
         state_file = folder / ".vlarl" / f"download-rev-{_slug(rev)}.json"
         root = folder / "snapshots"
     state: dict[str, Any] | None = None
@@ -543,9 +607,7 @@ def _offline_result(requested: str, repo_id: str, rev: str, local_dir: str | os.
                             path=path, offline=True,
                             files=[FileRecord(p, safe_join(path, p).stat().st_size, "", "", "present")
                                    for p in state.get("files", [])])
-    if repo_type == "model":
-        result.info = detect_checkpoint(path)
-        result.configs = configs_using(result.info, repo_id)
+    _detect(result, repo_type, presets)
     return result
 
 
@@ -592,6 +654,6 @@ def _print_summary(console: Console, result: DownloadResult) -> None:
         lines.append(f"  configs:     {', '.join(uses)} (their model_path is this repository)")
     if compatible:
         lines.append(f"  compatible:  {', '.join(compatible)} (run with actor.model.model_path={result.path})")
-    if not uses and not compatible and info is not None:
+    if not uses and not compatible and info is not None and result.configs:
         lines.append("  configs:     no preset in configs/ uses this model family")
     console.print("\n".join(lines), markup=False)  # paths and names are the user's: never rich markup

@@ -13,7 +13,6 @@ every shard the index names there) is :func:`vlarl_cli.checkpoints.detect.open_c
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from vlarl_cli.errors import CheckpointError, did_you_mean
 
 __all__ = ["INDEX", "MAX_SHARD_BYTES", "VLARL_CONFIG", "WEIGHTS", "LoadReport", "TensorReader", "TensorTable",
            "build_on_meta", "cast_for_save", "check_format", "detect_layout", "detect_or_refuse", "fill_tied",
-           "format_keys", "init_lora_factors", "merged_state_dict", "plan_copies", "read_vlarl_config", "require_json", "reset_buffers", "settle_absent",
+           "format_keys", "plan_copies", "read_vlarl_config", "require_json", "reset_buffers", "settle_absent",
            "shards", "split_fresh", "stream", "write_vlarl_config", "write_weights", "zero_fill"]
 
 VLARL_CONFIG = "vlarl_config.json"
@@ -231,18 +230,6 @@ def settle_absent(policy: _Model, params: dict[str, Tensor], absent: Iterable[st
     zero_fill(params, report.missing)
 
 
-def init_lora_factors(policy: nn.Module, fresh: Iterable[str]) -> None:
-    """LoRA factors a checkpoint lacks, initialised as :class:`~vlarl_cli.policies.lora.LoRALinear` does."""
-    from vlarl_cli.policies.lora import LoRALinear
-
-    miss = set(fresh)
-    for name, m in policy.named_modules():
-        if isinstance(m, LoRALinear) and f"{name}.lora_A" in miss:
-            with torch.no_grad():
-                nn.init.kaiming_uniform_(m.lora_A, a=math.sqrt(5))
-                m.lora_B.zero_()
-
-
 def zero_fill(params: dict[str, Tensor], keys: Iterable[str]) -> None:
     """strict=False: holes are zeros, never uninitialised memory."""
     with torch.no_grad():
@@ -301,19 +288,6 @@ def check_format(fmt: str, formats: tuple[str, ...], family: str) -> None:
     if fmt not in formats:
         raise CheckpointError(f'Unknown {family} checkpoint format "{fmt}".{did_you_mean(fmt, formats)}',
                               f"Use one of {', '.join(formats)}.")
-
-
-def merged_state_dict(policy: nn.Module) -> dict[str, Tensor]:
-    """State dict with every LoRA update folded into its base weight and no LoRA keys."""
-    from vlarl_cli.policies.lora import LoRALinear
-
-    sd = {k: v.detach() for k, v in policy.state_dict().items()}
-    for name, m in policy.named_modules():
-        if isinstance(m, LoRALinear):
-            sd[f"{name}.weight"] = m.merged_weight().detach()
-            sd.pop(f"{name}.lora_A", None)
-            sd.pop(f"{name}.lora_B", None)
-    return sd
 
 
 def cast_for_save(tensors: dict[str, Tensor], dtype: torch.dtype | None) -> dict[str, Tensor]:

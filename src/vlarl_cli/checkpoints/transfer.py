@@ -294,81 +294,121 @@ class FileTransfer:
     def _fetch(self, entry: RemoteFile, partial: Path, task: TaskID | None) -> tuple[int, bool, str]:
         """Append the missing bytes of ``entry`` to ``partial``; (bytes now, resumed?, hex digest)."""
         import httpx2
-        from huggingface_hub import constants
-        from huggingface_hub.utils import get_session, hf_raise_for_status
 
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        partial.touch()  # exists even for an empty file (no request is made for 0 bytes)
-        offset = partial.stat().st_size
-        if offset > entry.size:
-            partial.unlink()
-            offset = 0
-        resumed = offset > 0
-        hasher = new_hasher(entry)
-        if offset:
-            hash_file(partial, entry, hasher)
-        self._show(task, offset)
-        transferred = 0
+        part = _Partial.open(entry, partial)
+        self._show(task, part.offset)
         url: str | None = None
         headers: dict[str, str] = {}
         failures = 0
-        while offset < entry.size:
-            before = offset
+        while part.offset < entry.size:
+            before = part.offset
             try:
                 if url is None:  # (re-)resolve after a failure: CDN URLs are signed and expire
                     url, headers = self._url_and_headers(entry)
-                req = dict(headers)
-                if offset:
-                    req["Range"] = f"bytes={offset}-"
-                with get_session().stream("GET", url, headers=req, follow_redirects=True,
-                                          timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as resp:
-                    if resp.status_code == 416 and offset:  # our partial no longer matches: start over
-                        partial.unlink()
-                        offset, hasher = 0, new_hasher(entry)
-                        continue
-                    if resp.status_code >= 400:
-                        resp.read()
-                    if resp.status_code in _TRANSIENT_STATUS and failures < self.retries:
-                        raise _TransientStatus(f"HTTP {resp.status_code} from {url}")
-                    hf_raise_for_status(resp)
-                    if offset and not range_starts_at(resp, offset):
-                        # Range ignored (200: the body is the whole file, take it from byte 0) or
-                        # answered for other bytes (206 elsewhere: drop it and ask again without Range).
-                        partial.unlink()
-                        offset, hasher, resumed = 0, new_hasher(entry), False
-                        self._show(task, 0)
-                        if resp.status_code != 200:
-                            continue
-                    with open(partial, "ab", buffering=0) as fh:  # unbuffered: a SIGKILL keeps what arrived
-                        for chunk in resp.iter_bytes():  # as received: a cut loses nothing
-                            if offset + len(chunk) > entry.size:
-                                raise HubError(
-                                    f"The server sent more than the {entry.size} bytes the listing gives "
-                                    f"for {entry.path}.",
-                                    fix="The hub or HF_ENDPOINT mirror is inconsistent; try again later.")
-                            fh.write(chunk)
-                            hasher.update(chunk)
-                            offset += len(chunk)
-                            transferred += len(chunk)
-                            self._show(task, offset)
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                if offset < entry.size:
+                if not self._get(part, url, headers, failures, task):
+                    continue  # the partial bytes were dropped: ask again from byte 0
+                if part.offset < entry.size:
                     raise httpx2.RemoteProtocolError("connection closed before the end of the file")
             except (httpx2.TransportError, _TransientStatus) as err:
                 url = None
-                failures = 0 if offset > before else failures + 1  # progress resets the budget
+                failures = 0 if part.offset > before else failures + 1  # progress resets the budget
                 if failures > self.retries:
-                    raise HubError(
-                        f"The transfer of {entry.path} from {self.endpoint} was interrupted after {offset} of "
-                        f"{entry.size} bytes ({type(err).__name__}: {err}). The {offset} bytes received are "
-                        f"kept in {partial}.",
-                        fix="Run the same command again: it resumes from there. If the hub stays "
-                        "unreachable, check HF_ENDPOINT / your network, or use --local-dir with a copy of "
-                        "the model (HF_HUB_OFFLINE=1 skips the hub).",
-                    ) from err
+                    raise self._interrupted(part, err) from err
                 time.sleep(min(self.retry_wait * 2 ** max(failures - 1, 0), 8.0))
-        return transferred, resumed, hasher.hexdigest()
+        return part.transferred, part.resumed, part.hasher.hexdigest()
+
+    def _get(self, part: _Partial, url: str, headers: dict[str, str], failures: int,
+             task: TaskID | None) -> bool:
+        """One ranged GET appended to ``part``; False when the answer only told us to start over."""
+        from huggingface_hub import constants
+        from huggingface_hub.utils import get_session, hf_raise_for_status
+
+        req = dict(headers)
+        if part.offset:
+            req["Range"] = f"bytes={part.offset}-"
+        with get_session().stream("GET", url, headers=req, follow_redirects=True,
+                                  timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as resp:
+            if resp.status_code == 416 and part.offset:  # our partial no longer matches: start over
+                part.restart()
+                return False
+            if resp.status_code >= 400:
+                resp.read()
+            if resp.status_code in _TRANSIENT_STATUS and failures < self.retries:
+                raise _TransientStatus(f"HTTP {resp.status_code} from {url}")
+            hf_raise_for_status(resp)
+            if part.offset and not range_starts_at(resp, part.offset):
+                # Range ignored (200: the body is the whole file, take it from byte 0) or
+                # answered for other bytes (206 elsewhere: drop it and ask again without Range).
+                part.restart()
+                part.resumed = False
+                self._show(task, 0)
+                if resp.status_code != 200:
+                    return False
+            self._append_body(part, resp, task)
+        return True
+
+    def _append_body(self, part: _Partial, resp: Any, task: TaskID | None) -> None:
+        """Stream the response body onto the partial file, hashing it; more bytes than listed is an error."""
+        entry = part.entry
+        with open(part.path, "ab", buffering=0) as fh:  # unbuffered: a SIGKILL keeps what arrived
+            for chunk in resp.iter_bytes():  # as received: a cut loses nothing
+                if part.offset + len(chunk) > entry.size:
+                    raise HubError(
+                        f"The server sent more than the {entry.size} bytes the listing gives "
+                        f"for {entry.path}.",
+                        fix="The hub or HF_ENDPOINT mirror is inconsistent; try again later.")
+                fh.write(chunk)
+                part.add(chunk)
+                self._show(task, part.offset)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _interrupted(self, part: _Partial, err: Exception) -> HubError:
+        entry, offset = part.entry, part.offset
+        return HubError(
+            f"The transfer of {entry.path} from {self.endpoint} was interrupted after {offset} of "
+            f"{entry.size} bytes ({type(err).__name__}: {err}). The {offset} bytes received are "
+            f"kept in {part.path}.",
+            fix="Run the same command again: it resumes from there. If the hub stays "
+            "unreachable, check HF_ENDPOINT / your network, or use --local-dir with a copy of "
+            "the model (HF_HUB_OFFLINE=1 skips the hub).",
+        )
+
+
+@dataclass
+class _Partial:
+    """The bytes of one file received so far: their file, how many, their running hash."""
+
+    entry: RemoteFile
+    path: Path
+    offset: int
+    resumed: bool  # bytes of an earlier run were reused
+    hasher: Any
+    transferred: int = 0  # bytes received by this run, restarts included
+
+    @classmethod
+    def open(cls, entry: RemoteFile, path: Path) -> _Partial:
+        """The partial file of ``entry``, created empty or re-hashed (dropped when longer than the file)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()  # exists even for an empty file (no request is made for 0 bytes)
+        offset = path.stat().st_size
+        if offset > entry.size:
+            path.unlink()
+            offset = 0
+        hasher = new_hasher(entry)
+        if offset:
+            hash_file(path, entry, hasher)
+        return cls(entry, path, offset, offset > 0, hasher)
+
+    def restart(self) -> None:
+        """Drop the bytes on disk and start from byte 0 (``resumed`` is the caller's to reset)."""
+        self.path.unlink()
+        self.offset, self.hasher = 0, new_hasher(self.entry)
+
+    def add(self, chunk: bytes) -> None:
+        self.hasher.update(chunk)
+        self.offset += len(chunk)
+        self.transferred += len(chunk)
 
 
 @contextlib.contextmanager

@@ -53,6 +53,7 @@ def command(
 ) -> None:
     """Download a model repository from the Hugging Face Hub, verify it and tell what it is."""
     from vlarl_cli.checkpoints.hub import download
+    from vlarl_cli.config.presets import configs_using
     from vlarl_cli.envs.maniskill.assets import asset_archive, asset_default_include, asset_download_dir
 
     asset_dir = asset_download_dir(repo_id)
@@ -66,7 +67,7 @@ def command(
         include = include or [archive[0]]
     result = download(repo_id, revision=revision, local_dir=local_dir, include=include or None,
                       exclude=exclude or None, allow_pickle=allow_pickle, cache_dir=cache_dir, retries=retries,
-                      quiet=quiet, repo_type=repo_type or "model")
+                      quiet=quiet, repo_type=repo_type or "model", presets=configs_using)
     if asset_dir is not None and not quiet:
         _asset_note(repo_id, result.path, asset_dir)
     if archive is not None:

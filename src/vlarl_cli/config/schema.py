@@ -14,10 +14,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from vlarl_cli.config import model_types
+from vlarl_cli import model_types
 
 COMPONENTS = ("env", "rollout", "actor")
-MODEL_TYPES = tuple(model_types.MODEL_TYPES)  # the vocabulary lives in config/model_types.py
+MODEL_TYPES = tuple(model_types.MODEL_TYPES)  # the vocabulary lives in model_types.py
 ADV_TYPES = ("gae", "grpo", "reinpp", "raw")
 NOISE_METHODS = ("ode", "flow_sde", "flow_cps", "flow_noise")
 # RLinf and its docs also call flow_noise "reinflow" (arXiv 2505.22094).

@@ -18,18 +18,20 @@ OpenVLA-OFT reads and writes the plain names, which :class:`LoRALinear` keeps. W
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["DEFAULT_TARGETS", "RLINF_OFT_TARGETS", "AdapterDelta", "LoRALinear", "apply_lora", "lora_parameters",
-           "merge_lora", "read_peft_adapter"]
+__all__ = ["DEFAULT_TARGETS", "RLINF_OFT_TARGETS", "AdapterDelta", "LoRALinear", "apply_lora", "init_lora_factors",
+           "lora_parameters", "merge_lora", "merge_lora_for_export", "merged_state_dict", "read_peft_adapter"]
 
 #: Gemma attention + MLP projections (openpi's gemma_2b_lora adapts the same places).
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -114,6 +116,43 @@ def merge_lora(module: nn.Module) -> int:
 def lora_parameters(module: nn.Module) -> list[nn.Parameter]:
     """The trainable LoRA factors under ``module``."""
     return [p for m in module.modules() if isinstance(m, LoRALinear) for p in (m.lora_A, m.lora_B)]
+
+
+def merge_lora_for_export(policy: Any) -> int:
+    """:func:`merge_lora` for a checkpoint about to be saved: the policy's config then says it has no
+    adapters (``is_lora=False``), or a later load would expect LoRA factors. Returns the count."""
+    merged = merge_lora(policy)
+    if merged:
+        # Families keep the flag on different attributes (GR00T ``settings``, pi0 ``cfg``); all are
+        # (frozen) dataclasses.
+        for attr in ("settings", "config", "cfg"):
+            value = getattr(policy, attr, None)
+            if dataclasses.is_dataclass(value) and not isinstance(value, type) \
+                    and any(f.name == "is_lora" for f in dataclasses.fields(value)):
+                setattr(policy, attr, dataclasses.replace(value, is_lora=False))
+    return merged
+
+
+def merged_state_dict(policy: nn.Module) -> dict[str, Tensor]:
+    """State dict with every LoRA update folded into its base weight and no LoRA keys (the module is
+    left as it is: the export of a policy that keeps training)."""
+    sd = {k: v.detach() for k, v in policy.state_dict().items()}
+    for name, m in policy.named_modules():
+        if isinstance(m, LoRALinear):
+            sd[f"{name}.weight"] = m.merged_weight().detach()
+            sd.pop(f"{name}.lora_A", None)
+            sd.pop(f"{name}.lora_B", None)
+    return sd
+
+
+def init_lora_factors(policy: nn.Module, fresh: Iterable[str]) -> None:
+    """LoRA factors a checkpoint lacks (named in ``fresh``), initialised as :class:`LoRALinear` does."""
+    miss = set(fresh)
+    for name, m in policy.named_modules():
+        if isinstance(m, LoRALinear) and f"{name}.lora_A" in miss:
+            with torch.no_grad():
+                nn.init.kaiming_uniform_(m.lora_A, a=math.sqrt(5))
+                m.lora_B.zero_()
 
 
 # ---------------------------------------------------------------------------------------- PEFT adapters

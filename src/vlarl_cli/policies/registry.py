@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from vlarl_cli.config.model_types import MODEL_TYPES
 from vlarl_cli.errors import ConfigError
+from vlarl_cli.model_types import MODEL_TYPES
 
 if TYPE_CHECKING:
     from vlarl_cli.config.schema import ModelConfig
 
-#: model_type -> family package (from the one table, :mod:`vlarl_cli.config.model_types`)
+#: model_type -> family package (from the one table, :mod:`vlarl_cli.model_types`)
 FAMILIES: dict[str, str] = {name: t.family for name, t in MODEL_TYPES.items()}
 
 

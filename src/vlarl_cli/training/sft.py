@@ -59,6 +59,7 @@ from vlarl_cli.config.loading import LoadedConfig
 from vlarl_cli.config.schema import VlarlConfig
 from vlarl_cli.distributed import dist
 from vlarl_cli.errors import ConfigError, VlarlError
+from vlarl_cli.model_types import model_types_of
 from vlarl_cli.policies.base import policy_obs_mode
 from vlarl_cli.training.common import derived_seed
 from vlarl_cli.training.demos import ChunkDataset
@@ -190,7 +191,7 @@ def trainable_model(model: Any, trainable: str | None) -> Any:
     """``actor.model`` with ``sft.trainable`` applied (None: unchanged). pi0 family only for head / lora."""
     if trainable is None:
         return model
-    if trainable != "full" and model.model_type not in ("openpi", "pi0", "pi05"):
+    if trainable != "full" and model.model_type not in model_types_of("pi0"):
         raise ConfigError(f"sft.trainable={trainable} is implemented for the pi0 family, not "
                           f"{model.model_type}.", "Use sft.trainable=full (or null) for this family.")
     flags = {"full": (False, False), "head": (True, False), "lora": (False, True)}[trainable]

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from vlarl_cli.errors import EnvError, did_you_mean
+from vlarl_cli.model_types import MODEL_TYPES
 
 #: The original suites in libero_130 order (RLinf ``rlinf/envs/libero/utils.py`` get_benchmark_overridden,
 #: which walks LIBERO's ``benchmark.libero_suites``).
@@ -110,17 +111,18 @@ class Protocol:
         return self.max_steps[suite]
 
     def family(self, model_type: str) -> FamilyProtocol | None:
-        """The family entry for a policy ``model_type`` (``openpi`` means pi0), None when not prescribed."""
-        return self.families.get(FAMILY_ALIASES.get(model_type, model_type))
+        """The entry for a policy ``model_type``, None when not prescribed. A model type without an entry of
+        its own shares its family's (:mod:`vlarl_cli.model_types`: ``openpi`` -> pi0, ``gr00t_n1d6`` -> gr00t)."""
+        if model_type in self.families:
+            return self.families[model_type]
+        known = MODEL_TYPES.get(model_type)
+        return self.families.get(known.family) if known is not None else None
 
     def seed_for(self, model_type: str | None) -> int:
         """The env seed for a family (its evaluator's), else the protocol's."""
         fam = self.family(model_type) if model_type else None
         return fam.seed if fam is not None and fam.seed is not None else self.seed
 
-
-#: vlarl model types that share a family entry.
-FAMILY_ALIASES = {"openpi": "pi0", "gr00t_n1d6": "gr00t"}
 
 _OPENPI = "openpi examples/libero/main.py (replan_steps=5) with Pi0Config num_steps=10"
 _OFT = "openvla-oft experiments/robot/libero/run_libero_eval.py (env.seed(0), NUM_ACTIONS_CHUNK=8 open loop)"

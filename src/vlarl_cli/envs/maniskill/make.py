@@ -6,6 +6,7 @@ from typing import Any
 
 from vlarl_cli.envs.maniskill.vector import ManiSkillSpec, ManiSkillVectorEnv
 from vlarl_cli.errors import EnvError
+from vlarl_cli.model_types import MODEL_TYPES
 
 
 def sim_backend_for(requested: str, cuda_available: bool | None = None) -> str:
@@ -39,9 +40,11 @@ def gripper_convention(model_type: str, embodiment_tag: str | None) -> str:
     embodiments emit ManiSkill actions unchanged (RLinf ``gr00t/simulation_io.py``
     ``convert_to_maniskill_action``); the toy MLP policies have no convention and learn ManiSkill's.
     """
-    if model_type.startswith("toy_"):
+    known = MODEL_TYPES.get(model_type)
+    family = known.family if known is not None else None  # the schema refuses unknown types before this
+    if family == "toy":
         return "maniskill"
-    if model_type.startswith("gr00t") and (embodiment_tag or "").startswith("maniskill"):
+    if family == "gr00t" and (embodiment_tag or "").startswith("maniskill"):
         return "maniskill"
     return "libero"
 

@@ -36,10 +36,11 @@ import torch
 
 from vlarl_cli.checkpoints import pipeline
 from vlarl_cli.checkpoints.detect import open_checkpoint_folder, weights_table
-from vlarl_cli.config.model_types import MODEL_TYPES
 from vlarl_cli.errors import CheckpointError, ConfigError
+from vlarl_cli.model_types import MODEL_TYPES
 from vlarl_cli.policies.gr00t.config import Gr00tConfig, ModelSettings, preset
 from vlarl_cli.policies.gr00t.modality import EMBODIMENT_IDS, ModalitySpec
+from vlarl_cli.policies.lora import merge_lora_for_export
 
 __all__ = [
     "FORMATS",
@@ -48,6 +49,7 @@ __all__ = [
     "from_upstream_key",
     "infer_backbone_fields",
     "load_policy",
+    "merge_lora_for_export",
     "read_config",
     "save_policy",
     "to_upstream_key",
@@ -57,7 +59,7 @@ FORMATS: tuple[str, ...] = ("vlarl", "gr00t_n15", "gr00t_n16")
 FAMILY = "gr00t"
 FORMAT_VERSION = 1
 NORM_STATS = "norm_stats.json"
-#: upstream config.json model_type names of N1.5 / N1.6 (the one table: vlarl_cli.config.model_types)
+#: upstream config.json model_type names of N1.5 / N1.6 (the one table: vlarl_cli.model_types)
 N15_MODEL_TYPES = MODEL_TYPES["gr00t"].upstream
 N16_MODEL_TYPES = MODEL_TYPES["gr00t_n1d6"].upstream
 #: upstream layout (= variant) -> version, and version -> our model_type

@@ -21,8 +21,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from vlarl_cli.config.model_types import MODEL_TYPES
 from vlarl_cli.errors import ConfigError, did_you_mean
+from vlarl_cli.model_types import MODEL_TYPES
 
 __all__ = [
     "FSDP_WRAP_CLASSES",
@@ -38,7 +38,7 @@ VERSIONS = ("n1.5", "n1.6")
 PRESETS = ("tiny", "full")
 #: the critic's pooling of the VL tokens (RLinf ``value_vlm_mode``): the only one implemented
 VALUE_VLM_MODE = "mean_token"
-#: RLinf ``model_type`` -> our version name (from the one table, :mod:`vlarl_cli.config.model_types`).
+#: RLinf ``model_type`` -> our version name (from the one table, :mod:`vlarl_cli.model_types`).
 MODEL_TYPE_TO_VERSION: dict[str, str] = {name: t.version for name, t in MODEL_TYPES.items()
                                          if t.family == "gr00t" and t.version is not None}
 #: Transformer layer classes FSDP wraps one by one (RLinf ``fsdp_config.wrap_policy``); the DiT/VL

@@ -73,6 +73,7 @@ from vlarl_cli.checkpoints.detect import open_checkpoint_folder, weight_files
 from vlarl_cli.checkpoints.detect import read_json_object as _read_json
 from vlarl_cli.checkpoints.detect import tensor_table as _header
 from vlarl_cli.errors import CheckpointError
+from vlarl_cli.policies.lora import init_lora_factors, merge_lora_for_export, merged_state_dict
 from vlarl_cli.policies.openvla_oft.config import OftConfig, preset
 from vlarl_cli.policies.openvla_oft.processing import DATASET_STATISTICS_FILE, load_dataset_statistics
 from vlarl_cli.policies.openvla_oft.side_files import (
@@ -85,7 +86,7 @@ from vlarl_cli.policies.openvla_oft.side_files import (
 )
 
 __all__ = ["FORMATS", "describe", "detect_format", "export_state_dict", "import_rules", "load_policy",
-           "save_policy"]
+           "merge_lora_for_export", "save_policy"]
 
 FORMATS: tuple[str, ...] = ("vlarl", "openvla_hf")
 FAMILY = "openvla_oft"
@@ -210,7 +211,7 @@ def export_state_dict(policy: nn.Module, fmt: str) -> dict[str, Tensor]:
     if fmt == "vlarl":
         return {k: v.detach() for k, v in policy.state_dict().items()}
     pipeline.check_format(fmt, FORMATS, "OpenVLA-OFT")
-    sd = pipeline.merged_state_dict(policy)
+    sd = merged_state_dict(policy)
     # side-file components go to their own files (save_policy); the RL log-std has no upstream home
     sd = {k: v for k, v in sd.items() if not k.startswith(_SIDE_PREFIXES) and k != "actor_logstd"}
     rules = import_rules(cfg)
@@ -330,7 +331,7 @@ def _fresh_init(policy: Any, fresh: list[str]) -> None:
         for name, p in policy.named_parameters():
             if name in miss and name in _FRESH_KEYS:
                 p.zero_()  # transformers initialises the DINOv2 mask token to zeros
-    pipeline.init_lora_factors(policy, miss)
+    init_lora_factors(policy, miss)
 
 
 def _find_statistics(root: Path, cfg_json: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:

@@ -57,6 +57,7 @@ from vlarl_cli.checkpoints.detect import open_checkpoint_folder, weight_files
 from vlarl_cli.checkpoints.detect import read_json_object as _read_json
 from vlarl_cli.checkpoints.detect import tensor_table as _header_shapes
 from vlarl_cli.errors import CheckpointError
+from vlarl_cli.policies.lora import init_lora_factors, merge_lora_for_export, merged_state_dict
 from vlarl_cli.policies.normalization import (
     NORM_STATS_FILE,
     NormStats,
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
     from vlarl_cli.policies.pi0.policy import Pi0Policy
 
 __all__ = ["FORMATS", "describe", "detect_format", "export_state_dict", "from_external", "load_policy",
-           "save_policy", "to_external"]
+           "merge_lora_for_export", "save_policy", "to_external"]
 
 FORMATS: tuple[str, ...] = ("vlarl", "openpi", "lerobot", "hf_pi0")
 FAMILY = "pi0"
@@ -341,7 +342,7 @@ def _fresh_init(policy: Any, missing: list[str]) -> None:
         from vlarl_cli.policies.pi0.modeling import NoiseHead
 
         policy.noise_head = NoiseHead(cfg.expert_width, cfg.max_action_dim, cfg.noise_hidden).to(device=dev, dtype=dtype)
-    pipeline.init_lora_factors(policy, miss)
+    init_lora_factors(policy, miss)
 
 
 def _is_tied(key: str, fmt: str) -> bool:
@@ -428,7 +429,7 @@ def export_state_dict(policy: Any, fmt: str, *, include_unused: bool = True) -> 
     if fmt == "hf_pi0" and cfg.is_pi05:
         raise CheckpointError("transformers' native pi0 has no pi0.5 (adaRMS) support, so a pi0.5 policy cannot "
                               "be exported as hf_pi0.", "Export as openpi or lerobot instead.")
-    sd = pipeline.merged_state_dict(policy)
+    sd = merged_state_dict(policy)
     out = {to_external(k, fmt): v for k, v in sd.items()}
     if include_unused:
         ref = sd["action_in_proj.weight"]

@@ -1,8 +1,10 @@
 """The model-type vocabulary: every ``actor.model.model_type`` vlarl knows, the policy family that builds
 it, and what checkpoint detection and preset matching need to know of it. The one table the config schema,
 the policy registry (:mod:`vlarl_cli.policies.registry`), checkpoint detection and preset matching
-(:mod:`vlarl_cli.checkpoints.detect`) and the families' own configs read; plain data, no imports, so
-config validation stays instant.
+(:mod:`vlarl_cli.checkpoints.detect`), the evaluation protocol table (:mod:`vlarl_cli.envs.libero.protocol`)
+and the families' own configs read; plain data, no imports, so config validation stays instant. It sits
+at the package root beside ``keys.py`` and ``precision.py`` rather than in ``config/``: the lower floors
+(checkpoints/, envs/) read it too, and config/ stands above them.
 
 Adding a model type is one row here; adding a family is rows here plus ``vlarl_cli/policies/<family>/``
 with ``build_policy`` / ``ModelSettings`` and a ``checkpoint`` module (:mod:`vlarl_cli.checkpoints.pipeline`).
