@@ -80,12 +80,3 @@ def test_files_and_locations(tmp_path):
     (tmp_path / "bad.json").write_text('{"norm_stats": {"state": {"mean": [1]}}}')
     with pytest.raises(CheckpointError, match="std"):
         load_norm_stats(tmp_path / "bad.json")
-
-
-def test_gripper_conventions_invert_each_other_on_libero_values() -> None:
-    from vlarl_cli.policies.normalization import gripper_from_libero, gripper_to_libero
-
-    y = torch.tensor([-1.0, 1.0, -1.0])  # LIBERO: -1 open, +1 close
-    assert gripper_from_libero(y).tolist() == [1.0, 0.0, 1.0]  # model: 1 = open
-    assert torch.equal(gripper_to_libero(gripper_from_libero(y)), y)
-    assert gripper_to_libero(torch.tensor([0.9, 0.1])).tolist() == [-1.0, 1.0]

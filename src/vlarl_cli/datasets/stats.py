@@ -83,10 +83,12 @@ def openpi_norm_stats(states: np.ndarray, actions: np.ndarray) -> dict[str, Any]
 
 def pi0_model_actions(actions: np.ndarray, states: np.ndarray, *, gripper: str, extra_delta_transform: bool) -> np.ndarray:
     """Env-space ``actions [N, A]`` -> the space pi0's ``supervised_loss`` normalises (policies/pi0/policy.py):
-    gripper ``from_01`` maps -1/+1 to 1/0 (``(1 - y) / 2``), the delta transform subtracts ``state[:6]``."""
+    the gripper goes through the model's convention (policies/gripper.py: ``from_01`` maps -1/+1 to 1/0),
+    the delta transform subtracts ``state[:6]``."""
+    from vlarl_cli.policies.gripper import gripper_from_env
+
     x = np.asarray(actions, dtype=np.float64).copy()
-    if gripper == "from_01":
-        x[:, -1] = (1.0 - x[:, -1]) / 2.0
+    x[:, -1] = gripper_from_env(gripper, x[:, -1])
     if extra_delta_transform:
         d = min(6, states.shape[1])
         x[:, :d] -= np.asarray(states, dtype=np.float64)[:, :d]
@@ -125,13 +127,14 @@ def apply_data_stats(policy: Any, episodes: Sequence[Any], *, dataset_name: str 
 
     pi0 / pi0.5 (``set_norm_stats``): openpi norm stats of the raw states and of the model-space actions;
     GR00T (``modality``): min/max statistics per modality key; OpenVLA-OFT (``set_dataset_statistics``):
-    ``dataset_statistics`` under ``dataset_name`` (the gripper is mapped to the model's [0, 1] first). The
+    ``dataset_statistics`` under ``dataset_name`` (the gripper in the model's convention first). The
     family's ``save_policy`` then writes them where its loader looks (``norm_stats.json``,
     ``experiment_cfg/metadata.json``, ``dataset_statistics.json``). Toy policies have no statistics.
     """
     import dataclasses
 
     from vlarl_cli.errors import ConfigError
+    from vlarl_cli.policies.gripper import gripper_from_env
 
     states = np.concatenate([e.states for e in episodes]).astype(np.float64)
     actions = np.concatenate([e.actions for e in episodes]).astype(np.float64)
@@ -151,14 +154,13 @@ def apply_data_stats(policy: Any, episodes: Sequence[Any], *, dataset_name: str 
             raise ConfigError(f"GR00T embodiment {spec.embodiment_tag} reads {width} state dims, the "
                               f"demonstrations have {states.shape[1]}.", "Use demonstrations of this embodiment.")
         model_actions = actions.copy()
-        if spec.gripper_convention == "zero_one_to_sign":
-            model_actions[:, -1] = (1.0 - model_actions[:, -1]) / 2.0
+        model_actions[:, -1] = gripper_from_env(spec.gripper_convention, model_actions[:, -1])
         stats = gr00t_statistics(states, model_actions, spec.state_keys, spec.action_keys)
         policy.modality = dataclasses.replace(spec, statistics=stats)
         return f"GR00T min/max statistics of {len(states)} frames ({spec.embodiment_tag})"
     if hasattr(policy, "set_dataset_statistics"):  # OpenVLA-OFT
         model_actions = actions.copy()
-        model_actions[:, -1] = (1.0 - model_actions[:, -1]) / 2.0
+        model_actions[:, -1] = gripper_from_env(policy.cfg.gripper, model_actions[:, -1])
         policy.set_dataset_statistics(oft_dataset_statistics(dataset_name, model_actions, states, len(episodes)))
         return f"OpenVLA dataset_statistics of {len(states)} frames under {dataset_name!r}"
     return ""

@@ -41,8 +41,6 @@ __all__ = [
     "NormStats",
     "Normalizer",
     "find_norm_stats",
-    "gripper_from_libero",
-    "gripper_to_libero",
     "load_norm_stats",
     "norm_stats_to_json",
     "save_norm_stats",
@@ -51,18 +49,6 @@ __all__ = [
 NORM_STATS_FILE = "norm_stats.json"
 MODES = ("mean_std", "quantile", "identity")
 _EPS = 1e-6  # openpi transforms.Normalize
-
-
-def gripper_to_libero(g: Tensor) -> Tensor:
-    """Model gripper in [0, 1] (1 = open) -> LIBERO (-1 open, +1 close): ``-sign(2 g - 1)`` (OpenVLA's
-    ``normalize_gripper_action`` + ``invert_gripper_action``, RLinf's ``prepare_actions_for_libero``)."""
-    return -torch.sign(2.0 * g - 1.0)
-
-
-def gripper_from_libero(y: Tensor) -> Tensor:
-    """LIBERO gripper (-1 open, +1 close) -> model target in [0, 1] (1 = open): ``(1 - y) / 2``, the inverse
-    of :func:`gripper_to_libero` on {-1, +1} (supervised targets from env actions)."""
-    return (1.0 - y) / 2.0
 
 
 @dataclass(frozen=True)

@@ -78,15 +78,15 @@ def test_gripper_convention_per_family() -> None:
 
 
 def test_libero_gripper_is_negated_into_maniskills_and_matches_rlinf_for_oft() -> None:
-    from vlarl_cli.policies.normalization import gripper_to_libero
+    from vlarl_cli.policies.gripper import gripper_to_env
 
     # OpenVLA-OFT's model gripper g in [0, 1] (1 = open): the policy emits LIBERO's -sign(2g - 1); RLinf's
     # prepare_actions_for_maniskill sends 2 * (g > 0.5) - 1 (ManiSkill: +1 open). The env must send that.
     g = torch.tensor([0.9, 0.1, 0.7, 0.3])
     chunk = torch.zeros(1, 4, 7)
     chunk[0, :, :6] = torch.linspace(-0.5, 0.5, 6)
-    chunk[0, :, 6] = gripper_to_libero(g)
-    for convention, expected in (("libero", 2.0 * (g > 0.5).float() - 1.0), ("maniskill", gripper_to_libero(g))):
+    chunk[0, :, 6] = gripper_to_env("zero_one_to_sign", g)
+    for convention, expected in (("libero", 2.0 * (g > 0.5).float() - 1.0), ("maniskill", gripper_to_env("zero_one_to_sign", g))):
         sim = Sim([False] * 8)
         env = ManiSkillVectorEnv(ManiSkillSpec(num_envs=1, gripper=convention, max_episode_steps=8), sims=[sim])
         env.reset([0])

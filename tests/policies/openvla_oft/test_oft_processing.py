@@ -8,7 +8,7 @@ import torch
 
 from vlarl_cli import keys
 from vlarl_cli.errors import ConfigError
-from vlarl_cli.policies.normalization import gripper_to_libero
+from vlarl_cli.policies.gripper import gripper_to_env
 from vlarl_cli.policies.openvla_oft.config import preset
 from vlarl_cli.policies.openvla_oft.processing import (
     ActionStats,
@@ -86,7 +86,7 @@ def test_unnormalize_and_gripper_hand_values(oft_stats):
             0.75 * (0.2 + eps) - 0.1, 0.25 * (0.4 + eps) - 0.2, 1.0 * (0.6 + eps) - 0.3, 0.996]
     assert torch.allclose(x, torch.tensor([want], dtype=torch.float64), atol=1e-12, rtol=0)
     g = torch.tensor([0.0, 0.004, 0.49, 0.5, 0.51, 0.996, 1.0])
-    assert gripper_to_libero(g).tolist() == [1.0, 1.0, 1.0, 0.0, -1.0, -1.0, -1.0]  # 1 = open -> -1
+    assert gripper_to_env("zero_one_to_sign", g).tolist() == [1.0, 1.0, 1.0, 0.0, -1.0, -1.0, -1.0]  # 1 = open -> -1
 
 
 def test_processor_actions_to_env_end_to_end(oft_stats):

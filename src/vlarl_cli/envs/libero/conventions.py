@@ -3,8 +3,8 @@
 LIBERO's action is 7-d: delta end-effector (x, y, z, roll, pitch, yaw) in [-1, 1] for robosuite's
 OSC_POSE controller, plus a gripper command where -1 = open and +1 = close (REFERENCE.md section 1).
 The env takes actions in that convention only: each policy family converts its own gripper output on the
-policy side (``policies.normalization.gripper_to_libero`` / ``gripper_from_libero``, the one home of
-gripper conversions). Pure numpy, no simulator import.
+policy side (``policies/gripper.py``, the one home of gripper conventions). Pure numpy, no simulator
+import.
 """
 
 from __future__ import annotations

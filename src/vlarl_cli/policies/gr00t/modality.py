@@ -14,7 +14,7 @@ Upstream facts (Isaac-GR00T ``gr00t/experiment/data_config.py``, ``gr00t/data/sc
   ``embodiment_id.json`` (``{tag: slot}``) and ``processor_config.json`` (modality configs).
 * Normalisation per key (``min_max`` / ``q99`` / ``mean_std``) follows the release's own rules, which
   differ in clipping (see :mod:`.normalization`); LIBERO recipes use min-max for state and action.
-* Gripper: the model's un-normalised gripper action lives in [0, 1] (1 = close); LIBERO wants -1 = open,
+* Gripper: the model's un-normalised gripper action lives in [0, 1] (1 = open); LIBERO wants -1 = open,
   +1 = close after ``g' = -sign(2 g - 1)`` (RLinf ``normalize_gripper_action`` / ``prepare_actions_for_libero``).
 """
 
@@ -30,7 +30,7 @@ from torch import Tensor
 
 from vlarl_cli.errors import CheckpointError, ConfigError, did_you_mean
 from vlarl_cli.policies.gr00t.normalization import MODES, normalize, unnormalize
-from vlarl_cli.policies.normalization import gripper_to_libero
+from vlarl_cli.policies.gripper import check_gripper, gripper_to_env
 
 __all__ = [
     "EMBODIMENT_IDS",
@@ -111,9 +111,7 @@ class ModalitySpec:
         if self.convention not in ("n1.5", "n1.6"):
             raise ConfigError(f"Unknown normalisation convention {self.convention!r}.", 'Use "n1.5" or "n1.6".')
         self.mean_std_keys = {k: list(v) for k, v in self.mean_std_keys.items()}
-        if self.gripper_convention not in ("zero_one_to_sign", "none"):
-            raise ConfigError(f"Unknown gripper_convention {self.gripper_convention!r}.",
-                              'Use "zero_one_to_sign" (LIBERO) or "none".')
+        check_gripper(self.gripper_convention, ("zero_one_to_sign", "none"), "gripper_convention")
         for kind, keys in (("state", self.state_keys), ("action", self.action_keys)):
             stats = self.statistics.get(kind, {})
             for name, width in keys:
@@ -193,8 +191,7 @@ class ModalitySpec:
     def to_env_action(self, actions: Tensor) -> Tensor:
         """Apply the gripper convention to the last action dimension ([..., A] float32, new tensor)."""
         out = actions.clone()
-        if self.gripper_convention == "zero_one_to_sign":
-            out[..., -1] = gripper_to_libero(out[..., -1])
+        out[..., -1] = gripper_to_env(self.gripper_convention, out[..., -1])
         return out
 
     # ------------------------------------------------------------------ upstream files

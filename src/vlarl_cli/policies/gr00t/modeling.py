@@ -47,8 +47,8 @@ from vlarl_cli.policies.gr00t.processing import (
     load_tokenizer,
     preprocess_images,
 )
+from vlarl_cli.policies.gripper import gripper_from_env
 from vlarl_cli.policies.noise import AnyGenerator
-from vlarl_cli.policies.normalization import gripper_from_libero
 
 __all__ = ["Gr00tPolicy", "NoiseHead", "disable_dropout", "rlinf_state_rounding"]
 
@@ -351,8 +351,7 @@ class Gr00tPolicy(nn.Module):
         if tuple(actions.shape) != (b, c, a):
             raise ValueError(f"actions must be [B={b}, C={c}, A={a}], got {tuple(actions.shape)}")
         x = actions.detach().float().cpu().clone()
-        if self.modality.gripper_convention == "zero_one_to_sign":
-            x[..., -1] = gripper_from_libero(x[..., -1])
+        x[..., -1] = gripper_from_env(self.modality.gripper_convention, x[..., -1])
         x = self.modality.normalize_action(x)
         target = pad_chunk(x, cfg.action_horizon, cfg.action_dim).to(device=self.device, dtype=torch.float32)
         noise, u = flow_training_draws((b, cfg.action_horizon, cfg.action_dim), generator, noise, None)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlarl_cli.errors import ConfigError, did_you_mean
+from vlarl_cli.policies.gripper import check_gripper
 from vlarl_cli.precision import PRECISION_ALIASES as _PRECISION_ALIASES
 from vlarl_cli.precision import PRECISIONS
 
@@ -42,7 +43,6 @@ ATTENTION_MODES = ("bidirectional", "action_bidirectional")
 #: RLinf reads its critic (``_compute_values``: ``last_hidden_states[:, -T - 1]``); ``mean`` over the T
 #: action positions (a vlarl option).
 VALUE_POOLINGS = ("first", "mean")
-GRIPPER_MODES = ("libero", "none")
 #: ``rlinf``: RLinf's LIBERO / ManiSkill checkpoints (RLinf ``openvla_oft/rlinf``): no STOP token in the
 #: sequence, one image by default, no proprio. ``official``: the OFT authors' layout (RLinf
 #: ``openvla_oft/official`` and openvla-oft ``predict_action``): the STOP token ``</s>`` follows the
@@ -121,7 +121,7 @@ class OftConfig:
     lora_alpha: float | None = None  # None: = rank
     # --- processing -------------------------------------------------------------------------------
     unnorm_key: str | None = None  # key of dataset_statistics.json, e.g. "libero_10_no_noops"
-    gripper: str = "libero"  # "libero": g' = -sign(2g - 1); "none": pass through
+    gripper: str = "libero"  # policies/gripper.py: "libero" (= zero_one_to_sign, -sign(2g - 1)) | "none"
     tokenizer: str = "byte"  # "byte" (built in) or a local tokenizer.json / tokenizer folder
     precision: str = "fp32"
 
@@ -152,9 +152,7 @@ class OftConfig:
                 "Set implement_version: official for checkpoints with proprio_projector--*.pt / action_head--*.pt.")
         if self.use_proprio and self.proprio_dim < 1:
             bad(f"proprio_dim must be >= 1, got {self.proprio_dim}.", "LIBERO uses 8.")
-        if self.gripper not in GRIPPER_MODES:
-            bad(f'Unknown gripper mode "{self.gripper}".{did_you_mean(self.gripper, GRIPPER_MODES)}',
-                f"Use one of {', '.join(GRIPPER_MODES)}.")
+        check_gripper(self.gripper, ("zero_one_to_sign", "none"), "gripper")
         if self.image_size % self.patch_size:
             bad(f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size}).",
                 "Use 224 / 14 as OpenVLA does.")

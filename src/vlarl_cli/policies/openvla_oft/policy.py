@@ -44,8 +44,8 @@ from torch import Tensor
 
 from vlarl_cli.checkpoints.pipeline import LoadReport
 from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
+from vlarl_cli.policies.gripper import gripper_from_env
 from vlarl_cli.policies.noise import AnyGenerator, randn
-from vlarl_cli.policies.normalization import gripper_from_libero
 from vlarl_cli.policies.openvla_oft.config import OftConfig
 from vlarl_cli.policies.openvla_oft.modeling import OftModel
 from vlarl_cli.policies.openvla_oft.processing import (
@@ -258,8 +258,7 @@ class OftPolicy(OftModel):
         if tuple(actions.shape) != (b, c, a):
             raise ValueError(f"actions must be [B={b}, C={c}, A={a}], got {tuple(actions.shape)}")
         x = actions.detach().double().cpu().clone()
-        if cfg.gripper == "libero":
-            x[..., -1] = gripper_from_libero(x[..., -1])
+        x[..., -1] = gripper_from_env(cfg.gripper, x[..., -1])
         stats = self.processor.stats
         if stats is not None:
             normed = 2.0 * (x - stats.q01) / (stats.q99 - stats.q01 + 1e-8) - 1.0

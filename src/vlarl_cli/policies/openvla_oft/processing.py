@@ -42,7 +42,7 @@ from torch import Tensor
 
 from vlarl_cli import keys
 from vlarl_cli.errors import CheckpointError, ConfigError, did_you_mean
-from vlarl_cli.policies.normalization import gripper_to_libero
+from vlarl_cli.policies.gripper import gripper_to_env
 from vlarl_cli.policies.openvla_oft.config import OftConfig
 
 __all__ = [
@@ -350,8 +350,7 @@ class OftProcessor:
     def normalized_to_env(self, a: Tensor) -> Tensor:
         """Normalised actions ``[B, C, A]`` (bin centres or the L1 head's output) -> env actions float32."""
         x = unnormalize_actions(a, self.stats)
-        if self.cfg.gripper == "libero":
-            x = torch.cat([x[..., :-1], gripper_to_libero(x[..., -1:])], dim=-1)
+        x = torch.cat([x[..., :-1], gripper_to_env(self.cfg.gripper, x[..., -1:])], dim=-1)
         return x.float()
 
     def prepare(self, obs: dict[str, Any]) -> dict[str, Tensor]:

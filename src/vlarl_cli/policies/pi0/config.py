@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlarl_cli.errors import ConfigError, did_you_mean
+from vlarl_cli.policies.gripper import check_gripper
 from vlarl_cli.precision import PRECISION_ALIASES as _PRECISION_ALIASES
 from vlarl_cli.precision import PRECISIONS
 
@@ -33,7 +34,6 @@ __all__ = ["PRESETS", "VARIANTS", "ModelSettings", "Pi0Config", "preset"]
 
 VARIANTS = ("pi0", "pi05")
 NOISE_METHODS = ("ode", "flow_sde", "flow_cps", "flow_noise")
-GRIPPER_MODES = ("none", "binarize", "from_01")
 VALUE_POOLINGS = ("rlinf", "valid")
 
 
@@ -108,7 +108,7 @@ class Pi0Config:
     # LeRobot's pi0.5 pads the normalised state to max_state_dim BEFORE binning (32 numbers in the prompt,
     # padding in bin 128); openpi bins the state as given
     state_prompt_padded: bool = False
-    gripper: str = "none"  # "none" (openpi LIBERO models already emit -1 open/+1 close) | "binarize" | "from_01"
+    gripper: str = "none"  # policies/gripper.py: "none" (openpi's LIBERO models) | "binarize" | "from_01"
     tokenizer: str = "byte"  # "byte" (built in) or a path to a local tokenizer.json / folder
     precision: str = "fp32"
     # supervised_loss: "executed" (default) = mean over the executed C steps x real A dims; "openpi" = mean
@@ -129,9 +129,7 @@ class Pi0Config:
         if self.precision not in PRECISIONS:
             bad(f'Unknown precision "{self.precision}".{did_you_mean(self.precision, PRECISIONS)}',
                 f"Use one of {', '.join(PRECISIONS)}.")
-        if self.gripper not in GRIPPER_MODES:
-            bad(f'Unknown gripper mode "{self.gripper}".{did_you_mean(self.gripper, GRIPPER_MODES)}',
-                f"Use one of {', '.join(GRIPPER_MODES)}.")
+        check_gripper(self.gripper, ("none", "binarize", "zero_one_to_sign"), "gripper")
         if self.normalization not in (None, "mean_std", "quantile", "identity"):
             bad(f'Unknown normalization "{self.normalization}".',
                 "Use mean_std (pi0), quantile (pi0.5), identity, or leave it unset.")

@@ -31,8 +31,9 @@ from vlarl_cli.checkpoints.pipeline import LoadReport
 from vlarl_cli.policies import noise as noise_lib
 from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
 from vlarl_cli.policies.flow_matching import flow_training_draws, pad_chunk
+from vlarl_cli.policies.gripper import gripper_from_env
 from vlarl_cli.policies.noise import AnyGenerator
-from vlarl_cli.policies.normalization import Normalizer, NormStats, gripper_from_libero
+from vlarl_cli.policies.normalization import Normalizer, NormStats
 from vlarl_cli.policies.pi0.config import Pi0Config
 from vlarl_cli.policies.pi0.modeling import ExpertCache, Pi0Model
 from vlarl_cli.policies.pi0.processing import Pi0Processor, make_tokenizer, to_model_images
@@ -216,9 +217,7 @@ class Pi0Policy(Pi0Model):
         if tuple(actions.shape) != (b, c, a):
             raise ValueError(f"actions must be [B={b}, C={c}, A={a}], got {tuple(actions.shape)}")
         x = actions.detach().float().cpu().clone()
-        if cfg.gripper == "from_01":
-            x[..., -1] = gripper_from_libero(x[..., -1])
-        # "binarize" keeps +-1 (its inverse picks the sign); "none" is the identity
+        x[..., -1] = gripper_from_env(cfg.gripper, x[..., -1])
         if cfg.extra_delta_transform:
             d = min(6, inputs["raw_state"].shape[-1])
             x[..., :d] -= inputs["raw_state"][:, None, :d]

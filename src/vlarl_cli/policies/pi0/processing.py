@@ -31,7 +31,8 @@ from torch import Tensor
 
 from vlarl_cli import keys
 from vlarl_cli.errors import ConfigError
-from vlarl_cli.policies.normalization import Normalizer, gripper_to_libero
+from vlarl_cli.policies.gripper import gripper_to_env
+from vlarl_cli.policies.normalization import Normalizer
 from vlarl_cli.policies.pi0.config import Pi0Config
 from vlarl_cli.policies.tokenization import ByteTokenizer, FileTokenizer, Tokenizer
 
@@ -162,11 +163,5 @@ class Pi0Processor:
             x = x.clone()
             x[..., :d] += raw_state[:, None, :d].to(x)
         x = x[:, : cfg.num_action_chunks, : cfg.action_env_dim]
-        if cfg.gripper != "none":
-            g = x[..., -1]
-            if cfg.gripper == "binarize":
-                g = torch.where(g > 0, 1.0, -1.0)
-            else:  # from_01: 1 = open in [0, 1] -> LIBERO -1 open / +1 close (OpenVLA mapping)
-                g = gripper_to_libero(g)
-            x = torch.cat([x[..., :-1], g[..., None].to(x.dtype)], dim=-1)
-        return x
+        g = gripper_to_env(cfg.gripper, x[..., -1])
+        return torch.cat([x[..., :-1], g[..., None].to(x.dtype)], dim=-1)
