@@ -164,3 +164,16 @@ def test_val_before_train_evaluates_the_start_and_prints_before_and_after(tmp_pa
     again = [json.loads(line) for line in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert again[0]["env/success_once"] == rows[1]["env/success_once"]
     assert again[1]["eval/success_once"] == rows[2]["eval/success_once"]
+
+
+def test_before_after_line_names_the_iteration_of_the_last_evaluation(tmp_path: Path, capsys) -> None:
+    """When the last iteration does not evaluate, the line compares with the latest evaluation and says so."""
+    train(load_config("toy_reach_ppo", [f"runner.logger.log_path={tmp_path}", "runner.val_before_train=True",
+                                        "runner.max_epochs=3", "runner.val_check_interval=2",
+                                        "env.train.total_num_envs=8", "actor.global_batch_size=16",
+                                        "actor.micro_batch_size=8"]))
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3] and "eval/success_once" not in rows[3]
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("eval success before training"))
+    assert line == (f"eval success before training {rows[0]['eval/success_once']:.2f} -> after 2 iterations "
+                    f"{rows[2]['eval/success_once']:.2f} (the last 1 iteration(s) were not evaluated)")

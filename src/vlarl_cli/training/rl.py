@@ -179,6 +179,7 @@ class Trainer:
         self.eval_copy: torch.nn.Module | None = None
         self.last_metrics: dict[str, float] = {}
         self.eval_before: dict[str, float] = {}  # runner.val_before_train: eval/* of the starting weights
+        self.eval_last: tuple[int, dict[str, float]] | None = None  # (iteration, metrics) of the latest eval/*
         self.last_checkpoint: Path | None = None
         self.iteration_start = 0.0
         self.resumed = False
@@ -404,6 +405,8 @@ class Trainer:
         metrics["time/step"] = time.perf_counter() - self.iteration_start
         self.logger.log(metrics, step=self.state.iteration)
         self.last_metrics = metrics
+        if any(k.startswith("eval/") for k in metrics):
+            self.eval_last = (self.state.iteration, metrics)
         self.progress.update(self.state.iteration, metrics)
 
     def checkpoint(self) -> None:
@@ -432,22 +435,29 @@ class Trainer:
                            checkpoint=self.last_checkpoint)
 
     def _print_before_after(self) -> None:
-        """``runner.val_before_train``: one line comparing the first and the last evaluation (same trials).
+        """``runner.val_before_train``: one line comparing the first and the latest evaluation (same trials).
         LIBERO evaluations give a success rate with its Wilson interval; the others their ``success_once``."""
-        before, after = self.eval_before, self.last_metrics or {}
-        key = next((k for k in ("eval/success_rate", "eval/success_once") if k in before and k in after), None)
-        if self.cluster.rank != 0 or key is None:
+        if self.cluster.rank != 0 or not self.eval_before:
             return
+        if self.eval_last is None:
+            print(f"eval success before training {self._rate(self.eval_before)}; no evaluation after it (set "
+                  "runner.val_check_interval to a divisor of runner.max_epochs to evaluate the last weights)", flush=True)
+            return
+        iteration, after = self.eval_last
+        unevaluated = self.state.iteration - iteration
+        tail = f" (the last {unevaluated} iteration(s) were not evaluated)" if unevaluated else ""
+        print(f"eval success before training {self._rate(self.eval_before)} -> after {iteration} iterations "
+              f"{self._rate(after)}{tail}", flush=True)
 
-        def rate(m: dict[str, float]) -> str:
-            if "eval/ci95_low" not in m:
-                return f"{m[key]:.2f}"
-            n = int(m.get("eval/num_episodes", 0))
-            return f"{m[key]:.2f} ({round(m[key] * n)}/{n}, 95% CI [{m['eval/ci95_low']:.2f}, {m['eval/ci95_high']:.2f}])"
-
-        print(f"eval success before training {rate(before)} -> after {self.state.iteration} iterations "
-              f"{rate(after)}", flush=True)
-
+    @staticmethod
+    def _rate(m: dict[str, float]) -> str:
+        key = "eval/success_rate" if "eval/success_rate" in m else "eval/success_once"
+        if key not in m:
+            return "n/a"
+        if "eval/ci95_low" not in m:
+            return f"{m[key]:.2f}"
+        n = int(m.get("eval/num_episodes", 0))
+        return f"{m[key]:.2f} ({round(m[key] * n)}/{n}, 95% CI [{m['eval/ci95_low']:.2f}, {m['eval/ci95_high']:.2f}])"
 
 
 def _env_view(policy: torch.nn.Module | None) -> dict[str, Any]:
