@@ -1,16 +1,17 @@
-"""A tiny stand-in family checkpoint module implementing the shared family checkpoint API.
+"""A tiny fourth family on the shared checkpoint pipeline (:mod:`vlarl_cli.checkpoints.pipeline`).
 
 Registered by tests as ``vlarl_cli.policies.fakefam.checkpoint`` to exercise ``vlarl convert``'s
-dispatch, LoRA merge, dtype cast, pickle gate and self-check without a real 3B model. Two layouts:
+dispatch, LoRA merge, dtype cast, pickle gate and self-check without a real 3B model, and to show
+what a new family writes (docs/adding_a_family.md). Two layouts:
 
-* ``vlarl``: ``model.safetensors`` (our key names) + ``vlarl_config.json``;
+* ``vlarl``: ``model.safetensors`` (our key names; shards + index when large) + ``vlarl_config.json``;
 * ``upstream``: ``weights.safetensors`` with renamed keys (``net.encoder.*``, ``net.action_head.*``,
-  ``net.critic.*``) + ``fake_config.json``, like an upstream repo would use.
+  ``net.critic.*``) + ``fake_config.json``, like an upstream repo would use. An upstream folder may lack
+  the critic (``net.critic.*``): it then starts fresh and is reported in ``load_report.initialized``.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,20 @@ from typing import Any
 import torch
 from torch import nn
 
+from vlarl_cli.checkpoints import pipeline
+from vlarl_cli.checkpoints.detect import open_checkpoint_folder, weights_table
 from vlarl_cli.errors import CheckpointError
 from vlarl_cli.policies.base import PolicyOutput
-from vlarl_cli.policies.lora import apply_lora, merge_lora_for_export  # noqa: F401 (the family API convert calls)
+from vlarl_cli.policies.lora import apply_lora, init_lora_factors, merge_lora_for_export
+
+__all__ = ["FAMILY", "FORMATS", "describe", "detect_format", "load_policy", "merge_lora_for_export", "save_policy"]
 
 FAMILY = "fakefam"
 FORMATS: tuple[str, ...] = ("vlarl", "upstream")
+FORMAT_VERSION = 1
+UPSTREAM_CONFIG, UPSTREAM_WEIGHTS = "fake_config.json", "weights.safetensors"
 _UP = {"enc.": "net.encoder.", "head.": "net.action_head.", "value.": "net.critic."}
+FRESH_PREFIXES = ("value.",)  # the critic: RL-only, absent from upstream folders
 
 
 @dataclass(frozen=True)
@@ -60,61 +68,80 @@ class FakePolicy(nn.Module):
         raise NotImplementedError
 
 
+# ---------------------------------------------------------------------------------------- own: key map
+def to_upstream_key(key: str) -> str:
+    return next(new + key[len(old):] for old, new in _UP.items() if key.startswith(old))
+
+
+def from_upstream_key(key: str) -> str | None:
+    return next((old + key[len(new):] for old, new in _UP.items() if key.startswith(new)), None)
+
+
+# ---------------------------------------------------------------------------------------- own: detect + config
 def detect_format(path: Path) -> str | None:
-    path = Path(path)
-    cfg = path / "vlarl_config.json"
-    if cfg.is_file() and json.loads(cfg.read_text()).get("family") == FAMILY:
-        return "vlarl"
-    if (path / "fake_config.json").is_file():
-        return "upstream"
-    return None
+    return pipeline.detect_layout(path, FAMILY, lambda root, _: "upstream" if (root / UPSTREAM_CONFIG).is_file()
+                                  else None)
 
 
-def save_policy(policy: FakePolicy, path: Path, *, format: str = "vlarl", dtype: torch.dtype | None = None) -> None:
-    from vlarl_cli.checkpoints.atomic import atomic_save_safetensors, atomic_write_json
-
-    if format not in FORMATS:
-        raise CheckpointError(f"unknown format {format}")
-    sd = {}
-    for k, v in policy.state_dict().items():
-        v = v.detach().clone()
-        if dtype is not None and v.is_floating_point():
-            v = v.to(dtype)
-        if format == "upstream":
-            k = next(new + k[len(old):] for old, new in _UP.items() if k.startswith(old))
-        sd[k] = v
-    path = Path(path)
-    if format == "vlarl":
-        atomic_save_safetensors(sd, path / "model.safetensors")
-        atomic_write_json(path / "vlarl_config.json",
-                          {"family": FAMILY, "format_version": 1, "model": asdict(policy.settings)})
-    else:
-        atomic_save_safetensors(sd, path / "weights.safetensors")
-        atomic_write_json(path / "fake_config.json", asdict(policy.settings))
+def read_settings(root: Path, fmt: str) -> FakeSettings:
+    """Config-from-checkpoint: our ``vlarl_config.json`` model block, or upstream ``fake_config.json``."""
+    data = (pipeline.read_vlarl_config(root, FORMAT_VERSION)["model"] if fmt == "vlarl"
+            else pipeline.require_json(root / UPSTREAM_CONFIG))
+    try:
+        return FakeSettings(**data)
+    except TypeError as exc:
+        raise CheckpointError(f"{root}: unknown fakefam config field ({exc}).", "Re-save the checkpoint.") from exc
 
 
+# ---------------------------------------------------------------------------------------- own: fresh params
+def _fresh_init(policy: FakePolicy, fresh: list[str]) -> None:
+    """The critic and LoRA factors a file lacks, initialised as a fresh build would."""
+    with torch.no_grad():
+        if any(k.startswith(FRESH_PREFIXES) for k in fresh):
+            policy.value.reset_parameters()
+    init_lora_factors(policy, fresh)
+
+
+# ---------------------------------------------------------------------------------------- orchestration
 def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", dtype: torch.dtype = torch.float32,
                 strict: bool = True, overrides: dict | None = None) -> FakePolicy:
-    from safetensors.torch import load_file
+    root, fmt, header = open_checkpoint_folder(path, family=FAMILY, format=format, formats=FORMATS,
+                                               detect=detect_format, looked_for=f"no {UPSTREAM_CONFIG}")
+    settings = read_settings(root, fmt)
+    policy, params = pipeline.build_on_meta(lambda: FakePolicy(settings),
+                                            lambda p: p.to(dtype).to_empty(device=device))
+    report = pipeline.LoadReport(fmt)
+    rename = (lambda k: k) if fmt == "vlarl" else from_upstream_key
+    plan = pipeline.plan_copies(header, params, rename, report, ignore=lambda k: False)
+    pipeline.stream(plan, header, params, report)
+    filled = {internal for _, internal in plan}
+    pipeline.settle_absent(policy, params, [k for k in params if k not in filled], report, _fresh_init,
+                           FRESH_PREFIXES)
+    if strict:
+        report.raise_if_incomplete(root, "fakefam model", "Repair the checkpoint, or pass strict=False.")
+    policy.load_report = report
+    return policy
 
+
+def save_policy(policy: FakePolicy, path: Path, *, format: str = "vlarl", dtype: torch.dtype | None = None,
+                max_shard_bytes: int = pipeline.MAX_SHARD_BYTES) -> None:
+    from vlarl_cli.checkpoints.atomic import atomic_write_json
+
+    pipeline.check_format(format, FORMATS, FAMILY)
     path = Path(path)
-    fmt = format or detect_format(path)
-    if fmt == "vlarl":
-        settings = FakeSettings(**json.loads((path / "vlarl_config.json").read_text())["model"])
-        sd = load_file(path / "model.safetensors")
-    elif fmt == "upstream":
-        settings = FakeSettings(**json.loads((path / "fake_config.json").read_text()))
-        inv = {new: old for old, new in _UP.items()}
-        sd = {next(inv[p] + k[len(p):] for p in inv if k.startswith(p)): v
-              for k, v in load_file(path / "weights.safetensors").items()}
+    path.mkdir(parents=True, exist_ok=True)
+    rename = (lambda k: k) if format == "vlarl" else to_upstream_key
+    tensors = pipeline.cast_for_save({rename(k): v.detach() for k, v in policy.state_dict().items()}, dtype)
+    if format == "vlarl":
+        pipeline.write_weights(path, tensors, max_shard_bytes=max_shard_bytes)
+        pipeline.write_vlarl_config(path, FAMILY, FORMAT_VERSION, asdict(policy.settings))
     else:
-        raise CheckpointError(f"{path}: not a fakefam checkpoint")
-    policy = FakePolicy(settings)
-    missing, unexpected = policy.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=False)
-    if strict and (missing or unexpected):
-        raise CheckpointError(f"missing {missing}, unexpected {unexpected}")
-    return policy.to(device=device, dtype=dtype)
+        pipeline.write_weights(path, tensors, max_shard_bytes=max_shard_bytes, name=UPSTREAM_WEIGHTS)
+        atomic_write_json(path / UPSTREAM_CONFIG, asdict(policy.settings))
 
 
 def describe(path: Path) -> dict[str, Any]:
-    return {"family": FAMILY, "format": detect_format(path), "num_parameters": None, "norm_stats": False}
+    root, fmt = pipeline.detect_or_refuse(path, detect_format, FAMILY, f"Expected one of {', '.join(FORMATS)}.")
+    header = weights_table(root)
+    return {"family": FAMILY, "format": fmt, "norm_stats": False,
+            "num_parameters": sum(int(torch.Size(shape).numel()) for shape, _, _ in header.values())}

@@ -311,27 +311,28 @@ def shards(tensors: dict[str, Tensor], max_bytes: int) -> list[dict[str, Tensor]
 
 
 def write_weights(folder: Path, tensors: dict[str, Tensor], *, max_shard_bytes: int = MAX_SHARD_BYTES,
-                  force_index: bool = False) -> None:
-    """``model.safetensors``, or ``model-0000i-of-0000N.safetensors`` + index when larger than
-    ``max_shard_bytes`` (or ``force_index``: upstream layouts that always shard). Shards of an earlier,
-    differently sharded save in the same folder are removed."""
+                  force_index: bool = False, name: str = WEIGHTS) -> None:
+    """``name`` (``model.safetensors``), or ``model-0000i-of-0000N.safetensors`` + ``name.index.json`` when
+    larger than ``max_shard_bytes`` (or ``force_index``: upstream layouts that always shard); the shards
+    take ``name``'s stem. Shards of an earlier, differently sharded save in the same folder are removed."""
     from vlarl_cli.checkpoints.atomic import atomic_save_safetensors, atomic_write_json
 
     groups = shards(tensors, max_shard_bytes)
-    old = {p.name for p in folder.glob("model*.safetensors")}
+    stem, index = name.removesuffix(".safetensors"), f"{name}.index.json"
+    old = {p.name for p in folder.glob(f"{stem}*.safetensors")}
     if len(groups) == 1 and not force_index:
-        atomic_save_safetensors(groups[0], folder / WEIGHTS, metadata={"format": "pt"})
-        written = {WEIGHTS}
-        (folder / INDEX).unlink(missing_ok=True)
+        atomic_save_safetensors(groups[0], folder / name, metadata={"format": "pt"})
+        written = {name}
+        (folder / index).unlink(missing_ok=True)
     else:
         weight_map: dict[str, str] = {}
         written = set()
         for i, group in enumerate(groups, start=1):
-            name = f"model-{i:05d}-of-{len(groups):05d}.safetensors"
-            atomic_save_safetensors(group, folder / name, metadata={"format": "pt"})
-            weight_map.update(dict.fromkeys(group, name))
-            written.add(name)
+            shard = f"{stem}-{i:05d}-of-{len(groups):05d}.safetensors"
+            atomic_save_safetensors(group, folder / shard, metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(group, shard))
+            written.add(shard)
         total = sum(t.numel() * t.element_size() for t in tensors.values())
-        atomic_write_json(folder / INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
+        atomic_write_json(folder / index, {"metadata": {"total_size": total}, "weight_map": weight_map})
     for stale in old - written:
         (folder / stale).unlink(missing_ok=True)
