@@ -541,9 +541,6 @@ class Pi0Model(nn.Module):
     def extra_repr(self) -> str:
         return f"variant={self.cfg.variant}"
 
-    def config_dict(self) -> dict[str, Any]:
-        return self.cfg.to_dict()
-
 
 def build_value_head(cfg: Pi0Config) -> nn.Module:
     """The critic: RLinf's MLP on the VLM width (``value_after_vlm``) or the expert width (pi0 style)."""
