@@ -7,6 +7,8 @@ paragraph and exits with code 2. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class VlarlError(Exception):
     """An error caused by user input, with the fix attached.
@@ -46,3 +48,12 @@ def did_you_mean(name: str, candidates: list[str] | tuple[str, ...] | set[str]) 
 
     close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
     return f' Did you mean "{close[0]}"?' if close else ""
+
+
+def refuse_unknown(given: Iterable[str], known: Iterable[str], what: str, fix: str, where: str = "") -> None:
+    """ConfigError naming the first (sorted) of ``given`` not in ``known`` (``Unknown <what> "name"<where>.``)
+    with a did-you-mean suggestion; nothing when every name is known."""
+    known_set = set(known)
+    unknown = sorted(set(given) - known_set)
+    if unknown:
+        raise ConfigError(f'Unknown {what} "{unknown[0]}"{where}.{did_you_mean(unknown[0], known_set)}', fix)

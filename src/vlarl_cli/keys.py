@@ -6,6 +6,8 @@ constants (DESIGN.md, "Contracts").
 
 from __future__ import annotations
 
+from typing import Any
+
 # Observation batch, produced by vlarl_cli.envs, consumed by vlarl_cli.policies.
 MAIN_IMAGES = "main_images"  # [B, H, W, 3] uint8, already rotated 180 degrees
 WRIST_IMAGES = "wrist_images"  # [B, H, W, 3] uint8, already rotated 180 degrees
@@ -37,3 +39,16 @@ ENV_IDS = "env_ids"  # list[int]: the global env ids of the rows (a pipeline sta
 # observation batch: with auto-reset, the rows of episodes cut by the time limit in this chunk hold their last
 # observation (the returned one is the next episode's first), the other rows the returned one (envs/base.py)
 FINAL_OBSERVATION = "final_observation"
+
+
+# What the env must render for a policy (a policy's ``cameras`` / ``obs_mode`` attributes; image policies
+# without them read main + wrist in LIBERO's standard rgb mode). Read on the training, evaluation and video
+# side; the env is told, never the policy imported.
+def policy_cameras(policy: Any) -> tuple[str, ...]:
+    """The cameras ``policy`` reads (its ``cameras`` attribute; image policies without one read main + wrist)."""
+    return tuple(getattr(policy, "cameras", ("main", "wrist")))
+
+
+def policy_obs_mode(policy: Any) -> str:
+    """The LIBERO observation mode ``policy`` was trained on: ``rgb`` (standard) or ``state`` (privileged)."""
+    return str(getattr(policy, "obs_mode", "rgb"))

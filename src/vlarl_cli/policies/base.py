@@ -90,13 +90,3 @@ def stack_replays(replays: list[Replay]) -> Replay:
 def index_replay(replay: Replay, index: torch.Tensor | slice) -> Replay:
     """Select rows of every tensor of a replay (batch is dim 0)."""
     return {k: v[index] for k, v in replay.items()}
-
-
-def policy_cameras(policy: Any) -> tuple[str, ...]:
-    """The cameras ``policy`` reads (its ``cameras`` attribute; image policies without one read main + wrist)."""
-    return tuple(getattr(policy, "cameras", ("main", "wrist")))
-
-
-def policy_obs_mode(policy: Any) -> str:
-    """The LIBERO observation mode ``policy`` was trained on: ``rgb`` (standard) or ``state`` (privileged)."""
-    return str(getattr(policy, "obs_mode", "rgb"))

@@ -44,7 +44,8 @@ from vlarl_cli.config.schema import VlarlConfig
 from vlarl_cli.distributed import dist
 from vlarl_cli.distributed.placement import Cluster
 from vlarl_cli.envs.base import VectorEnv
-from vlarl_cli.policies.base import Policy, policy_cameras, policy_obs_mode
+from vlarl_cli.keys import policy_cameras, policy_obs_mode
+from vlarl_cli.policies.base import Policy
 from vlarl_cli.training import checkpoint as ckpt
 from vlarl_cli.training.actor import (
     Actor,

@@ -59,8 +59,8 @@ from vlarl_cli.config.loading import LoadedConfig
 from vlarl_cli.config.schema import VlarlConfig
 from vlarl_cli.distributed import dist
 from vlarl_cli.errors import ConfigError, VlarlError
+from vlarl_cli.keys import policy_obs_mode
 from vlarl_cli.model_types import model_types_of
-from vlarl_cli.policies.base import policy_obs_mode
 from vlarl_cli.training.common import derived_seed
 from vlarl_cli.training.demos import ChunkDataset
 

@@ -12,7 +12,8 @@ from typing import Any, cast
 import torch
 
 from vlarl_cli.config.schema import VlarlConfig
-from vlarl_cli.policies.base import Policy, policy_cameras, policy_obs_mode
+from vlarl_cli.keys import policy_cameras, policy_obs_mode
+from vlarl_cli.policies.base import Policy
 from vlarl_cli.training.batch import rollout_metrics
 from vlarl_cli.training.envs import make_env, sampling_generator
 from vlarl_cli.training.rollout import collect

@@ -158,9 +158,9 @@ def live_episode(policy: Any, suite: str, task: int, trial: int, *, protocol: st
     import torch
 
     from vlarl_cli.envs.libero.env import EnvOptions
+    from vlarl_cli.keys import policy_cameras, policy_obs_mode
 
-    options = EnvOptions(resolution=resolution, cameras=tuple(getattr(policy, "cameras", ("main", "wrist"))),
-                         obs_mode=str(getattr(policy, "obs_mode", "rgb")),
+    options = EnvOptions(resolution=resolution, cameras=policy_cameras(policy), obs_mode=policy_obs_mode(policy),
                          protocol=protocol, max_episode_steps=max_steps, settle_steps=settle_steps, seed=env_seed,
                          record_video=True)
     gen = torch.Generator().manual_seed(policy_seed)

@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from vlarl_cli.errors import ConfigError, did_you_mean
+from vlarl_cli.errors import ConfigError, did_you_mean, refuse_unknown
 from vlarl_cli.model_types import MODEL_TYPES
 
 __all__ = [
@@ -202,14 +202,13 @@ class Gr00tConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Gr00tConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise a ConfigError with a suggestion."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in known:
-                raise ConfigError(f'Unknown GR00T config field "{key}".{did_you_mean(key, known)}',
-                                  "Remove or rename the field.")
+        refuse_unknown(data, (f.name for f in dataclasses.fields(cls)), "GR00T config field",
+                       "Remove or rename the field.")
         return cls(**data)
 
     def replace(self, **changes: Any) -> Gr00tConfig:
+        refuse_unknown(changes, (f.name for f in dataclasses.fields(self)), "GR00T config field",
+                       "Check the spelling against vlarl_cli.policies.gr00t.config.Gr00tConfig.")
         return dataclasses.replace(self, **changes)
 
 
@@ -390,12 +389,11 @@ class ModelSettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelSettings:
-        known = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in known:
-                raise ConfigError(f'Unknown GR00T model setting "{key}".{did_you_mean(key, known)}',
-                                  "Remove or rename the setting.")
+        refuse_unknown(data, (f.name for f in dataclasses.fields(cls)), "GR00T model setting",
+                       "Remove or rename the setting.")
         return cls(**data)
 
     def replace(self, **changes: Any) -> ModelSettings:
+        refuse_unknown(changes, (f.name for f in dataclasses.fields(self)), "GR00T model setting",
+                       "Check the spelling against vlarl_cli.policies.gr00t.config.ModelSettings.")
         return dataclasses.replace(self, **changes)

@@ -28,7 +28,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlarl_cli.errors import ConfigError, did_you_mean
+from vlarl_cli.errors import ConfigError, did_you_mean, refuse_unknown
 from vlarl_cli.policies.gripper import check_gripper
 from vlarl_cli.precision import PRECISION_ALIASES as _PRECISION_ALIASES
 from vlarl_cli.precision import PRECISIONS
@@ -234,12 +234,8 @@ class OftConfig:
         return float(self.lora_rank if self.lora_alpha is None else self.lora_alpha)
 
     def replace(self, **changes: Any) -> OftConfig:
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            name = sorted(unknown)[0]
-            raise ConfigError(f'Unknown OpenVLA-OFT config field "{name}".'
-                              f"{did_you_mean(name, [f.name for f in dataclasses.fields(self)])}",
-                              "Check the spelling against vlarl_cli.policies.openvla_oft.config.OftConfig.")
+        refuse_unknown(changes, (f.name for f in dataclasses.fields(self)), "OpenVLA-OFT config field",
+                       "Check the spelling against vlarl_cli.policies.openvla_oft.config.OftConfig.")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -249,13 +245,8 @@ class OftConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OftConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            name = sorted(unknown)[0]
-            raise ConfigError(f'Unknown OpenVLA-OFT config field "{name}" in a saved config.'
-                              f"{did_you_mean(name, known)}",
-                              "The checkpoint was written by another version; remove the field.")
+        refuse_unknown(d, (f.name for f in dataclasses.fields(cls)), "OpenVLA-OFT config field",
+                       "The checkpoint was written by another version; remove the field.", " in a saved config")
         d = dict(d)
         if "value_hidden" in d:
             d["value_hidden"] = tuple(d["value_hidden"])

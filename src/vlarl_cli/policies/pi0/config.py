@@ -25,7 +25,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlarl_cli.errors import ConfigError, did_you_mean
+from vlarl_cli.errors import ConfigError, did_you_mean, refuse_unknown
 from vlarl_cli.policies.gripper import check_gripper
 from vlarl_cli.precision import PRECISION_ALIASES as _PRECISION_ALIASES
 from vlarl_cli.precision import PRECISIONS
@@ -202,12 +202,8 @@ class Pi0Config:
                           logvar_max=2 * math.log(self.noise_logvar_max_std))
 
     def replace(self, **changes: Any) -> Pi0Config:
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            name = sorted(unknown)[0]
-            raise ConfigError(f'Unknown pi0 config field "{name}".'
-                              f"{did_you_mean(name, [f.name for f in dataclasses.fields(self)])}",
-                              "Check the spelling against vlarl_cli.policies.pi0.config.Pi0Config.")
+        refuse_unknown(changes, (f.name for f in dataclasses.fields(self)), "pi0 config field",
+                       "Check the spelling against vlarl_cli.policies.pi0.config.Pi0Config.")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,12 +214,8 @@ class Pi0Config:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Pi0Config:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            name = sorted(unknown)[0]
-            raise ConfigError(f'Unknown pi0 config field "{name}" in a saved config.{did_you_mean(name, known)}',
-                              "The checkpoint was written by another version; remove the field.")
+        refuse_unknown(d, (f.name for f in dataclasses.fields(cls)), "pi0 config field",
+                       "The checkpoint was written by another version; remove the field.", " in a saved config")
         d = dict(d)
         if "value_hidden" in d and "value_activation" not in d:
             # written before the RLinf critic became the default: GELU, zero-initialised output layer

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from vlarl_cli import __version__
+from vlarl_cli.keys import policy_cameras, policy_obs_mode
 from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings, expand_suite
 from vlarl_cli.training.evaluation.source import PolicyInfo
 
@@ -16,8 +17,6 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
               plan: list[EpisodeKey]) -> dict[str, Any]:
     """The protocol card: everything a success rate depends on. ``plan`` fills its ``plan`` part."""
     from vlarl_cli.envs.libero.protocol import get_protocol
-    from vlarl_cli.policies.base import policy_cameras, policy_obs_mode  # torch: only when a card is made
-
     p = get_protocol(settings.protocol)
     chunk = int(getattr(policy, "num_action_chunks", 0))
     denoising = policy_denoising_steps(policy)
@@ -90,7 +89,6 @@ def card_conflicts(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def _observation_deviations(policy: Any) -> list[str]:
     """Every published protocol gives the policy camera images; a state-mode policy sees none."""
-    from vlarl_cli.policies.base import policy_obs_mode
     if policy_obs_mode(policy) == "state":
         return ["obs_mode state: no camera; the policy reads the 8-d proprio state plus the positions of the "
                 "goal's object and target (privileged, 14-d) instead of images"]

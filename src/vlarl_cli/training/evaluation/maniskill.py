@@ -130,7 +130,6 @@ def evaluate_maniskill(checkpoint: Path | None, config: str | None, overrides: l
     """Load the policy (``--checkpoint`` / ``--config`` as the LIBERO eval), play the episodes, write
     ``<out>/summary.json`` (+ ``videos/``) and print the success rate with its Wilson interval."""
     from vlarl_cli.envs.maniskill.vector import ManiSkillVectorEnv
-    from vlarl_cli.policies.base import policy_cameras
     from vlarl_cli.training.evaluation.source import load_policy
     from vlarl_cli.training.evaluation.stats import wilson_interval
 
@@ -138,7 +137,7 @@ def evaluate_maniskill(checkpoint: Path | None, config: str | None, overrides: l
     t0 = time.perf_counter()
     policy, info, cfg = load_policy(checkpoint, config, overrides, "cpu")
     split = cfg.env.eval
-    cameras = policy_cameras(policy)
+    cameras = keys.policy_cameras(policy)
     spec = _spec(settings, split, cfg.actor.model, cameras)
     seeds = list(range(settings.first_seed, settings.first_seed + settings.episodes))
     with ManiSkillVectorEnv(spec) as env:

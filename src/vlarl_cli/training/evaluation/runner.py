@@ -108,11 +108,9 @@ def _prepare_sampling(policy: Any, settings: EvalSettings) -> bool:
 
 def _vector_spec(policy: Any, settings: EvalSettings, n: int) -> Any:
     from vlarl_cli.envs.vector import VectorEnvSpec
-    from vlarl_cli.policies.base import policy_cameras, policy_obs_mode
-
     return VectorEnvSpec(
         suite="libero_130", num_envs=n, num_workers=workers_for(n, settings.num_workers),
-        resolution=settings.resolution, cameras=policy_cameras(policy), obs_mode=policy_obs_mode(policy),
+        resolution=settings.resolution, cameras=keys.policy_cameras(policy), obs_mode=keys.policy_obs_mode(policy),
         max_episode_steps=settings.max_steps, settle_steps=settings.settle_steps, protocol=settings.protocol,
         env_seed=settings.effective_env_seed, auto_reset=False, record_video=settings.live_video > 0,
         hard_reset=settings.effective_hard_reset,
