@@ -118,7 +118,7 @@ def test_suites_sizes_and_libero_130():
     assert all(t.bddl_file.is_file() and t.init_states_file.is_file() for t in all_tasks)
     # libero_130 is the five suites in order: task 10 is libero_object task 0
     assert (all_tasks[10].suite, all_tasks[10].suite_task_id) == ("libero_object", 0)
-    assert suites.task_languages("libero_spatial")[0] == (
+    assert suites.suite_tasks("libero_spatial")[0].language == (
         "pick up the black bowl between the plate and the ramekin and place it on the plate"
     )
 

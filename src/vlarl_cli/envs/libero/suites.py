@@ -126,11 +126,6 @@ def get_task(suite: str, task_id: int) -> TaskInfo:
     return suite_tasks(suite)[task_id]
 
 
-def task_languages(suite: str) -> list[str]:
-    """Instruction of every task of ``suite``, in task-id order."""
-    return [t.language for t in suite_tasks(suite)]
-
-
 @functools.lru_cache(maxsize=256)
 def _load_init_states(path: str) -> np.ndarray:
     import torch

@@ -207,14 +207,6 @@ class Gr00tPolicy(nn.Module):
             self._tokenizer = load_tokenizer(self.settings.tokenizer_path, self.config.vocab_size)
         return self._tokenizer
 
-    def value_parameters(self) -> list[nn.Parameter]:
-        head = getattr(self.action_head, "value_head", None)
-        return [p for p in head.parameters() if p.requires_grad] if head is not None else []
-
-    def policy_parameters(self) -> list[nn.Parameter]:
-        value_ids = {id(p) for p in self.value_parameters()}
-        return [p for p in self.parameters() if p.requires_grad and id(p) not in value_ids]
-
     def fsdp_wrap_class_names(self) -> tuple[str, ...]:
         """Names of the layer classes present in this model that FSDP should wrap individually."""
         present = {type(m).__name__ for m in self.modules()}
