@@ -126,9 +126,11 @@ def test_strict_loading_reports_keys_by_name(tmp_path, policy_factory, tensor_re
     msg = str(info.value)
     assert gone in msg and "action_head.extra.weight" in msg and "missing" in msg and "unexpected" in msg
     assert tensor_reads == []  # refused before a tensor is read
-    # non-strict: everything else is loaded, the hole keeps its initialisation
+    # non-strict: everything else is loaded; the hole is zeros, as in every family (the pipeline's
+    # settle_absent): a value that cannot pass for a trained weight, and no full random init of the model
     loaded = ck.load_policy(path, strict=False)
-    assert loaded.load_report.missing == [gone]
+    assert loaded.load_report.missing == [gone] and len(tensor_reads) == loaded.load_report.loaded > 0
+    assert torch.equal(loaded.state_dict()[gone], torch.zeros_like(policy.state_dict()[gone]))
     a, b = policy.state_dict(), loaded.state_dict()
     assert torch.equal(a["action_head.model.proj_out_1.weight"], b["action_head.model.proj_out_1.weight"])
 
