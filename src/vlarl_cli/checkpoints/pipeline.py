@@ -109,7 +109,9 @@ def build_on_meta(build: Callable[[], _Model], materialise: Callable[[_Model], _
     """``build()`` on the meta device (no memory), ``materialise`` it (cast on meta first, then
     ``to_empty`` on the target device: never an fp32 copy of a large model), recompute the
     non-persistent buffers ``to_empty`` leaves uninitialised (:func:`reset_buffers`); returns the model
-    and its state dict (``keep_vars``: the tensors to fill)."""
+    and its state dict (``keep_vars``: the tensors to fill). Every parameter is then uninitialised memory
+    until a file tensor fills it or :func:`settle_absent` runs: the ``fresh_init`` given there must
+    initialise each fresh parameter itself (a constructor's init did not survive ``to_empty``)."""
     with torch.device("meta"):
         model = build()
     model = materialise(model)
@@ -166,10 +168,10 @@ class TensorReader:
 
 
 def plan_copies(header: TensorTable, params: dict[str, Tensor], rename: Callable[[str], str | None],
-                report: LoadReport, *, ignore: Callable[[str], bool], optional: tuple[str, ...] = (),
+                report: LoadReport, *, ignore: Callable[[str], bool] = lambda _key: False, optional: tuple[str, ...] = (),
                 skip_misfit_optional: bool = False) -> list[tuple[str, str]]:
     """``(file key, our key)`` of every file tensor to copy into ``params``; the others go to ``report``:
-    ``ignore``-d keys to ``skipped``, keys ``rename`` maps to None or to no parameter to ``unexpected``
+    ``ignore``-d keys (default: none) to ``skipped``, keys ``rename`` maps to None or to no parameter to ``unexpected``
     (``skipped`` for RL heads under ``optional`` the model does not have, or - ``skip_misfit_optional`` -
     has in another shape), other shape differences to ``mismatched``."""
     plan: list[tuple[str, str]] = []
