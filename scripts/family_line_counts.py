@@ -29,7 +29,7 @@ BUCKETS = {  # what each top-level function of the four modules, then and now, i
                "_config_from_upstream", "read_config", "_settings", "read_settings"},
     "fresh": {"_fresh_init", "_reinit_head"},
     "side": {"_arch_dict", "_external_config", "_copy_tokenizer", "_find_statistics", "_statistics",
-             "_fill_side_files", "_read_adapter", "_openvla_config", "_upstream_config", "_read_modality",
+             "_fill_side_files", "_read_adapter", "_check_adapter", "_openvla_config", "_upstream_config", "_read_modality",
              "_norm_stats_from_lerobot_buffers", "_norm_stats_from_lerobot_processors", "lerobot_norm_stats"},
     "steps": {"load_policy", "save_policy", "describe", "_fill", "_plan", "_stream_rules",
               # before the pipeline: the shared shape each family wrote for itself

@@ -17,3 +17,20 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def tensor_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the tensors a checkpoint load reads from its safetensors files, in order: every family
+    streams through :class:`vlarl_cli.checkpoints.pipeline.TensorReader`, whose ``get`` is wrapped to record."""
+    from vlarl_cli.checkpoints import pipeline
+
+    reads: list[str] = []
+    real = pipeline.TensorReader.get
+
+    def get(self: pipeline.TensorReader, file: object, name: str) -> torch.Tensor:
+        reads.append(name)
+        return real(self, file, name)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline.TensorReader, "get", get)
+    return reads

@@ -112,13 +112,12 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
                                             lambda p: p.to(dtype).to_empty(device=device))
     report = pipeline.LoadReport(fmt)
     rename = (lambda k: k) if fmt == "vlarl" else from_upstream_key
-    plan = pipeline.plan_copies(header, params, rename, report, ignore=lambda k: False)
-    pipeline.stream(plan, header, params, report)
-    filled = {internal for _, internal in plan}
-    pipeline.settle_absent(policy, params, [k for k in params if k not in filled], report, _fresh_init,
-                           FRESH_PREFIXES)
-    if strict:
+    plan = pipeline.plan_copies(header, params, rename, report)
+    pipeline.plan_absent(params, (internal for _, internal in plan), report, FRESH_PREFIXES)
+    if strict:  # before a tensor is read
         report.raise_if_incomplete(root, "fakefam model", "Repair the checkpoint, or pass strict=False.")
+    pipeline.stream(plan, header, params, report)
+    pipeline.settle_absent(policy, params, report, _fresh_init)
     policy.load_report = report
     return policy
 

@@ -47,13 +47,14 @@ def test_upstream_without_critic_starts_it_fresh_and_keeps_the_actor_bit_exact(t
     assert ours["value.weight"].abs().max() > 0
 
 
-def test_missing_actor_tensor_is_refused_when_strict_and_reported_otherwise(tmp_path):
+def test_missing_actor_tensor_is_refused_when_strict_and_reported_otherwise(tmp_path, tensor_reads):
     folder, _ = _upstream_without(tmp_path, ("net.action_head.bias",))
     with pytest.raises(CheckpointError) as err:
         ff.load_policy(folder)
     assert "missing 1: head.bias" in err.value.problem
+    assert tensor_reads == []  # refused before a tensor is read
     policy = ff.load_policy(folder, strict=False)
-    assert policy.load_report.missing == ["head.bias"] and policy.load_report.loaded == 5
+    assert policy.load_report.missing == ["head.bias"] and policy.load_report.loaded == 5 == len(tensor_reads)
     assert torch.equal(policy.head.bias, torch.zeros(21))  # a hole is zeros, never uninitialised memory
 
 

@@ -44,17 +44,19 @@ def test_optional_head_of_another_shape_is_a_mismatch_unless_skipped(tmp_path: P
     header = _table(tmp_path, {"value_head.w": torch.zeros(5)})
     params = {"value_head.w": torch.zeros(6)}
     report = pipeline.LoadReport("vlarl")
-    assert pipeline.plan_copies(header, params, str, report, ignore=lambda k: False, optional=("value_head.",)) == []
+    assert pipeline.plan_copies(header, params, str, report, optional=("value_head.",)) == []  # nothing ignored
     assert report.mismatched == ["value_head.w [5] vs model [6]"] and not report.skipped
 
 
-def test_settle_absent_splits_fresh_from_holes() -> None:
-    params = {"w": torch.ones(2), "value_head.w": torch.ones(2), "x.lora_A": torch.ones(2)}
+def test_plan_absent_splits_fresh_from_holes_and_settle_absent_builds_and_zeroes() -> None:
+    params = {"w": torch.ones(2), "value_head.w": torch.ones(2), "x.lora_A": torch.ones(2), "v": torch.ones(2)}
     report = pipeline.LoadReport("vlarl")
+    pipeline.plan_absent(params, ["v"], report, ("value_head.",))  # "v" is planned: neither fresh nor a hole
+    assert report.initialized == ["value_head.w", "x.lora_A"] and report.missing == ["w"]
+    assert all(torch.equal(t, torch.ones(2)) for t in params.values())  # planning touches no tensor
     built: list[list[str]] = []
-    pipeline.settle_absent(nn.Linear(1, 1), params, list(params), report, lambda _p, fresh: built.append(fresh),
-                           ("value_head.",))
-    assert report.initialized == built[0] == ["value_head.w", "x.lora_A"] and report.missing == ["w"]
+    pipeline.settle_absent(nn.Linear(1, 1), params, report, lambda _p, fresh: built.append(fresh))
+    assert built == [["value_head.w", "x.lora_A"]]
     assert torch.equal(params["w"], torch.zeros(2)) and torch.equal(params["value_head.w"], torch.ones(2))
 
 

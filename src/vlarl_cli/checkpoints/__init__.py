@@ -18,17 +18,14 @@ Modules (each imports its heavy dependencies - huggingface_hub, torch, rich - on
 * :mod:`.pipeline` - the steps every family checkpoint module (``vlarl_cli.policies.<family>.checkpoint``)
   shares: detect the layout, read / write ``vlarl_config.json``, build on the meta device and recompute
   non-persistent buffers, plan which file tensor fills which parameter, stream them, split what the file
-  lacks into fresh RL heads / LoRA factors and real holes, one ``LoadReport``, sharded save (atomic per
-  file).
+  lacks into fresh RL heads / LoRA factors and real holes (a strict load with holes is refused from the
+  headers, before a tensor is read), one ``LoadReport``, sharded save (atomic per file).
 
 Adding a family: a row per model type in :mod:`vlarl_cli.model_types` (the one vocabulary the schema,
 the policy registry, detection and preset matching read), ``vlarl_cli/policies/<family>/`` with its
 ``config.py`` / model, and a ``checkpoint.py`` with its key maps, layout rule, config-from-checkpoint and side
-files, calling :mod:`.pipeline` for the rest. Measured on the three families (``wc -l`` and an ``ast`` split of
-each ``checkpoint.py`` into its own parts and the load / save / describe steps), before this pipeline ->
-now: pi0 712 -> 544, OpenVLA-OFT 715 -> 627, GR00T 658 -> 487 lines; the steps a family writes, 264 / 316 /
-317 -> 131 / 176 / 142 (about half); the own parts (about 210-300 lines each) stay, so a fourth family's
-``checkpoint.py`` costs about three quarters of what one cost before, not half.
+files, calling :mod:`.pipeline` for the rest. What that costs, measured
+(``scripts/family_line_counts.py``, before this pipeline and now), is in ``docs/adding_a_family.md``.
 
 The names below are re-exported lazily so ``import vlarl_cli.checkpoints`` stays instant.
 """

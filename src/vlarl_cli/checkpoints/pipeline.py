@@ -1,8 +1,12 @@
 """The steps every family's checkpoint module shares: read our ``vlarl_config.json``, build the model on the
 meta device and recompute its non-persistent buffers, plan which file tensor fills which parameter
-(:func:`plan_copies`, :func:`fill_tied` for tied storage) and stream them in, split what a file lacks into
-fresh RL / LoRA parameters and real holes (:func:`settle_absent`), report by key name (:class:`LoadReport`,
-``policy.load_report`` of every family) or refuse, and write weights (single file or shards + index).
+(:func:`plan_copies`, :func:`fill_tied` for tied storage), split what a file lacks into fresh RL / LoRA
+parameters and real holes (:func:`plan_absent`), refuse a strict load with holes BEFORE a tensor is read,
+stream the planned tensors in, build the fresh parameters and zero the holes (:func:`settle_absent`), report
+by key name (:class:`LoadReport`, ``policy.load_report`` of every family), and write weights (single file or
+shards + index). A load, in order: ``open_checkpoint_folder`` -> config -> :func:`build_on_meta` ->
+:func:`plan_copies` -> :func:`plan_absent` -> ``raise_if_incomplete`` when strict -> :func:`stream` ->
+:func:`settle_absent`.
 
 A family's ``checkpoint.py`` keeps only what is its own: the rule telling its upstream layouts apart
 (given to :func:`detect_layout`), key maps (the ``rename`` of :func:`plan_copies`), config-from-checkpoint,
@@ -28,8 +32,8 @@ from vlarl_cli.errors import CheckpointError, did_you_mean
 
 __all__ = ["INDEX", "MAX_SHARD_BYTES", "VLARL_CONFIG", "WEIGHTS", "LoadReport", "TensorReader", "TensorTable",
            "build_on_meta", "cast_for_save", "check_format", "detect_layout", "detect_or_refuse", "fill_tied",
-           "format_keys", "plan_copies", "read_vlarl_config", "require_json", "reset_buffers", "settle_absent",
-           "shards", "split_fresh", "stream", "write_vlarl_config", "write_weights", "zero_fill"]
+           "format_keys", "plan_absent", "plan_copies", "read_vlarl_config", "require_json", "reset_buffers",
+           "settle_absent", "shards", "split_fresh", "stream", "write_vlarl_config", "write_weights", "zero_fill"]
 
 VLARL_CONFIG = "vlarl_config.json"
 WEIGHTS = "model.safetensors"
@@ -105,7 +109,9 @@ def build_on_meta(build: Callable[[], _Model], materialise: Callable[[_Model], _
     """``build()`` on the meta device (no memory), ``materialise`` it (cast on meta first, then
     ``to_empty`` on the target device: never an fp32 copy of a large model), recompute the
     non-persistent buffers ``to_empty`` leaves uninitialised (:func:`reset_buffers`); returns the model
-    and its state dict (``keep_vars``: the tensors to fill)."""
+    and its state dict (``keep_vars``: the tensors to fill). Every parameter is then uninitialised memory
+    until a file tensor fills it or :func:`settle_absent` runs: the ``fresh_init`` given there must
+    initialise each fresh parameter itself (a constructor's init did not survive ``to_empty``)."""
     with torch.device("meta"):
         model = build()
     model = materialise(model)
@@ -162,10 +168,10 @@ class TensorReader:
 
 
 def plan_copies(header: TensorTable, params: dict[str, Tensor], rename: Callable[[str], str | None],
-                report: LoadReport, *, ignore: Callable[[str], bool], optional: tuple[str, ...] = (),
+                report: LoadReport, *, ignore: Callable[[str], bool] = lambda _key: False, optional: tuple[str, ...] = (),
                 skip_misfit_optional: bool = False) -> list[tuple[str, str]]:
     """``(file key, our key)`` of every file tensor to copy into ``params``; the others go to ``report``:
-    ``ignore``-d keys to ``skipped``, keys ``rename`` maps to None or to no parameter to ``unexpected``
+    ``ignore``-d keys (default: none) to ``skipped``, keys ``rename`` maps to None or to no parameter to ``unexpected``
     (``skipped`` for RL heads under ``optional`` the model does not have, or - ``skip_misfit_optional`` -
     has in another shape), other shape differences to ``mismatched``."""
     plan: list[tuple[str, str]] = []
@@ -220,12 +226,22 @@ def split_fresh(absent: Iterable[str], prefixes: tuple[str, ...], keys: tuple[st
     return fresh, [k for k in absent if k not in fresh]
 
 
-def settle_absent(policy: _Model, params: dict[str, Tensor], absent: Iterable[str], report: LoadReport,
-                  fresh_init: Callable[[_Model, list[str]], None], prefixes: tuple[str, ...],
-                  keys: tuple[str, ...] = ()) -> None:
-    """Parameters the file did not fill: fresh ones (:func:`split_fresh`) built by ``fresh_init``, the
-    real holes zero-filled; both listed in ``report``."""
-    report.initialized, report.missing = split_fresh(absent, prefixes, keys)
+def plan_absent(params: dict[str, Tensor], filled: Iterable[str], report: LoadReport, prefixes: tuple[str, ...],
+                keys: tuple[str, ...] = ()) -> None:
+    """Before streaming: the parameters that ``filled`` (every name the plan fills, or claims) leaves out,
+    in state-dict order, split by :func:`split_fresh` into ``report.initialized`` and ``report.missing``.
+    With the plan's ``unexpected`` / ``mismatched`` this is all a strict refusal names, so
+    :meth:`LoadReport.raise_if_incomplete` can refuse before a tensor is read (a real checkpoint is 6-15 GB)."""
+    filled = set(filled)
+    report.initialized, report.missing = split_fresh([k for k in params if k not in filled], prefixes, keys)
+
+
+def settle_absent(policy: _Model, params: dict[str, Tensor], report: LoadReport,
+                  fresh_init: Callable[[_Model, list[str]], None]) -> None:
+    """After streaming, the parameters :func:`plan_absent` found the file lacks: ``fresh_init(policy,
+    report.initialized)`` builds the fresh ones, the real holes (``report.missing``) are zero-filled.
+    ``fresh_init`` must initialise every parameter it is given: after :func:`build_on_meta` they are
+    uninitialised memory (``to_empty``), never a constructor's initialisation."""
     fresh_init(policy, report.initialized)
     zero_fill(params, report.missing)
 

@@ -114,7 +114,7 @@ def test_upstream_checkpoint_without_value_head_and_with_lm_head(tmp_path, polic
     assert all(p.requires_grad for p in loaded.action_head.value_head.parameters())
 
 
-def test_strict_loading_reports_keys_by_name(tmp_path, policy_factory) -> None:
+def test_strict_loading_reports_keys_by_name(tmp_path, policy_factory, tensor_reads) -> None:
     policy = policy_factory("n1.6")
     path = tmp_path / "ck"
     ck.save_policy(policy, path, format="gr00t_n16")
@@ -125,9 +125,12 @@ def test_strict_loading_reports_keys_by_name(tmp_path, policy_factory) -> None:
         ck.load_policy(path)
     msg = str(info.value)
     assert gone in msg and "action_head.extra.weight" in msg and "missing" in msg and "unexpected" in msg
-    # non-strict: everything else is loaded, the hole keeps its initialisation
+    assert tensor_reads == []  # refused before a tensor is read
+    # non-strict: everything else is loaded; the hole is zeros, as in every family (the pipeline's
+    # settle_absent): a value that cannot pass for a trained weight, and no full random init of the model
     loaded = ck.load_policy(path, strict=False)
-    assert loaded.load_report.missing == [gone]
+    assert loaded.load_report.missing == [gone] and len(tensor_reads) == loaded.load_report.loaded > 0
+    assert torch.equal(loaded.state_dict()[gone], torch.zeros_like(policy.state_dict()[gone]))
     a, b = policy.state_dict(), loaded.state_dict()
     assert torch.equal(a["action_head.model.proj_out_1.weight"], b["action_head.model.proj_out_1.weight"])
 

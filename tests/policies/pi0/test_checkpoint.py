@@ -127,7 +127,7 @@ def test_embedding_key_preferred_over_lm_head(make_policy, tmp_path):
     assert torch.equal(loaded.vlm.language_model.embed_tokens.weight, policy.vlm.language_model.embed_tokens.weight)
 
 
-def test_strict_loading_names_missing_unexpected_and_mismatched(make_policy, tmp_path):
+def test_strict_loading_names_missing_unexpected_and_mismatched(make_policy, tmp_path, tensor_reads):
     policy = make_policy("pi0", add_value_head=False)
     save_policy(policy, tmp_path / "op", format="openpi")
     f = tmp_path / "op" / "model.safetensors"
@@ -142,7 +142,9 @@ def test_strict_loading_names_missing_unexpected_and_mismatched(make_policy, tmp
     assert "expert.layers.1.mlp.up_proj.weight" in msg
     assert "paligemma_with_expert.paligemma.model.extra_thing.weight" in msg
     assert "action_out_proj.bias [5]" in msg
+    assert tensor_reads == []  # refused from the header alone: a real checkpoint is 6-15 GB
     loose = load_policy(tmp_path / "op", strict=False)
+    assert len(tensor_reads) == loose.load_report.loaded > 0  # the counter sees the reads a load makes
     assert sorted(loose.load_report.missing) == ["action_out_proj.bias", "expert.layers.1.mlp.up_proj.weight"]
     assert torch.equal(loose.action_out_proj.bias, torch.zeros_like(loose.action_out_proj.bias))  # zero-filled
 

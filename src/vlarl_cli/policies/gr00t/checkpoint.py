@@ -385,21 +385,15 @@ def load_policy(path: Path, *, format: str | None = None, device: Any = "cpu", d
         has_head = any(".vision_model.vision_model.head." in k or ".vision_model.head." in k for k in header)
         if has_head != cfg.vision_use_head:
             cfg = cfg.replace(vision_use_head=has_head)
-    policy = Gr00tPolicy(cfg, settings, modality, device="meta", dtype=dtype)
+    policy, params = pipeline.build_on_meta(lambda: Gr00tPolicy(cfg, settings, modality, device="meta", dtype=dtype),
+                                            lambda p: p.to_empty(device=device))
     report = pipeline.LoadReport(fmt)
-    plan = _plan(fmt, cfg, header, dict(policy.state_dict(keep_vars=True)), saved, report)
-    if strict:
+    plan = _plan(fmt, cfg, header, params, saved, report)
+    if strict:  # refused before a tensor is read
         report.raise_if_incomplete(root, "GR00T model", "Load with the matching model_type / preset, or repair the "
                                    "checkpoint; strict=False loads the matching tensors only.")
-    if report.missing or report.mismatched:
-        # non-strict with holes: initialise everything for real, then overwrite what the file has
-        policy = Gr00tPolicy(cfg, settings, modality, device=device, dtype=dtype)
-    else:
-        policy.to_empty(device=device)
-        pipeline.reset_buffers(policy)
-        for head_name in {k.split(".")[1] for k in report.initialized}:  # value / noise heads absent upstream
-            _reinit_head(policy, head_name, device, dtype)
-    pipeline.stream(plan, header, {**dict(policy.named_parameters()), **dict(policy.named_buffers())}, report)
+    pipeline.stream(plan, header, params, report)
+    pipeline.settle_absent(policy, params, report, lambda p, fresh: _fresh_init(p, fresh, device, dtype))
     setattr(policy, "load_report", report)  # noqa: B010 (declared on Gr00tPolicy)
     return policy
 
@@ -437,10 +431,16 @@ def _plan(fmt: str, cfg: Gr00tConfig, header: pipeline.TensorTable, params: dict
     saved_heads = set() if saved is None else (
         {"action_head.value_head."} if saved.get("add_value_head") else set()) | (
         {"action_head.noise_head."} if saved.get("noise_method") == "flow_noise" else set())
-    filled = {internal for _, internal in plan}
-    report.initialized, report.missing = pipeline.split_fresh(
-        [k for k in params if k not in filled], tuple(p for p in OPTIONAL_PREFIXES if p not in saved_heads))
+    pipeline.plan_absent(params, (internal for _, internal in plan), report,
+                         tuple(p for p in OPTIONAL_PREFIXES if p not in saved_heads))
     return plan
+
+
+def _fresh_init(policy: Any, fresh: list[str], device: torch.device, dtype: torch.dtype) -> None:
+    """The value / noise heads a file lacks (``action_head.<head>.*``), built anew in state-dict order
+    (GR00T has no LoRA)."""
+    for head_name in dict.fromkeys(k.split(".")[1] for k in fresh):
+        _reinit_head(policy, head_name, device, dtype)
 
 
 def _reinit_head(policy: Any, name: str, device: torch.device, dtype: torch.dtype) -> None:

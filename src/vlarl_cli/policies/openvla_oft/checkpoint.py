@@ -114,6 +114,10 @@ class Rule:
     part: int = 0
 
 
+#: ``(our key, rule, file keys)``: one parameter of a load plan
+_Step = tuple[str, Rule, list[str]]
+
+
 def import_rules(cfg: OftConfig) -> dict[str, Rule]:
     """Internal key -> :class:`Rule` for the ``openvla_hf`` layout (vision towers only; the rest is
     identity and handled by :func:`_rule_for`)."""
@@ -391,24 +395,29 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         "dataset_statistics": stats_src, "implement_version": cfg.implement_version, "action_head": cfg.action_head,
         "side_files": sorted(side), "lora_adapter": os.fspath(lora_path) if adapter and lora_path is not None else None})
     side_flat = {f"{c}.{k}": v for c, d in side.items() for k, v in d.items()}
-    filled = _fill_side_files(side_flat, params, report)
-    rules = import_rules(cfg)
-    plan, absent = _plan(fmt, rules, header, params, filled)
-    applied = _stream_rules(plan, header, params, adapter, report)
-    consumed = {src for _, _, srcs in plan for src in srcs}
-    report.unexpected = [k for k in header if k not in consumed and not _ignorable(k, fmt, rules)]
+    filled = _fill_side_files(side_flat, params, report)  # in memory already (read for the config)
+    plan, misfits = _plan(fmt, import_rules(cfg), header, params, filled, report)
     report.unexpected += [f"{k} (side file)" for k in side_flat if k not in params]
-    left = sorted(set(adapter) - applied)
-    if left:
-        raise CheckpointError(f"The LoRA adapter {lora_path} adapts {len(left)} weight(s) the base checkpoint {root} "
-                              f"does not load: {pipeline.format_keys(left)}.", "Use the adapter trained on this base model.")
-    pipeline.settle_absent(policy, params, absent, report, _fresh_init, _FRESH_PREFIXES, _FRESH_KEYS)
-    if strict:
+    _check_adapter(root, lora_path, adapter, plan)
+    pipeline.plan_absent(params, filled | {key for key, _, _ in plan + misfits}, report, _FRESH_PREFIXES, _FRESH_KEYS)
+    if strict:  # refused before a tensor is read
         report.raise_if_incomplete(root, "OpenVLA-OFT model",
                                    "Check the format / architecture, or pass strict=False to load what matches.")
+    _stream_rules(plan, header, params, adapter, report)
+    pipeline.zero_fill(params, [key for key, _, _ in misfits])  # not strict: zeros, never to_empty memory
+    pipeline.settle_absent(policy, params, report, _fresh_init)
     policy.load_report = report
     policy.apply_trainability()
     return policy
+
+
+def _check_adapter(root: Path, lora_path: str | os.PathLike[str] | None, adapter: dict[str, Any],
+                   plan: list[_Step]) -> None:
+    """Refuse an adapter tensor whose base weight the plan does not load (before any tensor is read)."""
+    left = sorted(set(adapter) - {src for _, _, srcs in plan for src in srcs})
+    if left:
+        raise CheckpointError(f"The LoRA adapter {lora_path} adapts {len(left)} weight(s) the base checkpoint {root} "
+                              f"does not load: {pipeline.format_keys(left)}.", "Use the adapter trained on this base model.")
 
 
 def _resolve_config(root: Path, fmt: str, shapes: dict[str, tuple[int, ...]], side: dict[str, Any],
@@ -469,50 +478,48 @@ def _fill_side_files(side: dict[str, Tensor], params: dict[str, Tensor], report:
 
 
 def _plan(fmt: str, rules: dict[str, Rule], header: pipeline.TensorTable, params: dict[str, Tensor],
-          filled: set[str]) -> tuple[list[tuple[str, Rule, list[str]]], list[str]]:
-    """``(our key, rule, file keys)`` of every parameter the file fills, and the parameters it does not."""
-    plan: list[tuple[str, Rule, list[str]]] = []
-    absent: list[str] = []
+          filled: set[str], report: pipeline.LoadReport) -> tuple[list[_Step], list[_Step]]:
+    """``(plan, misfits)``: ``(our key, rule, file keys)`` of every parameter the file fills, and of those whose
+    file tensors would build another shape (``report.mismatched``); file tensors no rule reads go to
+    ``report.unexpected``. Decided from the header alone: no tensor is read."""
+    plan: list[_Step] = []
+    misfits: list[_Step] = []
     for key in params:
         if key in filled:
             continue
         rule = None if fmt == "openvla_hf" and key.startswith(_SIDE_PREFIXES) else _rule_for(key, fmt, rules)
         if rule is None:
-            absent.append(key)
             continue
         if rule.kind == "copy":
             srcs = [e for e in rule.ext if e in header][:1]
         else:
             srcs = list(rule.ext) if all(e in header for e in rule.ext) else []
-        if srcs:
-            plan.append((key, rule, srcs))
+        if not srcs:
+            continue
+        expect = _expected_shape(rule, [header[src][0] for src in srcs])
+        if tuple(params[key].shape) != expect:
+            report.mismatched.append(f"{key} <- {srcs[0]} {list(expect)} vs model {list(params[key].shape)}")
+            misfits.append((key, rule, srcs))
         else:
-            absent.append(key)
-    return plan, absent
+            plan.append((key, rule, srcs))
+    consumed = {src for _, _, srcs in plan + misfits for src in srcs}
+    report.unexpected += [k for k in header if k not in consumed and not _ignorable(k, fmt, rules)]
+    return plan, misfits
 
 
-def _stream_rules(plan: list[tuple[str, Rule, list[str]]], header: pipeline.TensorTable, params: dict[str, Tensor],
-                  adapter: dict[str, Any], report: pipeline.LoadReport) -> set[str]:
-    """Build each planned parameter from its file tensors (a PEFT adapter merged into them as they are read);
-    returns the file keys an adapter was merged into."""
-    applied: set[str] = set()
+def _stream_rules(plan: list[_Step], header: pipeline.TensorTable, params: dict[str, Tensor],
+                  adapter: dict[str, Any], report: pipeline.LoadReport) -> None:
+    """Build each planned parameter from its file tensors (a PEFT adapter merged into them as they are read)."""
     with torch.no_grad(), pipeline.TensorReader() as reader:
         for key, rule, srcs in plan:
-            expect = _expected_shape(rule, [header[s][0] for s in srcs])
-            target = params[key]
-            if tuple(target.shape) != expect:
-                report.mismatched.append(f"{key} <- {srcs[0]} {list(expect)} vs model {list(target.shape)}")
-                continue
             tensors = []
             for s in srcs:
                 tensor = reader.get(header[s][2], s)
                 if s in adapter:
                     tensor = (tensor.float() + adapter[s].delta()).to(tensor.dtype)
-                    applied.add(s)
                 tensors.append(tensor)
-            target.copy_(_build(rule, tensors).to(target.dtype))
+            params[key].copy_(_build(rule, tensors).to(params[key].dtype))
             report.loaded += 1
-    return applied
 
 
 def _read_adapter(root: Path, fmt: str, lora_path: str | os.PathLike[str] | None) -> dict[str, Any]:

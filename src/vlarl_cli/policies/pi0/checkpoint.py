@@ -350,9 +350,9 @@ def _is_tied(key: str, fmt: str) -> bool:
     return key.endswith("lm_head.weight") and from_external(key, fmt) == _EMBED
 
 
-def _fill(root: Path, fmt: str, cfg: Pi0Config, header: pipeline.TensorTable, params: dict[str, Tensor],
-          report: pipeline.LoadReport) -> set[str]:
-    """Stream the file's tensors into ``params``; returns the names filled. An RL head of
+def _plan(root: Path, fmt: str, cfg: Pi0Config, header: pipeline.TensorTable, params: dict[str, Tensor],
+          report: pipeline.LoadReport) -> list[tuple[str, str]]:
+    """``(file key, our key)`` of every file tensor to stream into ``params`` (nothing read yet). An RL head of
     another shape than the one configured (e.g. value_after_vlm changed, or RLinf's noise net) is skipped
     with a warning, and that head starts fresh."""
 
@@ -363,13 +363,12 @@ def _fill(root: Path, fmt: str, cfg: Pi0Config, header: pipeline.TensorTable, pa
     plan = pipeline.plan_copies(header, params, rename, report, optional=_RL_ONLY_PREFIXES, skip_misfit_optional=True,
                                 ignore=lambda k: _is_known_unused(k, fmt) or _is_tied(k, fmt))
     pipeline.fill_tied(plan, header, params, report, _EMBED, [k for k in header if _is_tied(k, fmt)])
-    pipeline.stream(plan, header, params, report)
     rl_skipped = [k for k in report.skipped if (rename(k) or "").startswith(_RL_ONLY_PREFIXES)]
     if rl_skipped:
         warnings.warn(f"{root}: {len(rl_skipped)} RL-head tensors do not fit the configured heads and were "
                       f"NOT loaded ({pipeline.format_keys(rl_skipped, 4)}); those heads start fresh. Check "
                       "value_after_vlm / value_hidden against the checkpoint.", stacklevel=3)
-    return {internal for _, internal in plan}
+    return plan
 
 
 def load_policy(path: str | os.PathLike[str], *, format: str | None = None, device: torch.device | str = "cpu",
@@ -408,12 +407,13 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
     policy, params = pipeline.build_on_meta(lambda: Pi0Policy(cfg, norm_stats=norm_stats),
                                             lambda p: p.set_precision(dtype).to_empty(device=device))
     report = pipeline.LoadReport(fmt, details={"norm_stats": ns_source, "tokenizer": tokenizer_record})
-    filled = _fill(root, fmt, cfg, header, params, report)
-    pipeline.settle_absent(policy, params, [k for k in params if k not in filled], report, _fresh_init,
-                           _RL_ONLY_PREFIXES)
-    if strict:
+    plan = _plan(root, fmt, cfg, header, params, report)
+    pipeline.plan_absent(params, (internal for _, internal in plan), report, _RL_ONLY_PREFIXES)
+    if strict:  # refused before a tensor is read
         report.raise_if_incomplete(root, f"pi0 model ({cfg.variant})",
                                    "Check the format / variant, or pass strict=False to load what matches.")
+    pipeline.stream(plan, header, params, report)
+    pipeline.settle_absent(policy, params, report, _fresh_init)
     policy.load_report = report
     policy.tokenizer_record = tokenizer_record
     policy.apply_trainability()
