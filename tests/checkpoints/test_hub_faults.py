@@ -29,13 +29,20 @@ def _wait_for(path: Path, size: int, timeout: float = 10.0) -> None:
     raise AssertionError(f"{path} never reached {size} bytes")
 
 
+def _as_in_a_terminal() -> None:
+    """The child starts with SIGINT at its default, as a command typed in a terminal does. A test run started
+    in the background by a non-interactive shell inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt: Ctrl-C could not be tested there."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_mid_transfer_exits_130_keeps_the_partial_and_a_rerun_completes(hub, run_download, tmp_path):
     out = tmp_path / "out"
     size = len(FILES[MODEL])
     hub.stall_at[MODEL] = size // 2
     proc = subprocess.Popen([sys.executable, "-c", run_download.runner, "download", REPO_ID, "--local-dir", str(out)],
                             env=run_download.env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_as_in_a_terminal)
     try:
         assert hub.stalled.wait(timeout=60)
         partial = out / ".cache" / "vlarl" / "partial" / (MODEL + ".part")

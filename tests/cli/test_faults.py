@@ -18,6 +18,13 @@ from vlarl_cli.checkpoints.atomic import TMP_PREFIX
 EPOCHS = 30
 
 
+def _as_in_a_terminal() -> None:
+    """The child starts with SIGINT at its default, as a command typed in a terminal does. A test run started
+    in the background by a non-interactive shell inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt: Ctrl-C could not be tested there."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _toy(run: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "vlarl_cli.cli.main", "rl-train", "-c", "toy_reach_ppo", f"runner.max_epochs={EPOCHS}",
             "runner.save_interval=1", "runner.val_check_interval=-1", f"runner.logger.log_path={run}", *extra]
@@ -27,7 +34,7 @@ def test_ctrl_c_during_training_exits_130_and_resume_auto_completes(tmp_path: Pa
     run = tmp_path / "run"
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(_toy(run), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_as_in_a_terminal)
     try:
         deadline = time.monotonic() + 240
         while not (run / "checkpoints" / "global_step_2").is_dir():
