@@ -177,3 +177,15 @@ def test_before_after_line_names_the_iteration_of_the_last_evaluation(tmp_path: 
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("eval success before training"))
     assert line == (f"eval success before training {rows[0]['eval/success_once']:.2f} -> after 2 iterations "
                     f"{rows[2]['eval/success_once']:.2f} (the last 1 iteration(s) were not evaluated)")
+
+
+def test_before_line_says_when_no_evaluation_followed(tmp_path: Path, capsys) -> None:
+    """val_before_train without periodic evaluation: the line gives the starting rate and says how to get more."""
+    train(load_config("toy_reach_ppo", [f"runner.logger.log_path={tmp_path}", "runner.val_before_train=True",
+                                        "runner.max_epochs=1", "runner.val_check_interval=-1",
+                                        "env.train.total_num_envs=8", "actor.global_batch_size=16",
+                                        "actor.micro_batch_size=8"]))
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("eval success before training"))
+    assert line == (f"eval success before training {rows[0]['eval/success_once']:.2f}; no evaluation after it (set "
+                    "runner.val_check_interval to a divisor of runner.max_epochs to evaluate the last weights)")

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from vlarl_cli.policies.gripper import gripper_from_env
+
 __all__ = ["feature_stats", "gr00t_statistics", "image_stats", "oft_dataset_statistics", "openpi_norm_stats",
            "pi0_model_actions"]
 
@@ -85,8 +87,6 @@ def pi0_model_actions(actions: np.ndarray, states: np.ndarray, *, gripper: str, 
     """Env-space ``actions [N, A]`` -> the space pi0's ``supervised_loss`` normalises (policies/pi0/policy.py):
     the gripper goes through the model's convention (policies/gripper.py: ``from_01`` maps -1/+1 to 1/0),
     the delta transform subtracts ``state[:6]``."""
-    from vlarl_cli.policies.gripper import gripper_from_env
-
     x = np.asarray(actions, dtype=np.float64).copy()
     x[:, -1] = gripper_from_env(gripper, x[:, -1])
     if extra_delta_transform:
@@ -134,7 +134,6 @@ def apply_data_stats(policy: Any, episodes: Sequence[Any], *, dataset_name: str 
     import dataclasses
 
     from vlarl_cli.errors import ConfigError
-    from vlarl_cli.policies.gripper import gripper_from_env
 
     states = np.concatenate([e.states for e in episodes]).astype(np.float64)
     actions = np.concatenate([e.actions for e in episodes]).astype(np.float64)
