@@ -25,7 +25,7 @@ Adding a family: a row per model type in :mod:`vlarl_cli.model_types` (the one v
 the policy registry, detection and preset matching read), ``vlarl_cli/policies/<family>/`` with its
 ``config.py`` / model, and a ``checkpoint.py`` with its key maps, layout rule, config-from-checkpoint and side
 files, calling :mod:`.pipeline` for the rest. What that costs, measured
-(``scripts/family_line_counts.py``, before this pipeline and now), is in ``docs/adding_a_family.md``.
+(``benchmarks/family_line_counts.py``, before this pipeline and now), is in ``docs/adding_a_family.md``.
 
 The names below are re-exported lazily so ``import vlarl_cli.checkpoints`` stays instant.
 """

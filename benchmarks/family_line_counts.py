@@ -1,6 +1,6 @@
 """Line counts of the family checkpoint modules, split by what each function does (docs/adding_a_family.md).
 
-Run from the repository root:  python scripts/family_line_counts.py [REV]
+Run from the repository root:  python benchmarks/family_line_counts.py [REV]
 REV (default f015285~1, the last commit before checkpoints/pipeline.py) gives the "before" columns; "now"
 is the working tree. A function is counted from its first decorator to its last line; everything outside
 functions (docstring, imports, constants, blank lines between functions) is the "module" row. A function
@@ -10,6 +10,7 @@ name missing from BUCKETS is an error, so a new function must be classified befo
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,11 @@ def main(rev: str) -> None:
     print(f"{'':8}" + "".join(f"{name:>20}" for name in cols))
     for row in rows:
         print(f"{row:8}" + "".join(f"{c[row]:>20}" for c in cols.values()))
+    families = [fam for fam in FILES if fam != "fakefam"]
+    ratio = {row: round(sum(cols[f"{f} now"][row] for f in families) / sum(cols[f"{f} before"][row] for f in families), 3)
+             for row in ("steps", "own", "total")}
+    print(json.dumps({"benchmark": "family_line_counts", "before_rev": rev, "columns": cols,
+                      "three_families_now_over_before": ratio}))
 
 
 if __name__ == "__main__":
