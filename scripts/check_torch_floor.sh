@@ -13,10 +13,11 @@ FLOOR=${FLOOR:-2.6.0}
 PYTHON=${PYTHON:-python3}
 BUILD_PYTHON=${BUILD_PYTHON:-$PWD/.venv/bin/python}
 VENV=${FLOOR_VENV:-${TMPDIR:-/tmp}/vlarl-torch-floor-$FLOOR}   # kept between runs: the torch download is large
+KEEP_VENV=${FLOOR_KEEP_VENV:-1}   # CI sets 0: the 2.6.0 CUDA build is about 4.5 GB of a fresh machine's disk
 say() { echo "[check_torch_floor] $*"; }
 fail() { echo "[check_torch_floor] FAILED: $*" >&2; exit 1; }
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/vlarl-floor.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+if [ "$KEEP_VENV" = 0 ]; then trap 'rm -rf "$WORK" "$VENV"' EXIT; else trap 'rm -rf "$WORK"' EXIT; fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q "torch==$FLOOR" "pytest>=8" 2>"$WORK/pip.err" || { cat "$WORK/pip.err"; fail "pip torch"; }
@@ -29,6 +30,7 @@ had_build_dir=0; [ -e build ] && had_build_dir=1
 got=$("$VENV/bin/python" -c "import torch; print(torch.__version__)")
 [ "${got%%+*}" = "$FLOOR" ] || fail "pip replaced torch $FLOOR with $got"
 say "torch $got kept next to the wheel"
+python3 scripts/link_identical.py .venv "$VENV"  # share identical files with .venv (CI disk)
 
 (cd "$WORK" && "$VENV/bin/vlarl" rl-train --config libero_spatial_ppo_gr00t --dry-run >dry_run.log 2>&1) \
   || { cat "$WORK/dry_run.log"; fail "dry-run"; }

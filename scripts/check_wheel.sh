@@ -71,6 +71,7 @@ grep -q "Model gr00t" "$WORK/dry_run.log" || { cat "$WORK/dry_run.log"; fail "dr
 say "dry-run: $(grep "Model gr00t" "$WORK/dry_run.log")"
 
 "$BIN/vlarl" setup-libero --no-hash
+python3 "$REPO/scripts/link_identical.py" "$REPO/.venv" "$WORK/venv"  # share identical files with .venv (CI disk)
 "$BIN/vlarl" doctor --no-gl >"$WORK/doctor.log" || { cat "$WORK/doctor.log"; fail "vlarl doctor found problems"; }
 say "doctor: no problems"
 

@@ -58,6 +58,7 @@ import lerobot
 from lerobot.datasets.lerobot_dataset import CODEBASE_VERSION, LeRobotDataset  # noqa: F401
 print("lerobot", lerobot.__version__, "writes codebase", CODEBASE_VERSION)
 PY
+    python3 scripts/link_identical.py .venv .reference  # share identical files with the other venvs (CI disk)
     echo "$version" > "$stamp"
     echo "lerobot reference environment ready: $venv"
 }

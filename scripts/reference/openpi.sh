@@ -44,5 +44,6 @@ import transformers
 assert transformers.__version__ == "4.53.2", transformers.__version__
 print("openpi reference imports: torch", torch.__version__, "transformers", transformers.__version__)
 PY
+python3 scripts/link_identical.py .venv .reference   # share identical files with the other venvs (CI disk)
 echo "$VERSION" > "$STAMP"
 echo "openpi reference environment ready: $VENV"

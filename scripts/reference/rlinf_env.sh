@@ -55,5 +55,6 @@ assert robosuite.__version__ == "1.4.0" and mujoco.__version__ == "2.3.7", (robo
 print("rlinf_env reference imports: robosuite", robosuite.__version__, "mujoco", mujoco.__version__)
 PY
 rm -rf "$CFG"
+python3 scripts/link_identical.py .venv .reference   # share identical files with the other venvs (CI disk)
 echo "$VERSION" > "$STAMP"
 echo "rlinf_env reference environment ready: $VENV"

@@ -29,5 +29,6 @@ PIP="$VENV/bin/pip"
 # needs torchvision's pure-Python parts). The same check here:
 "$VENV/bin/python" -c "import sys, types; sys.modules['torchvision._meta_registrations'] = types.ModuleType('m'); \
 import transformers, timm, omegaconf; print('transformers', transformers.__version__, 'timm', timm.__version__)"
+python3 scripts/link_identical.py .venv .reference   # share identical files with the other venvs (CI disk)
 touch "$STAMP"
 echo "rlinf_models reference environment ready: $VENV/bin/python"

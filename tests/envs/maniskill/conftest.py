@@ -1,6 +1,7 @@
 """ManiSkill3 needs Vulkan (Mesa 25 lavapipe on CPU machines): tests that build real scenes skip, naming
 what is missing, when it cannot run here (``bash scripts/setup_maniskill.sh`` sets it up). The setup is
-not in CI (.ci/run), so VLARL_REQUIRE_REFERENCE does not turn these skips into failures."""
+run by CI (.ci/run) before the tests, so there these tests run; VLARL_REQUIRE_REFERENCE does not turn
+their skips into failures (it is about the reference venvs, not about Vulkan)."""
 
 from __future__ import annotations
 
