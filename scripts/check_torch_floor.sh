@@ -2,8 +2,11 @@
 # Check the lowest torch pyproject.toml allows (torch>=2.6): a clean venv with torch==2.6.0, then the built
 # wheel (pip must keep 2.6.0), then the dry-run and the tests that touch the torch APIs vlarl needs
 # (FSDP2's fully_shard, DTensor, torch.distributed.run, the policies' forward/backward).
-#   bash scripts/check_torch_floor.sh          # after scripts/install.sh (uses .venv's `build` and pytest)
-# PyPI's Linux wheel of torch 2.6.0 is a CUDA build (about 3 GB with its nvidia-* wheels): it runs on the CPU.
+#   bash scripts/check_torch_floor.sh          # needs no .venv: the floor venv builds the wheel itself
+# CI runs it first (after scripts/apt.sh) and with FLOOR_KEEP_VENV=0, so that its 7.3 GB venv is gone before the
+# project's venv and the reference venvs are built: the disk peak is one of them, not their sum.
+# PyPI's Linux wheel of torch 2.6.0 is a CUDA build (5.2 GB installed with its nvidia-* and triton wheels): it
+# runs on the CPU.
 # Known gap: FSDP2 on the CPU (gloo) is refused below torch 2.13 (distributed/fsdp.py: 2.6's fully_shard fails
 # on the CPU, 2.7.1's update differs from one process's), so the two CPU-FSDP tests are deselected here; the
 # 2.6 floor is for FSDP2 on CUDA, which this machine cannot run.
@@ -11,16 +14,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FLOOR=${FLOOR:-2.6.0}
 PYTHON=${PYTHON:-python3}
-BUILD_PYTHON=${BUILD_PYTHON:-$PWD/.venv/bin/python}
 VENV=${FLOOR_VENV:-${TMPDIR:-/tmp}/vlarl-torch-floor-$FLOOR}   # kept between runs: the torch download is large
-KEEP_VENV=${FLOOR_KEEP_VENV:-1}   # CI sets 0: the 2.6.0 CUDA build is about 4.5 GB of a fresh machine's disk
+BUILD_PYTHON=${BUILD_PYTHON:-$VENV/bin/python}   # `build` is installed into the floor venv
+KEEP_VENV=${FLOOR_KEEP_VENV:-1}   # CI sets 0: a fresh machine's disk is not kept between runs
 say() { echo "[check_torch_floor] $*"; }
 fail() { echo "[check_torch_floor] FAILED: $*" >&2; exit 1; }
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/vlarl-floor.XXXXXX")
 if [ "$KEEP_VENV" = 0 ]; then trap 'rm -rf "$WORK" "$VENV"' EXIT; else trap 'rm -rf "$WORK"' EXIT; fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q "torch==$FLOOR" "pytest>=8" 2>"$WORK/pip.err" || { cat "$WORK/pip.err"; fail "pip torch"; }
+"$VENV/bin/python" -m pip install -q "torch==$FLOOR" "pytest>=8" build 2>"$WORK/pip.err" \
+  || { cat "$WORK/pip.err"; fail "pip torch"; }
 had_build_dir=0; [ -e build ] && had_build_dir=1
 "$BUILD_PYTHON" -m build --wheel --outdir "$WORK/dist" . >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; fail "build"; }
 [ "$had_build_dir" = 1 ] || rm -rf build  # setuptools' scratch folder, made by this build

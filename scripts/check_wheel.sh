@@ -19,6 +19,8 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/vlarl-wheel.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 say() { echo "[check_wheel] $*"; }
 fail() { echo "[check_wheel] FAILED: $*" >&2; exit 1; }
+# hard-link files identical to .venv's after each install, so that the disk peak is .venv plus what differs
+share() { [ ! -d "$REPO/.venv" ] || python3 "$REPO/scripts/link_identical.py" "$REPO/.venv" "$WORK/venv" >/dev/null; }
 
 say "building the wheel"
 had_build_dir=0; [ -e build ] && had_build_dir=1
@@ -33,6 +35,7 @@ say "clean venv with torch==2.13.0 installed first"
 "$PYTHON" -m venv "$WORK/venv"
 BIN=$WORK/venv/bin
 "$BIN/python" -m pip install -q "torch==2.13.0" 2>"$WORK/pip.err" || { cat "$WORK/pip.err"; fail "pip torch"; }
+share  # torch
 torch_before=$("$BIN/python" -W ignore -c "import torch; print(torch.__version__, torch.__file__)")
 "$BIN/python" -m pip install -q --report "$WORK/report.json" "$wheel" 2>"$WORK/pip.err" \
   || { cat "$WORK/pip.err"; fail "pip wheel"; }
@@ -44,6 +47,7 @@ assert "torch" not in installed, f"pip replaced torch: {installed['torch']}"
 print(f"[check_wheel] pip installed {len(installed)} distributions, torch not among them "
       f"(numpy {installed.get('numpy', 'kept')})")
 EOF
+share  # the wheel's dependencies
 torch_after=$("$BIN/python" -W ignore -c "import torch; print(torch.__version__, torch.__file__)")
 [ "$torch_before" = "$torch_after" ] || fail "torch changed: $torch_before -> $torch_after"
 say "torch kept: $torch_after"
@@ -71,7 +75,7 @@ grep -q "Model gr00t" "$WORK/dry_run.log" || { cat "$WORK/dry_run.log"; fail "dr
 say "dry-run: $(grep "Model gr00t" "$WORK/dry_run.log")"
 
 "$BIN/vlarl" setup-libero --no-hash
-python3 "$REPO/scripts/link_identical.py" "$REPO/.venv" "$WORK/venv"  # share identical files with .venv (CI disk)
+share  # the LIBERO assets
 "$BIN/vlarl" doctor --no-gl >"$WORK/doctor.log" || { cat "$WORK/doctor.log"; fail "vlarl doctor found problems"; }
 say "doctor: no problems"
 

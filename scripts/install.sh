@@ -2,7 +2,7 @@
 # Install vlarl and everything it needs into ./.venv, from the package registries only.
 #   bash scripts/install.sh            # idempotent: a second run only re-checks
 # What it does, and why:
-#  1. Debian packages for headless MuJoCo rendering (EGL via Mesa llvmpipe, and OSMesa as fallback).
+#  1. Debian packages for headless MuJoCo rendering (scripts/apt.sh: EGL via Mesa llvmpipe, OSMesa as fallback).
 #  2. A virtualenv with vlarl in editable mode and the dev extras, pinned to the environment the test suite
 #     is run and measured in: the CPU build of torch 2.13.0 (a plain `torch` pulls a multi-GB CUDA build;
 #     the package itself only asks torch>=2.6) and numpy<2 (the package allows numpy 2).
@@ -14,18 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-APT_PACKAGES="libegl1 libegl-mesa0 libgl1-mesa-dri libgbm1 libosmesa6"
-
-missing_apt=""
-for p in $APT_PACKAGES; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing_apt="$missing_apt $p"
-done
-if [ -n "$missing_apt" ]; then
-  echo "[install] Debian packages for headless rendering:$missing_apt"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing_apt
-fi
+bash scripts/apt.sh
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[install] creating $VENV"
