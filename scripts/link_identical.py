@@ -67,8 +67,11 @@ def link_trees(trees: list[Path]) -> dict[str, int]:
         if len({(info.st_dev, info.st_ino) for _, _, info in same_size}) < 2:
             continue  # one file, or already one inode
         first: dict[tuple[str, int, int], tuple[Path, os.stat_result]] = {}
+        digests: dict[tuple[int, int], str] = {}  # one hash per inode: linked copies are read once
         for rank, path, info in same_size:
-            key = (sha256(path), stat.S_IMODE(info.st_mode), info.st_dev)
+            inode = (info.st_dev, info.st_ino)
+            digest = digests[inode] = digests.get(inode) or sha256(path)
+            key = (digest, stat.S_IMODE(info.st_mode), info.st_dev)
             if key not in first:
                 first[key] = (path, info)
                 continue
