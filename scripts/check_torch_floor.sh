@@ -34,7 +34,7 @@ had_build_dir=0; [ -e build ] && had_build_dir=1
 got=$("$VENV/bin/python" -c "import torch; print(torch.__version__)")
 [ "${got%%+*}" = "$FLOOR" ] || fail "pip replaced torch $FLOOR with $got"
 say "torch $got kept next to the wheel"
-python3 scripts/link_identical.py .venv "$VENV"  # share identical files with .venv (CI disk)
+[ "$KEEP_VENV" = 0 ] || python3 scripts/link_identical.py .venv "$VENV"  # the kept venv shares files with .venv
 
 (cd "$WORK" && "$VENV/bin/vlarl" rl-train --config libero_spatial_ppo_gr00t --dry-run >dry_run.log 2>&1) \
   || { cat "$WORK/dry_run.log"; fail "dry-run"; }

@@ -20,7 +20,7 @@ trap 'rm -rf "$WORK"' EXIT
 say() { echo "[check_wheel] $*"; }
 fail() { echo "[check_wheel] FAILED: $*" >&2; exit 1; }
 # hard-link files identical to .venv's after each install, so that the disk peak is .venv plus what differs
-share() { [ ! -d "$REPO/.venv" ] || python3 "$REPO/scripts/link_identical.py" "$REPO/.venv" "$WORK/venv" >/dev/null; }
+share() { python3 "$REPO/scripts/link_identical.py" "$REPO/.venv" "$WORK/venv" >/dev/null; }
 
 say "building the wheel"
 had_build_dir=0; [ -e build ] && had_build_dir=1

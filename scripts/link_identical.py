@@ -12,7 +12,8 @@ copy of the same torch (about 750 MB), robosuite, pyarrow ... and a fresh CI mac
 environments stay separate (each venv still imports only what is installed in it); only the bytes are
 shared. Nothing edits an installed file in place (pip removes and writes files, Python writes .pyc files
 beside them), so a shared inode is never changed under another venv. Files on another filesystem are left
-as they are. Stdlib only: runs with the system python before any venv exists. Prints one JSON line.
+as they are; a tree that does not exist is left out. Stdlib only: runs with the system python before any venv
+exists. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -43,11 +44,8 @@ def regular_files(tree: Path) -> list[tuple[Path, os.stat_result]]:
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def link_in_place(keep: Path, replace: Path) -> None:
@@ -64,8 +62,10 @@ def link_trees(trees: list[Path]) -> dict[str, int]:
         by_size[entry[2].st_size].append(entry)
     linked = saved = skipped = 0
     for same_size in by_size.values():
+        if all(rank == 0 for rank, _, _ in same_size):
+            continue  # only the first tree's files: it is never changed, so nothing to hash
         if len({(info.st_dev, info.st_ino) for _, _, info in same_size}) < 2:
-            continue  # one file, or already one inode
+            continue  # already one inode
         first: dict[tuple[str, int, int], tuple[Path, os.stat_result]] = {}
         digests: dict[tuple[int, int], str] = {}  # one hash per inode: linked copies are read once
         for rank, path, info in same_size:

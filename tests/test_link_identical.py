@@ -63,3 +63,26 @@ def test_later_trees_share_among_themselves_and_a_second_run_changes_nothing(tmp
     assert _run(tmp_path / "venv", tmp_path / "ref")["files_linked"] == 0
     second.unlink()  # pip uninstalling one venv's copy leaves the other's file whole
     assert first.read_bytes() == data
+
+
+def test_files_only_the_first_tree_holds_are_never_hashed(tmp_path: Path, monkeypatch) -> None:
+    """The first tree is never changed, so same-size files found only there cost no read (CI calls the script
+    with .venv first, many times)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("link_identical", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    hashed: list[Path] = []
+    real = module.sha256
+    monkeypatch.setattr(module, "sha256", lambda path: hashed.append(path) or real(path))
+    data = os.urandom(BIG)
+    _write(tmp_path / "venv/a.so", data)
+    _write(tmp_path / "venv/b.so", data)
+    _write(tmp_path / "ref/other.so", os.urandom(BIG + 1))
+
+    assert module.link_trees([tmp_path / "venv", tmp_path / "ref"])["files_linked"] == 0
+    assert hashed == []
+    copy = _write(tmp_path / "ref/a.so", data)  # a later tree's copy: now the group is read
+    assert module.link_trees([tmp_path / "venv", tmp_path / "ref"])["files_linked"] == 1
+    assert len(hashed) == 3 and copy.stat().st_ino == (tmp_path / "venv/a.so").stat().st_ino

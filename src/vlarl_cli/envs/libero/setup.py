@@ -180,11 +180,8 @@ def choose_mujoco_gl() -> str:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def build_manifest(assets_dir: Path) -> dict[str, dict[str, int | str]]:
