@@ -31,7 +31,6 @@ build() {  # build <venv> <stamp version> "<--no-deps packages>" <pip args for t
     [[ -x "$venv/bin/python" ]] || "$PY" -m venv "$venv"  # every step below is idempotent
     local pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
     "${pip[@]}" "torch==2.13.0"
-    python3 scripts/link_identical.py .venv .reference >/dev/null  # torch: linked at once, not copied until the end
     # shellcheck disable=SC2086  # $nodeps is a list of requirement words
     "${pip[@]}" --no-deps $nodeps "torchvision==0.28.0"
     "${pip[@]}" "$@" "huggingface-hub>=0.34.2,<0.36" jsonlines pillow packaging pytest

@@ -22,7 +22,6 @@ PY=${PYTHON:-python3}
 [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"  # every step below is idempotent: an update reuses it
 PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" "torch==2.13.0"
-python3 scripts/link_identical.py .venv .reference >/dev/null  # torch: linked at once, not copied until the end
 "${PIP[@]}" --no-deps "rlinf-openpi==0.1.1" "rlinf-transformer-openpi==4.53.2"
 # RLinf itself, for its critic module (rlinf/models/embodiment/modules/value_head.py imports only torch)
 "${PIP[@]}" --no-deps "rlinf==0.3.0"

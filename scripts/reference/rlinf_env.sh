@@ -30,7 +30,6 @@ rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" "torch==2.13.0"
-python3 scripts/link_identical.py .venv .reference >/dev/null  # torch: linked at once, not copied until the end
 "${PIP[@]}" "numpy<2" "robosuite==1.4.0" "mujoco==2.3.7" "bddl==1.0.1" "future>=0.18.2" easydict "gymnasium>=0.29" \
     "matplotlib>=3.5" "cloudpickle>=2.0" "pyyaml>=6" termcolor tqdm pillow "omegaconf>=2.3"
 "${PIP[@]}" --no-deps "libero==0.1.1" "rlinf==0.3.0" "gym==0.26.2" "gym-notices==0.0.8"

@@ -20,7 +20,6 @@ fi
 python3 -m venv "$VENV"
 PIP="$VENV/bin/pip"
 "$PIP" install --quiet "torch==2.13.0"
-python3 scripts/link_identical.py .venv .reference >/dev/null  # torch: linked at once, not copied until the end
 "$PIP" install --quiet "numpy<2" "transformers==4.40.1" "tokenizers==0.19.1" "huggingface-hub>=0.19,<1.0" \
     "safetensors>=0.4" "timm==0.9.10" "omegaconf>=2.3" "pillow" "pyyaml" "regex" "requests" "tqdm" \
     "packaging" "filelock" "torchvision==0.28.0" "urllib3" "idna" "charset-normalizer" "certifi" "fsspec" --no-deps
