@@ -269,16 +269,10 @@ def test_shuffle_by_env_column_is_split_invariant_and_mixes_time_steps() -> None
     all take the same slots (time steps are mixed)."""
     from vlarl_cli.training.update import _permutation
 
-    def settings(batch: int) -> UpdateSettings:
-        return UpdateSettings(update_epoch=1, global_batch_size=batch, micro_batch_size=batch, clip_ratio_low=0.2,
-                              clip_ratio_high=0.2, clip_ratio_c=None, value_clip=None, huber_delta=1.0,
-                              entropy_bonus=0.0, kl_beta=0.0, kl_type="kl", logprob_type="action_level",
-                              loss_agg="token-mean", clip_grad=1.0)
-
     slots, envs = 12, 4
 
     def batches(cols: range, batch: int) -> list[set[tuple[int, int]]]:
-        perm = _permutation(slots * len(cols), settings(batch), cols, torch.Generator().manual_seed(3))
+        perm = _permutation(slots * len(cols), batch, cols, torch.Generator().manual_seed(3))
         assert sorted(perm.tolist()) == list(range(slots * len(cols)))
         rows = perm.view(-1, batch)
         return [{(int(r) // len(cols), cols[int(r) % len(cols)]) for r in mb} for mb in rows]  # (slot, env)
