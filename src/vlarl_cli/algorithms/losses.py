@@ -339,9 +339,9 @@ def gspo_actor_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, 
     token_log_ratio = logprobs - old_logprobs
     seq_log_ratio = sequence_mean(token_log_ratio.detach(), weight != 0, trajectory)
     log_ratio = (logprobs - logprobs.detach() + seq_log_ratio).clamp(log_ratio_min, log_ratio_max)
+    # approx_kl from the unclamped per-unit log-ratio, as verl's gspo reports ppo_kl
     return clipped_surrogate(log_ratio, advantages, weight, denominator, clip_ratio_low=clip_ratio_low,
-                             clip_ratio_high=clip_ratio_high, clip_ratio_c=None,
-                             kl_log_ratio=token_log_ratio.clamp(log_ratio_min, log_ratio_max))
+                             clip_ratio_high=clip_ratio_high, clip_ratio_c=None, kl_log_ratio=token_log_ratio.detach())
 
 
 def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, kl_type: str) -> Tensor:
