@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-import learning_run  # noqa: E402  (the RL stage's settings and the evaluation)
+import learning_run
 
 SFT = "builtin:pi0_state_libero_spatial_t0_sft"
 ALGORITHMS: dict[str, list[str]] = {
