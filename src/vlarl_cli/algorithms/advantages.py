@@ -165,9 +165,11 @@ def loss_mask_from_dones(dones: Tensor) -> Tensor:
 def trajectory_valid_fraction(loss_mask: Tensor) -> Tensor:
     """Fraction of valid entries of each env column, broadcast over time: ``[T, B(, C)] -> [T, B]``.
 
-    Used by the ``seq-mean-*`` loss aggregations: weighting an entry by ``1 / valid_fraction`` and
-    averaging over ALL entries is RLinf's ``L * mask * max_episode_steps / valid_steps`` (each trajectory
-    counts once, whatever its length). Columns with no valid entry get 1 (their entries are masked anyway).
+    Used by ``seq-mean-token-mean``: weighting an entry by ``1 / valid_fraction`` and averaging over ALL
+    entries makes each trajectory count once, whatever its length. RLinf's ``L * mask * max_episode_steps /
+    valid_steps`` counts valid ENV STEPS instead, which differs for a ``[T, B]`` chunk mask whose episode
+    ends inside a chunk (``algorithms/losses.py``, tested against RLinf in ``tests/conformance/rlinf_algos``).
+    Columns with no valid entry get 1 (their entries are masked anyway).
     """
     m = loss_mask.float()
     per_col = m.reshape(m.shape[0], m.shape[1], -1).mean(dim=(0, 2))  # [B]
@@ -389,7 +391,9 @@ def reinpp(rewards: Tensor, dones: Tensor, loss_mask: Tensor, *, gamma: float = 
     ``G_t = r_t + gamma (1 - d_{t+1}) G_{t+1}`` over the valid steps (per action step for ``[T, B, C]``
     rewards); with ``baseline`` and ``group_size > 1``, the group mean of the episode scores is
     subtracted from every ``G_t`` of the group (RLinf's "reinforce++ baseline", which subtracts it from
-    the terminal reward, equals this for gamma = 1).
+    the terminal reward, equals this for gamma = 1). Deliberately not RLinf's embodied ``reinpp``, which does
+    not discount, gives every step the whole episode score, and standardises with the population std and no
+    epsilon (the exact relation is asserted in ``tests/conformance/rlinf_algos``).
     """
     mask = _expand_mask(loss_mask, rewards).bool()
     r = rewards * mask.to(rewards.dtype)
