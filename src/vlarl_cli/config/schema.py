@@ -12,7 +12,16 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from vlarl_cli import algorithm_types, model_types
 
@@ -23,6 +32,8 @@ POLICY_LOSSES = tuple(algorithm_types.POLICY_LOSSES)
 NOISE_METHODS = ("ode", "flow_sde", "flow_cps", "flow_noise")
 # RLinf and its docs also call flow_noise "reinflow" (arXiv 2505.22094).
 _NOISE_ALIASES = {"reinflow": "flow_noise", "flow-sde": "flow_sde", "flow-noise": "flow_noise"}
+#: RLinf's nested-block keys whose flat field has another name (the rest share the name)
+_NESTED_TO_FLAT = {"num_steps": "denoising_steps", "use_vlm_value": "value_after_vlm"}
 
 
 class Section(BaseModel):
@@ -552,39 +563,89 @@ class ModelConfig(Section):
                              f"{did_you_mean(value, MODEL_TYPES)}")
         return value
 
-    def _nested(self, name: str) -> Any:
-        for block in (self.openpi, self.rl_head_config):
-            if block is not None and getattr(block, name, None) is not None:
-                value = getattr(block, name)
-                return _NOISE_ALIASES.get(value, value) if name == "noise_method" else value
-        return None
+    # One rule for RLinf's nested blocks (``openpi:``, ``rl_head_config:``) and the flat keys: a key set in a
+    # block wins (RLinf reads the block), the flat key gives the value otherwise, and a config that sets both
+    # to different values is refused (_one_source). Every key follows it (setting()); the registry fills the
+    # families' settings by name from it.
 
-    # Effective values: RLinf reads the family block, so it wins over the flat field.
+    def _nested_values(self) -> dict[str, tuple[str, Any]]:
+        """Flat field name -> (``block.key``, value) for every key set in a nested block."""
+        out: dict[str, tuple[str, Any]] = {}
+        for block_name in ("openpi", "rl_head_config"):
+            block = getattr(self, block_name)
+            for key in sorted(block.model_fields_set) if block is not None else ():
+                value = getattr(block, key)
+                if value is None:
+                    continue
+                if key == "noise_method":
+                    value = _NOISE_ALIASES.get(value, value)
+                flat = _NESTED_TO_FLAT.get(key, key)
+                where = f"actor.model.{block_name}.{key}"
+                if flat in out and out[flat][1] != value:
+                    raise ValueError(f"{out[flat][0]} is {out[flat][1]!r} but {where} is {value!r}; set it once")
+                out[flat] = (where, value)
+        return out
+
+    def setting(self, name: str) -> Any:
+        """The value of setting ``name`` (a flat field name, or a nested-only key such as ``config_name``):
+        the nested block's when set there, else the flat field's (None when neither exists)."""
+        nested = self._nested_values()
+        if name in nested:
+            return nested[name][1]
+        return getattr(self, name, None)
+
+    @property
+    def nested_only(self) -> dict[str, Any]:
+        """Keys set in a nested block that have no flat field (``config_name``, ``padding_value`` ...)."""
+        return {k: v for k, (_, v) in self._nested_values().items() if k not in type(self).model_fields}
+
+    @model_serializer(mode="wrap")
+    def _dump_effective(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A dump (the run's resolved config.yaml) leaves out a flat key whose default a nested block overrides
+        (the block holds the value that runs), so the dump reloads to the same config without a conflict."""
+        data: dict[str, Any] = handler(self)
+        for flat, (_, value) in self._nested_values().items():
+            if flat in data and getattr(self, flat) != value:
+                del data[flat]
+        return data
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        nested = self._nested_values()
+        given = self.model_fields_set
+        for flat, (where, value) in nested.items():
+            if flat in given and getattr(self, flat) is not None and getattr(self, flat) != value:
+                raise ValueError(f"actor.model.{flat} is {getattr(self, flat)!r} but {where} is {value!r}: RLinf "
+                                 f"reads the nested block, so the flat key would be ignored; set it once (in one "
+                                 "place, or both to the same value)")
+        if None not in (self.num_steps, self.denoising_steps) and self.num_steps != self.denoising_steps:
+            raise ValueError(f"actor.model.denoising_steps is {self.denoising_steps} but actor.model.num_steps (RLinf's "
+                             f"name for it) is {self.num_steps}; set it once")
+        return self
+
+    # Effective values (setting(): a nested block's value wins over the flat field)
     @property
     def effective_noise_method(self) -> str:
-        return self._nested("noise_method") or self.noise_method
+        return str(self.setting("noise_method"))
 
     @property
     def effective_noise_level(self) -> float:
-        nested = self._nested("noise_level")
-        return self.noise_level if nested is None else float(nested)
+        return float(self.setting("noise_level"))
 
     @property
     def effective_denoising_steps(self) -> int:
-        for value in (self._nested("num_steps"), self.denoising_steps, self.num_steps):
+        for value in (self.setting("denoising_steps"), self.num_steps):
             if value is not None:
                 return int(value)
         return 4
 
     @property
     def effective_add_value_head(self) -> bool:
-        nested = self._nested("add_value_head")
-        return self.add_value_head if nested is None else bool(nested)
+        return bool(self.setting("add_value_head"))
 
     @property
     def effective_joint_logprob(self) -> bool:
-        nested = self._nested("joint_logprob")
-        return self.joint_logprob if nested is None else bool(nested)
+        return bool(self.setting("joint_logprob"))
 
     @property
     def is_pi05(self) -> bool:
