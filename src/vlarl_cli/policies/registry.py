@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from vlarl_cli.errors import ConfigError
-from vlarl_cli.model_types import MODEL_TYPES
+from vlarl_cli.model_types import CHECKPOINT_FAMILIES, MODEL_TYPES
 
 if TYPE_CHECKING:
     from vlarl_cli.config.schema import ModelConfig
@@ -61,18 +61,19 @@ def settings_values(model: ModelConfig) -> dict[str, Any]:
 
 
 def _unused(model: ModelConfig, names: set[str]) -> list[str]:
-    """Keys the config sets for another family: a field some family's ``ModelSettings`` declares, but not this
-    one's (the families' fields, not a hand-kept list, decide)."""
+    """Keys the config sets that exactly one OTHER family's ``ModelSettings`` declares (an OpenVLA-OFT key on a
+    pi0 run, a GR00T head key on OFT ...): derived from the families' own fields, not a hand-kept list. The toy
+    policies take a handful of fields and are not checked."""
     family = family_of(model.model_type)
-    others: set[str] = set()
-    for other in sorted(set(FAMILIES.values()) - {family, "toy"}):
-        try:
-            others |= {f.name for f in dataclasses.fields(family_module(next(
-                t for t, f in FAMILIES.items() if f == other)).ModelSettings)}
-        except (ImportError, ConfigError):
-            continue
+    if family == "toy":
+        return []
+    owners: dict[str, set[str]] = {}
+    for other in CHECKPOINT_FAMILIES:
+        module = family_module(next(t for t, f in FAMILIES.items() if f == other))
+        for f in dataclasses.fields(module.ModelSettings):
+            owners.setdefault(f.name, set()).add(other)
     given = {k for k in model.model_fields_set if getattr(model, k) is not None} | set(model.nested_only)
-    return sorted(k for k in given & others if k not in names)
+    return sorted(k for k in given - names if len(owners.get(k, ())) == 1 and family not in owners[k])
 
 
 def make_settings(model: ModelConfig, **extra: Any) -> Any:
@@ -87,7 +88,7 @@ def make_settings(model: ModelConfig, **extra: Any) -> Any:
         import warnings
 
         warnings.warn(f"actor.model keys {', '.join(unused)} are not used by model_type {model.model_type} "
-                      "(another family reads them).", stacklevel=2)
+                      "(only another family reads them).", stacklevel=2)
     if model.model_path is not None:
         values.pop("preset", None)  # weights come from the checkpoint; its config decides the size
     return settings_cls(**{k: v for k, v in values.items() if k in names})
