@@ -73,7 +73,7 @@ def test_families_are_filled_by_name_and_other_families_keys_are_reported() -> N
     settings = make_settings(cfg)
     assert (settings.lora_rank, settings.sft_loss_reduction, settings.noise_level, settings.config_name) == (
         7, "openpi", 0.25, "pi0_libero")
-    with pytest.warns(UserWarning, match="implement_version are not used by model_type pi0"):
+    with pytest.warns(UserWarning, match=r"actor.model.implement_version \(OpenVLA-OFT keys\) not used by model_type pi0"):
         make_settings(ModelConfig(model_type="pi0", preset="tiny", implement_version="rlinf"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")

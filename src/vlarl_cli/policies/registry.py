@@ -60,10 +60,14 @@ def settings_values(model: ModelConfig) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+#: how a warning names a family's keys
+_FAMILY_NAMES = {"pi0": "pi0", "gr00t": "GR00T", "openvla_oft": "OpenVLA-OFT"}
+
+
 def _unused(model: ModelConfig, names: set[str]) -> list[str]:
     """Keys the config sets that exactly one OTHER family's ``ModelSettings`` declares (an OpenVLA-OFT key on a
-    pi0 run, a GR00T head key on OFT ...): derived from the families' own fields, not a hand-kept list. The toy
-    policies take a handful of fields and are not checked."""
+    pi0 run, a GR00T head key on OFT ...), as ``"<path> (<family> keys)"``: derived from the families' own
+    fields, not a hand-kept list. The toy policies take a handful of fields and are not checked."""
     family = family_of(model.model_type)
     if family == "toy":
         return []
@@ -72,8 +76,10 @@ def _unused(model: ModelConfig, names: set[str]) -> list[str]:
         module = family_module(next(t for t, f in FAMILIES.items() if f == other))
         for f in dataclasses.fields(module.ModelSettings):
             owners.setdefault(f.name, set()).add(other)
+    nested = {k: v[0] for k, v in model._nested_values().items()}
     given = {k for k in model.model_fields_set if getattr(model, k) is not None} | set(model.nested_only)
-    return sorted(k for k in given - names if len(owners.get(k, ())) == 1 and family not in owners[k])
+    found = sorted(k for k in given - names if len(owners.get(k, ())) == 1 and family not in owners[k])
+    return [f"{nested.get(k, f'actor.model.{k}')} ({_FAMILY_NAMES.get(next(iter(owners[k])), '')} keys)" for k in found]
 
 
 def make_settings(model: ModelConfig, **extra: Any) -> Any:
@@ -87,8 +93,8 @@ def make_settings(model: ModelConfig, **extra: Any) -> Any:
     if unused:  # these keys exist for another family; this one must not drop them silently
         import warnings
 
-        warnings.warn(f"actor.model keys {', '.join(unused)} are not used by model_type {model.model_type} "
-                      "(only another family reads them).", stacklevel=2)
+        warnings.warn(f"{', '.join(unused)} not used by model_type {model.model_type} (only another family reads "
+                      "them).", stacklevel=2)
     if model.model_path is not None:
         values.pop("preset", None)  # weights come from the checkpoint; its config decides the size
     return settings_cls(**{k: v for k, v in values.items() if k in names})
