@@ -36,18 +36,18 @@ def test_nested_wins_and_a_conflict_is_refused(block: str, key: str, flat_defaul
 def test_aliases_follow_the_same_rule() -> None:
     cfg = ModelConfig(model_type="pi0", preset="tiny", openpi={"num_steps": 7})
     assert cfg.effective_denoising_steps == 7 and settings_values(cfg)["num_steps"] == 7
-    with pytest.raises(ValidationError, match="denoising_steps is 3 but actor.model.openpi.num_steps is 7"):
+    with pytest.raises(ValidationError, match=r"denoising_steps is 3 but actor\.model\.openpi\.num_steps is 7"):
         ModelConfig(model_type="pi0", preset="tiny", denoising_steps=3, openpi={"num_steps": 7})
-    with pytest.raises(ValidationError, match="denoising_steps is 3 but actor.model.num_steps"):
+    with pytest.raises(ValidationError, match=r"denoising_steps is 3 but actor\.model\.num_steps"):
         ModelConfig(model_type="pi0", preset="tiny", denoising_steps=3, num_steps=5)
-    with pytest.raises(ValidationError, match="value_after_vlm is False but actor.model.rl_head_config.use_vlm_value"):
+    with pytest.raises(ValidationError, match=r"value_after_vlm is False but actor\.model\.rl_head_config\.use_vlm_value"):
         ModelConfig(model_type="gr00t", preset="tiny", value_after_vlm=False, rl_head_config={"use_vlm_value": True})
     reinflow = ModelConfig(model_type="pi0", preset="tiny", noise_method="flow_noise", openpi={"noise_method": "reinflow"})
     assert reinflow.effective_noise_method == "flow_noise"  # an alias of the same method is no conflict
 
 
 def test_a_conflicting_config_file_is_refused_with_the_fix() -> None:
-    with pytest.raises(ConfigError, match="train_expert_only is True but actor.model.openpi.train_expert_only is "
+    with pytest.raises(ConfigError, match=r"train_expert_only is True but actor\.model\.openpi\.train_expert_only is "
                                           "False") as err:
         load_config("quickstart", ["actor.model.train_expert_only=True", "actor.model.openpi.train_expert_only=False"])
     assert err.value.fix  # the CLI boundary prints it and exits 2

@@ -58,7 +58,10 @@ def _advantages(case, calculate, compute_loss_mask):
 def _loss(case, policy_loss, compute_loss_mask):
     mask, count = _masks(case, compute_loss_mask)
     n = case["advantages"].shape[0]
-    flat = (lambda x: None if x is None else x.reshape(n, -1))
+
+    def flat(x):
+        return None if x is None else x.reshape(n, -1)
+
     logprobs = case["logprobs"].clone().requires_grad_(True)
     kwargs = {"loss_type": case["loss_type"], "logprob_type": case["logprob_type"], "reward_type": case["reward_type"],
               "single_action_dim": case["action_dim"], "logprobs": logprobs, "old_logprobs": case["old_logprobs"],
