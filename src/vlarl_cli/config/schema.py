@@ -211,18 +211,19 @@ class AlgorithmConfig(Section):
     @field_validator("adv_type")
     @classmethod
     def _known_adv(cls, value: str) -> str:
-        if value not in ADV_TYPES:
+        known = tuple(algorithm_types.ADVANTAGE_TYPES)  # read at validation: a row added later counts
+        if value not in known:
             from vlarl_cli.errors import did_you_mean
 
             raise ValueError(f'adv_type "{value}" is not an advantage estimator vlarl supports (RLinf\'s '
-                             f'off-policy embodied_sac is not implemented); supported: {", ".join(ADV_TYPES)}.'
-                             f"{did_you_mean(value, ADV_TYPES)}")
+                             f'off-policy embodied_sac is not implemented); supported: {", ".join(known)}.'
+                             f"{did_you_mean(value, known)}")
         return value
 
     @field_validator("policy_loss", "loss_agg_func")
     @classmethod
     def _known_loss_name(cls, value: str, info: ValidationInfo) -> str:
-        known = POLICY_LOSSES if info.field_name == "policy_loss" else algorithm_types.LOSS_AGGS
+        known = tuple(algorithm_types.POLICY_LOSSES) if info.field_name == "policy_loss" else algorithm_types.LOSS_AGGS
         if value not in known:
             from vlarl_cli.errors import did_you_mean
 
