@@ -44,7 +44,7 @@ def _drawn(run: Path, envs: int) -> list[float]:
     """Trajectories collected by each finished iteration (from ``metrics.jsonl``)."""
     path = run / "metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-    return [row.get("rollout/drawn_trajectories", float(envs)) for row in rows if "env/success_once" in row]
+    return [row.get("rollout/drawn_trajectories", float(envs)) for row in rows if "train/actor/optimizer_steps" in row]
 
 
 def _iterations_within(drawn: list[float], budget: int) -> int:
