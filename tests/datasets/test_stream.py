@@ -90,3 +90,74 @@ def test_loader_workers_serve_the_samplers_order(tmp_path, workers):
             _, obs, chunk = data[i]
             torch.testing.assert_close(b.actions[j], torch.from_numpy(chunk), rtol=0, atol=0)
             assert b.obs[keys.TASK_DESCRIPTIONS][j] == obs[keys.TASK_DESCRIPTIONS]
+
+
+def test_broken_datasets_stop_before_training_with_the_episode_named(tmp_path):
+    from test_lerobot import _frame_table
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    schema = write_v21(tmp_path / "schema")  # episode 1 gains a state dim: the schema changes between episodes
+    pq.write_table(_frame_table(1, LENGTHS[0], state_width=9), schema / "data/chunk-000/episode_000001.parquet")
+    with pytest.raises(VlarlError, match=r"episode 1 .* 9-d states .* first episode has 8 / 7") as err:
+        open_source(schema)
+    assert "Re-export" in err.value.fix
+    video = write_v21(tmp_path / "video")
+    missing = video / "videos/chunk-000/observation.images.wrist_image/episode_000001.mp4"
+    missing.unlink()
+    with pytest.raises(VlarlError, match=r"episode 1: the video of camera observation.images.wrist_image is missing"):
+        open_source(video)
+    with pytest.raises(VlarlError, match=r'no feature "observation.nope" for the state \(features: '):
+        open_source(write_v30(tmp_path / "key"), state_key="observation.nope")
+    column = write_v30(tmp_path / "column")  # a column meta/info.json promises but a data file lacks
+    table = pq.read_table(column / "data/chunk-000/file-000.parquet").drop_columns(["action"])
+    pq.write_table(table, column / "data/chunk-000/file-000.parquet")
+    with pytest.raises(VlarlError, match=r"has no column\(s\) \['action'\]"):
+        open_source(column)
+
+
+def _corrupt_png(root, episode: int, frame: int) -> None:
+    """Replace the main camera's PNG of one frame by bytes that are not an image."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = root / f"data/chunk-000/episode_{episode:06d}.parquet"
+    table = pq.read_table(path)
+    cells = table.column("image").to_pylist()
+    cells[frame] = {"bytes": b"\x89PNG not really", "path": None}
+    pq.write_table(table.set_column(table.column_names.index("image"), "image", pa.array(cells)), path)
+
+
+def test_a_corrupt_frame_is_a_bad_sample_naming_episode_frame_and_camera(tmp_path):
+    root = write_openpi_images(tmp_path / "ds")
+    _corrupt_png(root, 1, 3)
+    data = FrameDataset([open_source(root)], chunk=2)  # indexing reads no image: the dataset opens
+    bad = data[LENGTHS[0] + 3]
+    assert isinstance(bad, BadFrame) and bad.where == f"{root} episode 1 frame 3 camera image"
+    assert "Cannot decode the image" in bad.problem
+    assert not isinstance(data[LENGTHS[0] + 2], BadFrame)  # its neighbours still read
+    sampler = MicroBatches(GlobalOrder([len(data)], len(data), seed=0), rank=0, world=1, micro=len(data),
+                           first_step=1, last_step=1)
+    (batch,) = list(make_loader(data, sampler, workers=1))
+    assert len(batch) == len(data) - 1 and [b.index for b in batch.bad] == [LENGTHS[0] + 3]
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_sft_stops_on_a_corrupt_frame_unless_asked_to_skip_it(tmp_path, skip):
+    from vlarl_cli.config.loading import load_config
+    from vlarl_cli.training.sft import train_sft
+
+    root = write_openpi_images(tmp_path / "ds")
+    _corrupt_png(root, 1, 3)
+    loaded = load_config("sft_quickstart", [f"runner.logger.log_path={tmp_path / 'run'}", "actor.micro_batch_size=4",
+                                            "actor.global_batch_size=12", "sft.num_workers=1",
+                                            f"sft.skip_bad_frames={str(skip).lower()}"])
+    if not skip:
+        with pytest.raises(VlarlError, match=r"Step 1 cannot read its sample .*episode 1 frame 3 camera image") as err:
+            train_sft(loaded, demos=root, steps=2, quiet=True)
+        assert "sft.skip_bad_frames=true" in err.value.fix
+        return
+    result = train_sft(loaded, demos=root, steps=2, quiet=True)  # 12 of the 12 frames per step: the bad one each time
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "run" / "sft_metrics.jsonl").read_text().splitlines()]
+    assert [r["train/sft/skipped_frames"] for r in rows] == [1.0, 2.0] and np.isfinite(result.losses).all()
+    assert json.loads((result.checkpoint / "sft_state.json").read_text())["skipped_frames"] == 2
