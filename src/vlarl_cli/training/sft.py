@@ -2,32 +2,42 @@
 
     vlarl sft --config sft_toy_reach                          # record 100 toy expert demos, train, save
     vlarl sft --config sft_quickstart --record 4 --steps 200  # LIBERO expert demos (LeRobot v3) + tiny pi0
-    vlarl sft --config sft_quickstart --demos path/to/lerobot_dataset      # LeRobot v2.1 / v3.0
+    vlarl sft --config sft_quickstart --demos path/to/lerobot_dataset      # LeRobot v2.1 / v3.0, streamed
+    vlarl sft --config sft_quickstart --demos spatial --demos object "sft.weights=[1,3]"  # a weighted mixture
     vlarl sft --config sft_quickstart --demos path/to/libero_spatial       # LIBERO *_demo.hdf5 files
     vlarl sft --config sft_quickstart --resume auto                        # continue the run's last checkpoint
-    torchrun --nproc-per-node 2 -m vlarl_cli.cli.main sft --config sft_toy_reach   # data parallel
+    vlarl sft --config sft_toy_reach --nproc-per-node 2                    # FSDP2 (or DDP-style: no_shard)
 
 What it does (:func:`train_sft`):
 
-1. demonstrations: ``--demos PATH`` in any format :func:`vlarl_cli.datasets.load_demonstrations` reads
-   (LeRobot v2.0/v2.1/v3.0, LIBERO HDF5, vlarl episode files), or, without it, ``--record N`` expert
-   episodes recorded first into ``<run>/demos`` (the toy reach expert for ``env_type: toy_reach``, as episode
-   files; LIBERO's scripted pick-and-place expert on ``env.train``'s suite / tasks / resolution otherwise,
-   as a LeRobot v3.0 dataset, in ``sft.record_workers`` processes);
+1. demonstrations: ``--demos PATH`` (repeatable; else ``sft.demos``) in any format
+   :func:`vlarl_cli.datasets.stream.open_source` reads: LeRobot v2.0/v2.1/v3.0 datasets are indexed from their
+   parquet columns only and their camera frames decoded on demand (:mod:`vlarl_cli.datasets.stream`); LIBERO
+   HDF5 and vlarl episode files are read into memory. Without demos, ``--record N`` expert episodes are
+   recorded first into ``<run>/demos`` (the toy reach expert for ``env_type: toy_reach``, as episode files;
+   LIBERO's scripted pick-and-place expert on ``env.train``'s suite / tasks / resolution otherwise, as a
+   LeRobot v3.0 dataset, in ``sft.record_workers`` processes);
 2. the policy from ``actor.model`` (:func:`vlarl_cli.policies.registry.build_policy`; ``model_path`` to start
    from a checkpoint), under ``actor.seed``; ``sft.trainable`` picks full / head / LoRA training; the
-   normalisation statistics come from the data (``sft.norm_stats``, :func:`vlarl_cli.datasets.stats.apply_data_stats`)
-   for a model built from a preset, from the checkpoint otherwise;
+   normalisation statistics come from the data, every frame of every dataset once (``sft.norm_stats``,
+   :func:`vlarl_cli.datasets.stats.apply_frame_stats`) for a model built from a preset, from the checkpoint
+   otherwise; over several processes the policy is FSDP2-sharded (``actor.fsdp_config``; ``no_shard``:
+   full copies with averaged gradients);
 3. ``steps`` optimizer steps (``--steps``, else ``sft.steps``, else ``runner.max_steps``): each draws
-   ``actor.global_batch_size`` samples (observation, action chunk ``[C, A]``) from seeded permutations of the
-   dataset (epoch ``e`` shuffled by ``(seed, e)``, so the order after a resume is the uninterrupted one), in
-   micro-batches of ``actor.micro_batch_size``; the loss is the family's
-   ``policy.supervised_loss(obs, actions [B, C, A] env-space) -> scalar mean`` (flow matching in the family's
-   own normalised action space for pi0 / GR00T / toy flow, token cross-entropy for OpenVLA-OFT / toy token,
-   NLL for toy Gaussian; flow losses also take ``generator=`` for their noise and times); AdamW (``actor.optim``;
-   the value head, untouched by the loss, keeps its weights), gradient-norm clipping at ``clip_grad``, the LR
-   schedule of ``rl-train`` (:func:`vlarl_cli.training.common.build_scheduler` with horizon ``steps``);
-4. ``sft/loss``, ``sft/grad_norm``, ``sft/lr`` every ``log_every`` steps to ``<run>/sft_metrics.jsonl``;
+   ``actor.global_batch_size`` samples (observation, action chunk ``[C, A]``) in the order of
+   :class:`vlarl_cli.datasets.sampling.GlobalOrder` (epoch ``e`` a permutation seeded by ``(seed, e)``; with
+   ``sft.weights`` each dataset its own epochs), a pure function of the step, so a resumed run continues the
+   uninterrupted order on any number of processes; ``sft.num_workers`` DataLoader workers decode the
+   micro-batches (``actor.micro_batch_size``) of this rank's share, ``sft.prefetch`` each ahead; the loss is
+   the family's ``policy.supervised_loss(obs, actions [B, C, A] env-space) -> scalar mean`` (flow matching in
+   the family's own normalised action space for pi0 / GR00T / toy flow, token cross-entropy for OpenVLA-OFT
+   / toy token, NLL for toy Gaussian; flow losses also take ``generator=`` for their noise and times);
+   AdamW (``actor.optim``; the value head, untouched by the loss, keeps its weights), gradient-norm clipping
+   at ``clip_grad``, the LR schedule of ``rl-train`` (:func:`vlarl_cli.training.common.build_scheduler`), then
+   the learner's ``hooks`` (after-step additions such as an EMA of the weights);
+4. metrics through rl-train's sinks (``runner.logger.logger_backends``; ``<run>/sft_metrics.jsonl`` always):
+   ``train/sft/{loss, grad_norm, lr, frames_per_s, epoch, skipped_frames}``, ``time/sft_step``,
+   ``time/sft_data_wait``, every ``log_every`` steps; a progress bar with frames/s and ETA;
 5. checkpoints with rl-train's machinery (:mod:`vlarl_cli.training.checkpoint`: weights, optimizer, RNG,
    ``trainer_state.json``, ``latest``) every ``sft.save_interval`` steps and at the end as
    ``<run>/checkpoints/global_step_<k>``; with ``-o OUT`` the final policy goes to ``OUT`` instead (a new
@@ -36,11 +46,13 @@ What it does (:func:`train_sft`):
    ``config.yaml`` and ``sft_state.json``, so ``vlarl eval --checkpoint`` and
    ``vlarl rl-train actor.model.model_path=<folder>`` load it. Toy policies: ``model.safetensors``.
 
-A run folder that already holds an SFT run (``sft_metrics.jsonl`` or checkpoints) is refused unless
-``--resume`` continues it. Randomness: model init from ``actor.seed``; the sample order from (seed, epoch),
-the flow noise and times of step k from (seed, rank, k); so a run is repeatable and a resumed run (any
-number of processes) repeats the uninterrupted one. Several processes (``torchrun``) split every global
-batch evenly and average gradients (``distributed.dist.gradient_all_reduce``); rank 0 records and saves.
+A frame that cannot be decoded stops the run naming the dataset, episode, frame and camera, unless
+``sft.skip_bad_frames`` (then it is left out of its micro-batch, printed and counted). A run folder that
+already holds an SFT run (``sft_metrics.jsonl`` or checkpoints) is refused unless ``--resume`` continues it.
+Randomness: model init from ``actor.seed``; the sample order from (seed, step), the flow noise and times of
+step k from (seed, rank, k); so a run is repeatable and a resumed run (any number of processes) repeats the
+uninterrupted one. Several processes (``--nproc-per-node`` or ``torchrun``) split every global batch evenly;
+rank 0 records and saves.
 """
 
 from __future__ import annotations
