@@ -161,3 +161,37 @@ def test_sft_stops_on_a_corrupt_frame_unless_asked_to_skip_it(tmp_path, skip):
     rows = [json.loads(line) for line in (tmp_path / "run" / "sft_metrics.jsonl").read_text().splitlines()]
     assert [r["train/sft/skipped_frames"] for r in rows] == [1.0, 2.0] and np.isfinite(result.losses).all()
     assert json.loads((result.checkpoint / "sft_state.json").read_text())["skipped_frames"] == 2
+
+
+def test_streamed_sft_killed_mid_epoch_resumes_into_the_uninterrupted_run(tmp_path, monkeypatch):
+    """A tiny pi0 on a streamed v3.0 dataset (12 frames, 8 per step: step 2 crosses the epoch boundary),
+    DataLoader workers decoding: killed during step 3, resumed from the step-2 checkpoint, it repeats the
+    uninterrupted run's losses and final weights exactly."""
+    from safetensors.torch import load_file
+
+    from vlarl_cli.config.loading import load_config
+    from vlarl_cli.training import sft as sft_mod
+
+    root = write_v30(tmp_path / "ds")
+    over = ["actor.micro_batch_size=4", "actor.global_batch_size=8", "sft.num_workers=1", "sft.save_interval=2"]
+
+    def run(name: str, resume: str | None = None):
+        loaded = load_config("sft_quickstart", [f"runner.logger.log_path={tmp_path / name}", *over])
+        return sft_mod.train_sft(loaded, demos=root, steps=4, quiet=True, resume=resume)
+
+    full = run("full")
+    real_step = sft_mod._Learner.step
+
+    def dying_step(self, step, batches):
+        if step == 3:
+            raise KeyboardInterrupt
+        return real_step(self, step, batches)
+
+    monkeypatch.setattr(sft_mod._Learner, "step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        run("cut")
+    monkeypatch.setattr(sft_mod._Learner, "step", real_step)
+    resumed = run("cut", resume="auto")
+    assert resumed.losses == full.losses[2:] and len(full.losses) == 4
+    wa, wb = (load_file(str(next(r.checkpoint.glob("*.safetensors")))) for r in (full, resumed))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
