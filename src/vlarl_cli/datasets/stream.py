@@ -109,7 +109,8 @@ class _Spill:
     memory, whatever the dataset's size)."""
 
     def __init__(self, dtype: Any) -> None:
-        self.dtype, self.width, self.n = np.dtype(dtype), None, 0
+        self.dtype, self.n = np.dtype(dtype), 0
+        self.width: tuple[int, ...] | None = None
         self.file = tempfile.TemporaryFile(prefix="vlarl_sft_index_")
 
     def add(self, rows: np.ndarray) -> None:
