@@ -296,7 +296,7 @@ def test_vlarl_sft_trains_on_an_independent_v30_dataset(tmp_path):
     np.testing.assert_allclose(stats["actions"]["std"], actions.std(0), rtol=1e-6)
     np.testing.assert_allclose(stats["actions"]["q99"], np.quantile(actions, 0.99, axis=0), rtol=1e-6)
     rows = [json.loads(line) for line in (tmp_path / "run" / "sft_metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3] and all(np.isfinite(r["sft/loss"]) for r in rows)
+    assert [r["step"] for r in rows] == [1, 2, 3] and all(np.isfinite(r["train/sft/loss"]) for r in rows)
     state = json.loads((out / "sft_state.json").read_text())
     assert state["demos_format"] == "lerobot" and state["episodes"] == 2 and "openpi" in state["norm_stats"]
     # -o never replaces an existing folder

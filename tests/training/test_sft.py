@@ -302,8 +302,8 @@ def test_toy_sft_lifts_deterministic_success(tmp_path):
     assert before < 0.2 and after > 0.8, (before, after)
     rows = [json.loads(line) for line in (run / "sft_metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(2, 201, 2))
-    assert {"sft/loss", "sft/grad_norm", "sft/lr"} <= set(rows[0])
-    assert np.mean([r["sft/loss"] for r in rows[-10:]]) < 0.4 * np.mean([r["sft/loss"] for r in rows[:3]])
+    assert {"train/sft/loss", "train/sft/grad_norm", "train/sft/lr"} <= set(rows[0])
+    assert np.mean([r["train/sft/loss"] for r in rows[-10:]]) < 0.4 * np.mean([r["train/sft/loss"] for r in rows[:3]])
     state = json.loads((ckpt / "sft_state.json").read_text())
     assert state["steps"] == 200 and state["episodes"] == 100 and state["last_loss"] == result.last_loss
 
@@ -341,19 +341,17 @@ def test_interrupted_sft_resumes_into_the_uninterrupted_run(tmp_path, monkeypatc
         return sft_mod.train_sft(loaded, demos=tmp_path / "demos", steps=6, quiet=True, resume=resume)
 
     full = run("full")
-    calls = {"n": 0}
-    real_next = sft_mod._Sampler.next
+    real_step = sft_mod._Learner.step
 
-    def dying_next(self, n):
-        calls["n"] += 1
-        if calls["n"] == 5:
+    def dying_step(self, step, batches):
+        if step == 5:
             raise KeyboardInterrupt  # killed during step 5: the step-4 checkpoint is the last one
-        return real_next(self, n)
+        return real_step(self, step, batches)
 
-    monkeypatch.setattr(sft_mod._Sampler, "next", dying_next)
+    monkeypatch.setattr(sft_mod._Learner, "step", dying_step)
     with pytest.raises(KeyboardInterrupt):
         run("cut")
-    monkeypatch.setattr(sft_mod._Sampler, "next", real_next)
+    monkeypatch.setattr(sft_mod._Learner, "step", real_step)
     with pytest.raises(ConfigError, match="already holds an SFT run") as err:
         run("cut")  # a new run never overwrites the interrupted one
     assert "--resume auto" in err.value.fix
@@ -364,7 +362,7 @@ def test_interrupted_sft_resumes_into_the_uninterrupted_run(tmp_path, monkeypatc
     rows = [json.loads(line) for line in (tmp_path / "cut" / "sft_metrics.jsonl").read_text().splitlines()]
     full_rows = [json.loads(line) for line in (tmp_path / "full" / "sft_metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
-    assert [r["sft/loss"] for r in rows] == [r["sft/loss"] for r in full_rows]
+    assert [r["train/sft/loss"] for r in rows] == [r["train/sft/loss"] for r in full_rows]
 
 
 def test_sft_output_folder_is_never_replaced(tmp_path):
@@ -467,9 +465,11 @@ def test_libero_expert_demos_train_a_tiny_pi0_whose_checkpoint_loads(libero_demo
     assert cfg.actor.model.model_type == "openpi"
 
 
-def test_two_processes_train_like_one(tmp_path):
-    """Data parallel (torchrun, 2 processes, half of every global batch each, gradients averaged) follows the
-    1-process run: the toy Gaussian loss has no sampled noise, so only float summation order differs."""
+@pytest.mark.parametrize("sharding", ["full_shard", "no_shard"])
+def test_two_processes_train_like_one(tmp_path, sharding):
+    """Data parallel (torchrun, 2 processes, half of every global batch each; FSDP2 shards or gradients
+    averaged) follows the 1-process run: the toy Gaussian loss has no sampled noise, so only float summation
+    order differs."""
     import os
     import socket
     import subprocess
@@ -485,6 +485,7 @@ def test_two_processes_train_like_one(tmp_path):
     def sft(name: str, launcher: list[str]) -> subprocess.CompletedProcess[str]:
         args = ["sft", "--config", "sft_toy_reach", "--demos", str(tmp_path / "demos"), "--steps", "5",
                 "-o", str(tmp_path / name / "ckpt"), "actor.model.model_type=toy_gaussian",
+                f"actor.fsdp_config.sharding_strategy={sharding}",
                 f"runner.logger.log_path={tmp_path / name}"]
         return subprocess.run([sys.executable, *launcher, "-m", "vlarl_cli.cli.main", *args], capture_output=True,
                               text=True, timeout=300, env=env)
@@ -497,7 +498,7 @@ def test_two_processes_train_like_one(tmp_path):
     assert one.returncode == 0, one.stderr[-2000:]
     assert two.returncode == 0, two.stderr[-2000:]
     assert "(2 process(es))" in two.stdout
-    losses = [[json.loads(line)["sft/loss"] for line in (tmp_path / n / "sft_metrics.jsonl").read_text().splitlines()]
+    losses = [[json.loads(line)["train/sft/loss"] for line in (tmp_path / n / "sft_metrics.jsonl").read_text().splitlines()]
               for n in ("one", "two")]
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
     wa, wb = (load_file(str(tmp_path / n / "ckpt" / "model.safetensors")) for n in ("one", "two"))

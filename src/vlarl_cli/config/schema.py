@@ -746,6 +746,26 @@ class SftConfig(Section):
     record_workers: int = Field(1, ge=1, description="Parallel simulator processes when recording expert demos.")
     keep_failures: bool = Field(False, description="Keep the expert's failed episodes when recording "
                                 "(marked unsuccessful; training still uses only successful ones).")
+    demos: list[str] = Field(default_factory=list, description="Demonstration datasets to train on together "
+                             "(paths; --demos, which may be repeated, replaces this list). Empty: record expert demos.")
+    weights: list[float] | None = Field(None, description="Sampling weight of each dataset, in the order of "
+                                        "--demos / sft.demos (null: every frame once per epoch, datasets "
+                                        "concatenated). Each dataset then runs its own epochs.")
+    num_workers: int | None = Field(None, ge=0, description="DataLoader worker processes decoding frames (null: "
+                                    "0 when every frame is already in memory, else min(4, CPU cores)).")
+    prefetch: int = Field(2, ge=1, description="Micro-batches each worker decodes ahead (bounded prefetch).")
+    video_backend: Literal["auto", "pyav", "torchcodec"] = Field(
+        "auto", description="Video decoder: torchcodec where installed (auto), else PyAV.")
+    skip_bad_frames: bool = Field(False, description="Skip samples whose camera frame cannot be decoded "
+                                  "(counted in train/sft/skipped_frames and printed) instead of stopping.")
+
+    @model_validator(mode="after")
+    def _weights_match(self) -> SftConfig:
+        if self.weights is not None and self.demos and len(self.weights) != len(self.demos):
+            raise ValueError(f"sft.weights has {len(self.weights)} entries for {len(self.demos)} sft.demos datasets")
+        if self.weights is not None and (any(w < 0 for w in self.weights) or sum(self.weights) <= 0):
+            raise ValueError(f"sft.weights {self.weights} must be non-negative and not all 0")
+        return self
 
 
 # --------------------------------------------------------------------------------------------------

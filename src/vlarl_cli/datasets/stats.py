@@ -27,18 +27,22 @@ import numpy as np
 
 from vlarl_cli.policies.gripper import gripper_from_env
 
-__all__ = ["feature_stats", "gr00t_statistics", "image_stats", "oft_dataset_statistics", "openpi_norm_stats",
+__all__ = ["apply_data_stats", "apply_frame_stats", "feature_stats", "gr00t_statistics", "image_stats", "oft_dataset_statistics", "openpi_norm_stats",
            "pi0_model_actions"]
 
 
 def feature_stats(x: np.ndarray) -> dict[str, list[float]]:
     """min / max / mean / std / q01 / q99 over rows of ``x [N, D]`` (lists of D floats) and ``count``."""
-    x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 1:
         raise ValueError(f"x must be [N >= 1, D], got {list(x.shape)}")
-    q01, q99 = np.quantile(x, [0.01, 0.99], axis=0)
-    return {"min": x.min(0).tolist(), "max": x.max(0).tolist(), "mean": x.mean(0).tolist(),
-            "std": x.std(0).tolist(), "q01": q01.tolist(), "q99": q99.tolist(), "count": [int(x.shape[0])]}
+    out: dict[str, list[float]] = {k: [] for k in ("min", "max", "mean", "std", "q01", "q99")}
+    for j in range(x.shape[1]):  # one float64 column at a time: x may be a memory map of millions of rows
+        col = np.asarray(x[:, j], dtype=np.float64)
+        q01, q99 = np.quantile(col, [0.01, 0.99])
+        for k, v in (("min", col.min()), ("max", col.max()), ("mean", col.mean()), ("std", col.std()),
+                     ("q01", q01), ("q99", q99)):
+            out[k].append(float(v))
+    return {**out, "count": [int(x.shape[0])]}
 
 
 def _histogram_quantile(cumulative: np.ndarray, q: float) -> float:
@@ -123,7 +127,17 @@ def oft_dataset_statistics(name: str, actions: np.ndarray, states: np.ndarray, n
 
 
 def apply_data_stats(policy: Any, episodes: Sequence[Any], *, dataset_name: str = "vlarl_demos") -> str:
-    """Give ``policy`` statistics computed from ``episodes`` in its family's format; returns what was set.
+    """:func:`apply_frame_stats` over the frames of ``episodes``."""
+    return apply_frame_stats(policy, np.concatenate([e.states for e in episodes]),
+                             np.concatenate([e.actions for e in episodes]), num_episodes=len(episodes),
+                             dataset_name=dataset_name)
+
+
+def apply_frame_stats(policy: Any, states: np.ndarray, actions: np.ndarray, *, num_episodes: int,
+                      dataset_name: str = "vlarl_demos") -> str:
+    """Give ``policy`` statistics of the frames ``states [N, S]`` / env-space ``actions [N, A]`` (all datasets of
+    the run together, each frame once: openpi computes its norm stats over the whole training set the same
+    way) in its family's format; returns what was set.
 
     pi0 / pi0.5 (``set_norm_stats``): openpi norm stats of the raw states and of the model-space actions;
     GR00T (``modality``): min/max statistics per modality key; OpenVLA-OFT (``set_dataset_statistics``):
@@ -135,8 +149,6 @@ def apply_data_stats(policy: Any, episodes: Sequence[Any], *, dataset_name: str 
 
     from vlarl_cli.errors import ConfigError
 
-    states = np.concatenate([e.states for e in episodes]).astype(np.float64)
-    actions = np.concatenate([e.actions for e in episodes]).astype(np.float64)
     if hasattr(policy, "set_norm_stats"):  # pi0 family
         from vlarl_cli.policies.normalization import NormStats
 
@@ -152,14 +164,14 @@ def apply_data_stats(policy: Any, episodes: Sequence[Any], *, dataset_name: str 
         if width != states.shape[1]:
             raise ConfigError(f"GR00T embodiment {spec.embodiment_tag} reads {width} state dims, the "
                               f"demonstrations have {states.shape[1]}.", "Use demonstrations of this embodiment.")
-        model_actions = actions.copy()
+        model_actions = np.array(actions, dtype=np.float64)
         model_actions[:, -1] = gripper_from_env(spec.gripper_convention, model_actions[:, -1])
         stats = gr00t_statistics(states, model_actions, spec.state_keys, spec.action_keys)
         policy.modality = dataclasses.replace(spec, statistics=stats)
         return f"GR00T min/max statistics of {len(states)} frames ({spec.embodiment_tag})"
     if hasattr(policy, "set_dataset_statistics"):  # OpenVLA-OFT
-        model_actions = actions.copy()
+        model_actions = np.array(actions, dtype=np.float64)
         model_actions[:, -1] = gripper_from_env(policy.cfg.gripper, model_actions[:, -1])
-        policy.set_dataset_statistics(oft_dataset_statistics(dataset_name, model_actions, states, len(episodes)))
+        policy.set_dataset_statistics(oft_dataset_statistics(dataset_name, model_actions, states, num_episodes))
         return f"OpenVLA dataset_statistics of {len(states)} frames under {dataset_name!r}"
     return ""

@@ -20,6 +20,10 @@ NUMBERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("loss", "{:.4g}", ("train/actor/total_loss", "actor/loss", "train/actor/policy_loss", "actor/policy_loss")),
     ("value loss", "{:.4g}", ("train/critic/value_loss", "critic/value_loss", "actor/value_loss")),
     ("env steps/s", "{:.1f}", ("time/env_steps_per_s",)),
+    ("sft loss", "{:.4g}", ("train/sft/loss",)),
+    ("grad norm", "{:.3g}", ("train/sft/grad_norm",)),
+    ("frames/s", "{:.1f}", ("train/sft/frames_per_s",)),
+    ("skipped", "{:.0f}", ("train/sft/skipped_frames",)),
 )
 #: (label, candidate names) of the phases whose seconds the line shows
 PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -39,10 +43,10 @@ def _first(metrics: dict[str, Any], names: tuple[str, ...]) -> float | None:
     return None
 
 
-def summary_line(iteration: int, total: int, metrics: dict[str, Any]) -> str:
+def summary_line(iteration: int, total: int, metrics: dict[str, Any], unit: str = "iter") -> str:
     """``iter 3/10 | success 0.50 | return 1.2 | loss 0.0123 | env steps/s 41.0 | collect 12.3s update 4.5s``."""
     width = len(str(total))
-    parts = [f"iter {iteration:>{width}}/{total}"]
+    parts = [f"{unit} {iteration:>{width}}/{total}"]
     for label, fmt, names in NUMBERS:
         value = _first(metrics, names)
         if value is not None:
@@ -60,9 +64,10 @@ class Progress:
     Off a terminal (CI logs, pipes) rich draws no live bar and only the per-iteration lines remain.
     """
 
-    def __init__(self, total: int, start: int = 0, enabled: bool = True) -> None:
+    def __init__(self, total: int, start: int = 0, enabled: bool = True, label: str = "rl-train",
+                 unit: str = "iter") -> None:
         self.enabled = enabled
-        self.total = total
+        self.total, self.unit = total, unit
         if not enabled:
             return
         from rich.console import Console
@@ -75,7 +80,7 @@ class Progress:
         )
         from rich.progress import Progress as RichProgress
 
-        self._bar = RichProgress(TextColumn("[bold]rl-train"), BarColumn(), MofNCompleteColumn(),
+        self._bar = RichProgress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                                  console=Console(highlight=False), transient=False)
         self._bar.start()
@@ -85,7 +90,7 @@ class Progress:
         if not self.enabled:
             return
         # soft_wrap: the terminal folds a long line, rich inserts no hard breaks (logs keep one line)
-        self._bar.console.print(summary_line(iteration, self.total, metrics), markup=False, soft_wrap=True)
+        self._bar.console.print(summary_line(iteration, self.total, metrics, self.unit), markup=False, soft_wrap=True)
         self._bar.update(self._task, completed=iteration)
 
     def close(self) -> None:

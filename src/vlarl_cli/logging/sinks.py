@@ -135,11 +135,12 @@ class MetricLogger:
     @classmethod
     def create(cls, run_dir: Path, backends: list[str], *, project: str, name: str,
                config: dict[str, Any], run_ids: dict[str, str] | None = None,
-               resume_step: int | None = None, main_process: bool = True) -> MetricLogger:
+               resume_step: int | None = None, main_process: bool = True,
+               jsonl_name: str = "metrics.jsonl") -> MetricLogger:
         if not main_process:
             return cls([NullSink()])
         run_ids = run_ids or {}
-        sinks: list[Sink] = [JsonlSink(run_dir / "metrics.jsonl", resume_step=resume_step)]
+        sinks: list[Sink] = [JsonlSink(run_dir / jsonl_name, resume_step=resume_step)]
         for backend in backends:
             if backend == "tensorboard":
                 sinks.append(TensorBoardSink(run_dir / "tensorboard"))

@@ -220,7 +220,7 @@ def test_vlarl_sft_trains_on_what_lerobot_wrote(written, case, tmp_path):
     np.testing.assert_allclose(stats["state"]["mean"], theirs["mean"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(stats["state"]["std"], theirs["std"], rtol=1e-5, atol=1e-6)
     rows = [json.loads(line) for line in (tmp_path / "run" / "sft_metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3] and all(np.isfinite(r["sft/loss"]) for r in rows)
+    assert [r["step"] for r in rows] == [1, 2, 3] and all(np.isfinite(r["train/sft/loss"]) for r in rows)
     state = json.loads((out / "sft_state.json").read_text())
     assert state["demos_format"] == "lerobot" and state["episodes"] == len(LENGTHS)
     assert (out / "model.safetensors").is_file()
