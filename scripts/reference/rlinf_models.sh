@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Isolated environment with RLinf 0.3.0's OpenVLA-OFT model code for the conformance tests in
-# tests/conformance/rlinf_oft/ (never the project's venv). Idempotent: a stamp file records a finished build.
+# Isolated environment with RLinf 0.3.0's OpenVLA-OFT model code and algorithm functions, and verl 0.9.1's
+# core_algos, for the conformance tests in tests/conformance/rlinf_oft/, rlinf_algos/ and verl_algos/ (never the
+# project's venv). Idempotent: a stamp file records a finished build.
 #
 #   bash scripts/reference/rlinf_models.sh        # -> .reference/rlinf_models/bin/python
 #
@@ -12,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=.reference/rlinf_models
-STAMP="$VENV/.stamp-v1"
+STAMP="$VENV/.stamp-v2"
 if [[ -f "$STAMP" ]]; then
     echo "rlinf_models reference environment ready: $VENV/bin/python"
     exit 0
@@ -24,11 +25,16 @@ PIP="$VENV/bin/pip"
     "safetensors>=0.4" "timm==0.9.10" "omegaconf>=2.3" "pillow" "pyyaml" "regex" "requests" "tqdm" \
     "packaging" "filelock" "torchvision==0.28.0" "urllib3" "idna" "charset-normalizer" "certifi" "fsspec" --no-deps
 "$PIP" install --quiet --no-deps "rlinf==0.3.0"
+# verl's core_algos (tests/conformance/verl_algos/run_verl.py imports `verl` as a bare namespace, so its
+# Ray-starting package __init__ never runs); these are the modules its import chain needs, nothing more
+"$PIP" install --quiet --no-deps "verl==0.9.1" "tensordict==0.15.3" "pyvers==0.2.3" "cloudpickle==3.1.3" \
+    "codetiming==1.4.0" "orjson==3.13.0" "msgpack==1.2.4"
 # PyPI's torchvision is built against CUDA torch: its C ops do not load beside the CPU torch and its meta
 # registrations then fail at import; tests/conformance/rlinf_oft/run_rlinf.py skips that module (timm only
 # needs torchvision's pure-Python parts). The same check here:
 "$VENV/bin/python" -c "import sys, types; sys.modules['torchvision._meta_registrations'] = types.ModuleType('m'); \
 import transformers, timm, omegaconf; print('transformers', transformers.__version__, 'timm', timm.__version__)"
+"$VENV/bin/python" tests/conformance/verl_algos/run_verl.py --check
 python3 scripts/link_identical.py .venv .reference   # share identical files with the other venvs (CI disk)
 touch "$STAMP"
 echo "rlinf_models reference environment ready: $VENV/bin/python"

@@ -216,7 +216,8 @@ def test_grpo_hand_computed_and_filter():
     d = torch.zeros(4, 4, dtype=torch.bool)
     d[2, 0] = d[3, 2] = d[1, 3] = True
     mask = loss_mask_from_dones(d)
-    adv, m2 = grpo(r, mask, group_size=2, filter_bounds=(0.1, 0.9))
+    res = compute_advantages("grpo", r, d, mask, group_size=2, filter_bounds=(0.1, 0.9))
+    adv, m2 = res.advantages, res.loss_mask
     assert torch.equal(m2[:, 2:], torch.zeros(3, 2, dtype=torch.bool))  # all-success group filtered
     torch.testing.assert_close(adv[:, 0], torch.tensor([1.0, 1.0, 0.0]) * 0.5 / (s + 1e-6))
     torch.testing.assert_close(adv[:, 1], torch.full((3,), -0.5 / (s + 1e-6)))
@@ -269,6 +270,8 @@ def test_compute_advantages_dispatch():
     assert res.returns is None and res.advantages.shape == (5, 4)
     with pytest.raises(ConfigError, match="value head"):
         compute_advantages("gae", r, d)
+    with pytest.raises(ConfigError, match="filter_rewards drops groups"):
+        compute_advantages("reinpp", r, d, filter_bounds=(0.1, 0.9))
 
 
 def test_trajectory_valid_fraction_and_metrics():

@@ -269,16 +269,10 @@ def test_shuffle_by_env_column_is_split_invariant_and_mixes_time_steps() -> None
     all take the same slots (time steps are mixed)."""
     from vlarl_cli.training.update import _permutation
 
-    def settings(batch: int) -> UpdateSettings:
-        return UpdateSettings(update_epoch=1, global_batch_size=batch, micro_batch_size=batch, clip_ratio_low=0.2,
-                              clip_ratio_high=0.2, clip_ratio_c=None, value_clip=None, huber_delta=1.0,
-                              entropy_bonus=0.0, kl_beta=0.0, kl_type="kl", logprob_type="action_level",
-                              loss_agg="token-mean", clip_grad=1.0)
-
     slots, envs = 12, 4
 
     def batches(cols: range, batch: int) -> list[set[tuple[int, int]]]:
-        perm = _permutation(slots * len(cols), settings(batch), cols, torch.Generator().manual_seed(3))
+        perm = _permutation(slots * len(cols), batch, cols, torch.Generator().manual_seed(3))
         assert sorted(perm.tolist()) == list(range(slots * len(cols)))
         rows = perm.view(-1, batch)
         return [{(int(r) // len(cols), cols[int(r) % len(cols)]) for r in mb} for mb in rows]  # (slot, env)
@@ -338,3 +332,27 @@ def test_per_action_values_need_matching_shapes():
         RolloutBatch(**{**batch.__dict__, "old_values": batch.old_values[:, 0]})
     with pytest.raises(ValueError, match=r"old_values must be \[N=.*\] or \[N, C\]"):
         RolloutBatch(**{**batch.__dict__, "old_values": batch.old_values[:, :2], "returns": batch.returns[:, :2]})
+
+
+def test_a_trajectory_loss_gets_whole_trajectories_in_every_micro_batch() -> None:
+    """GSPO (a trajectory-level loss): rows are shuffled by trajectory, each kept whole and in time order, so every
+    micro-batch of a multiple of T rows holds whole trajectories; the split over processes stays invariant."""
+    from vlarl_cli.training.update import _row_order
+
+    t, n, epochs = 3, 4, 2
+    rows = t * n * epochs
+    trajectory = torch.cat([(e * n + torch.arange(n)).repeat(t) for e in range(epochs)])  # the batch builder's ids
+    batch = RolloutBatch(replay={}, old_logprobs=torch.zeros(rows, 1, 1), advantages=torch.zeros(rows),
+                         loss_mask=torch.ones(rows, 1, dtype=torch.bool), steps_per_trajectory=t, trajectory=trajectory)
+    s = UpdateSettings(update_epoch=1, global_batch_size=2 * t * n, micro_batch_size=t, clip_ratio_low=0.2,
+                       clip_ratio_high=0.2, clip_ratio_c=None, value_clip=None, huber_delta=1.0, entropy_bonus=0.0,
+                       kl_beta=0.0, kl_type="kl", logprob_type="chunk_level", loss_agg="token-mean", clip_grad=1.0,
+                       policy_loss="gspo")
+    order = _row_order(batch, s, range(n), torch.Generator().manual_seed(0))
+    assert sorted(order.tolist()) == list(range(rows))
+    pieces = order.view(-1, t)  # one trajectory per micro-batch here
+    for piece in pieces:
+        assert len(set(trajectory[piece].tolist())) == 1 and piece.tolist() == sorted(piece.tolist())
+    vanilla = _row_order(batch, UpdateSettings(**{**s.__dict__, "policy_loss": "vanilla"}), range(n),
+                         torch.Generator().manual_seed(0))
+    assert any(len(set(trajectory[p].tolist())) > 1 for p in vanilla.view(-1, t))  # chunk steps are mixed there

@@ -11,9 +11,12 @@ embodied runner (REFERENCE.md section 2):
 * values ``[T+1, B]`` (or ``[T+1, B, C]`` from a critic with one value per action, GAE at action level):
   ``values[T]`` is the bootstrap value of the observation after the last chunk.
 
-Estimators are registered by name (``gae``, ``grpo``, ``reinpp``, ``raw``); :func:`get_advantage_fn`
-answers an unknown name with the known ones. Every registered function has the signature of
-:data:`AdvantageFn` and returns an :class:`AdvantageResult`.
+Estimators are registered by name (``gae``, ``grpo``, ``drgrpo``, ``rloo``, ``reinpp``, ``raw``), each
+name with its row in :data:`vlarl_cli.algorithm_types.ADVANTAGE_TYPES` (what it needs: a critic, groups,
+whole-batch normalisation); :func:`get_advantage_fn` answers an unknown name with the known ones. Every
+registered function has the signature of :data:`AdvantageFn` and returns an :class:`AdvantageResult`. The
+group estimators (GRPO, Dr.GRPO, RLOO) share :func:`outcome_advantages`: each is a function of the ``[B]``
+episode scores.
 """
 
 from __future__ import annotations
@@ -24,12 +27,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from vlarl_cli.algorithm_types import ADVANTAGE_TYPES
 from vlarl_cli.algorithms.reduction import LOCAL, Reduce, masked_moments
 from vlarl_cli.errors import ConfigError, did_you_mean
 
 __all__ = [
     "ADVANTAGES",
-    "BATCH_NORMALIZED",
     "REWARD_TYPES",
     "AdvantageFn",
     "AdvantageResult",
@@ -38,6 +41,7 @@ __all__ = [
     "aggregate_rewards",
     "bootstrap_truncated",
     "compute_advantages",
+    "drgrpo",
     "episode_scores",
     "filter_groups",
     "gae",
@@ -47,19 +51,15 @@ __all__ = [
     "loss_mask_from_dones",
     "masked_normalize",
     "normalize_pieces",
+    "outcome_advantages",
     "raw",
     "register_advantage",
     "reinpp",
+    "rloo",
     "trajectory_valid_fraction",
 ]
 
 REWARD_TYPES = ("chunk_level", "action_level")
-
-#: estimators whose ``normalize`` standardises over the whole batch (GRPO normalises within groups):
-#: a runner holding the batch in pieces (rollout epochs, processes) normalises them together with
-#: :func:`normalize_pieces` instead.
-BATCH_NORMALIZED = frozenset({"gae", "reinpp", "raw"})
-
 
 # ---------------------------------------------------------------------------------------------------
 # masked statistics
@@ -165,9 +165,11 @@ def loss_mask_from_dones(dones: Tensor) -> Tensor:
 def trajectory_valid_fraction(loss_mask: Tensor) -> Tensor:
     """Fraction of valid entries of each env column, broadcast over time: ``[T, B(, C)] -> [T, B]``.
 
-    Used by the ``seq-mean-*`` loss aggregations: weighting an entry by ``1 / valid_fraction`` and
-    averaging over ALL entries is RLinf's ``L * mask * max_episode_steps / valid_steps`` (each trajectory
-    counts once, whatever its length). Columns with no valid entry get 1 (their entries are masked anyway).
+    Used by ``seq-mean-token-mean``: weighting an entry by ``1 / valid_fraction`` and averaging over ALL
+    entries makes each trajectory count once, whatever its length. RLinf's ``L * mask * max_episode_steps /
+    valid_steps`` counts valid ENV STEPS instead, which differs for a ``[T, B]`` chunk mask whose episode
+    ends inside a chunk (``algorithms/losses.py``, tested against RLinf in ``tests/conformance/rlinf_algos``).
+    Columns with no valid entry get 1 (their entries are masked anyway).
     """
     m = loss_mask.float()
     per_col = m.reshape(m.shape[0], m.shape[1], -1).mean(dim=(0, 2))  # [B]
@@ -291,25 +293,47 @@ def _gae_steps(rewards: Tensor, values: Tensor, dones: Tensor, gamma: float, gae
     return advantages, advantages + values[:-1]
 
 
+def _groups(scores: Tensor, group_size: int, name: str) -> Tensor:
+    """``[B]`` scores -> ``[B / group_size, group_size]``; the group rules stated once for every estimator."""
+    if scores.dim() != 1:
+        raise ValueError(f"scores must be [B], got {tuple(scores.shape)}")
+    if group_size < 2:
+        raise ConfigError(f"{name} needs group_size >= 2 (got {group_size}): a group of one has no baseline.",
+                          "Set algorithm.group_size to 2 or more.")
+    if scores.numel() % group_size:
+        raise ConfigError(f"{scores.numel()} envs cannot be split into groups of {group_size}.",
+                          "Make the number of training envs a multiple of group_size.")
+    return scores.view(-1, group_size)
+
+
 def group_normalize(scores: Tensor, group_size: int, *, normalize: bool = True, eps: float = 1e-6) -> Tensor:
     """GRPO (arXiv 2402.03300) score -> advantage: ``(s - mean_group) / (std_group + eps)``, unbiased std.
 
     ``scores [B]``, groups are consecutive blocks of ``group_size`` envs. ``normalize=False`` keeps
     only the mean subtraction (RLinf ignores the flag for GRPO, a defect we do not repeat).
     """
-    if scores.dim() != 1:
-        raise ValueError(f"scores must be [B], got {tuple(scores.shape)}")
-    if group_size < 2:
-        raise ConfigError(f"GRPO needs group_size >= 2 (got {group_size}): a group of one has no baseline.",
-                          "Set algorithm.group_size to 2 or more.")
-    if scores.numel() % group_size:
-        raise ConfigError(f"{scores.numel()} envs cannot be split into groups of {group_size}.",
-                          "Make the number of training envs a multiple of group_size.")
-    g = scores.view(-1, group_size)
+    g = _groups(scores, group_size, "GRPO")
     adv = g - g.mean(dim=1, keepdim=True)
     if normalize:
         adv = adv / (g.std(dim=1, unbiased=True, keepdim=True) + eps)
     return adv.reshape(-1)
+
+
+def drgrpo(scores: Tensor, group_size: int) -> Tensor:
+    """Dr.GRPO (Liu et al., arXiv 2503.20783): ``s - mean_group``, never divided by the group's std (the std
+    favours groups that are almost all success or all failure). verl: ``grpo`` with
+    ``norm_adv_by_std_in_grpo: False``. The paper's length-unbiased loss is ``loss_agg_func:
+    seq-mean-token-sum-norm``."""
+    g = _groups(scores, group_size, "Dr.GRPO")
+    return (g - g.mean(dim=1, keepdim=True)).reshape(-1)
+
+
+def rloo(scores: Tensor, group_size: int) -> Tensor:
+    """RLOO (Ahmadian et al., arXiv 2402.14740): ``s_i - mean_{j != i} s_j``, the leave-one-out baseline of the
+    other episodes of the group; equal to ``n / (n - 1) * (s_i - mean_group)`` (verl ``compute_rloo_outcome_advantage``)."""
+    g = _groups(scores, group_size, "RLOO")
+    n = g.shape[1]
+    return ((g - g.mean(dim=1, keepdim=True)) * (n / (n - 1))).reshape(-1)
 
 
 def filter_groups(scores: Tensor, group_size: int, lower: float, upper: float) -> Tensor:
@@ -331,25 +355,32 @@ def _broadcast_over_time(per_env: Tensor, like: Tensor) -> Tensor:
     return view.expand_as(like)
 
 
-def grpo(rewards: Tensor, loss_mask: Tensor, *, group_size: int, normalize: bool = True, eps: float = 1e-6,
-         filter_bounds: tuple[float, float] | None = None) -> tuple[Tensor, Tensor]:
-    """GRPO advantages: the group-normalised first-episode score broadcast to every valid step.
+def outcome_advantages(rewards: Tensor, loss_mask: Tensor, score_to_advantage: Callable[[Tensor], Tensor]
+                       ) -> tuple[Tensor, Tensor]:
+    """An outcome estimator: ``score_to_advantage`` maps the ``[B]`` first-episode scores to ``[B]`` advantages,
+    broadcast to every valid step.
 
     Args:
         rewards: ``[T, B]`` or ``[T, B, C]``.
         loss_mask: same shape as rewards (or ``[T, B]``), valid steps of the first episode.
-        filter_bounds: ``(lower, upper)`` on the group mean score; groups outside are masked out.
     Returns:
         ``(advantages, loss_mask)`` both shaped like ``rewards``; masked entries are 0.
     """
     mask = _expand_mask(loss_mask, rewards).bool()
-    scores = episode_scores(rewards, mask)
-    adv_env = group_normalize(scores, group_size, normalize=normalize, eps=eps)
-    if filter_bounds is not None:
-        keep = filter_groups(scores, group_size, *filter_bounds)
-        mask = mask & _broadcast_over_time(keep, mask)
+    adv_env = score_to_advantage(episode_scores(rewards, mask))
+    if adv_env.shape != (rewards.shape[1],):
+        raise ValueError(f"an outcome estimator must give one advantage per env [B={rewards.shape[1]}], got "
+                         f"{tuple(adv_env.shape)}")
     adv = _broadcast_over_time(adv_env.to(rewards.dtype), rewards) * mask.to(rewards.dtype)
     return adv, mask
+
+
+def grpo(rewards: Tensor, loss_mask: Tensor, *, group_size: int, normalize: bool = True, eps: float = 1e-6
+         ) -> tuple[Tensor, Tensor]:
+    """GRPO advantages: the group-normalised first-episode score broadcast to every valid step (shapes as
+    :func:`outcome_advantages`)."""
+    return outcome_advantages(rewards, loss_mask,
+                              lambda s: group_normalize(s, group_size, normalize=normalize, eps=eps))
 
 
 def reinpp(rewards: Tensor, dones: Tensor, loss_mask: Tensor, *, gamma: float = 1.0, group_size: int = 1,
@@ -360,7 +391,9 @@ def reinpp(rewards: Tensor, dones: Tensor, loss_mask: Tensor, *, gamma: float = 
     ``G_t = r_t + gamma (1 - d_{t+1}) G_{t+1}`` over the valid steps (per action step for ``[T, B, C]``
     rewards); with ``baseline`` and ``group_size > 1``, the group mean of the episode scores is
     subtracted from every ``G_t`` of the group (RLinf's "reinforce++ baseline", which subtracts it from
-    the terminal reward, equals this for gamma = 1).
+    the terminal reward, equals this for gamma = 1). Deliberately not RLinf's embodied ``reinpp``, which does
+    not discount, gives every step the whole episode score, and standardises with the population std and no
+    epsilon (the exact relation is asserted in ``tests/conformance/rlinf_algos``).
     """
     mask = _expand_mask(loss_mask, rewards).bool()
     r = rewards * mask.to(rewards.dtype)
@@ -407,12 +440,19 @@ def raw(rewards: Tensor, loss_mask: Tensor, *, normalize: bool = False, eps: flo
 # ---------------------------------------------------------------------------------------------------
 # registry
 
-#: fn(rewards, dones, loss_mask, *, values, gamma, gae_lambda, group_size, normalize, filter_bounds)
+#: fn(rewards, dones, loss_mask, *, values, gamma, gae_lambda, group_size, normalize) -> AdvantageResult;
+#: every function takes the whole keyword set (``**_`` for what it does not use)
 AdvantageFn = Callable[..., AdvantageResult]
 ADVANTAGES: dict[str, AdvantageFn] = {}
 
 
 def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Register an estimator under ``name``, which must have its row in ``algorithm_types.ADVANTAGE_TYPES``
+    (what the config, the batch builder and the update need to know of it)."""
+    if name not in ADVANTAGE_TYPES:
+        raise ValueError(f'advantage estimator "{name}" has no row in vlarl_cli.algorithm_types.ADVANTAGE_TYPES; '
+                         "add one (docs/adding_an_algorithm.md)")
+
     def deco(fn: AdvantageFn) -> AdvantageFn:
         ADVANTAGES[name] = fn
         return fn
@@ -443,10 +483,24 @@ def _gae_entry(rewards: Tensor, dones: Tensor, loss_mask: Tensor, *, values: Ten
 
 @register_advantage("grpo")
 def _grpo_entry(rewards: Tensor, dones: Tensor, loss_mask: Tensor, *, group_size: int = 1,
-                normalize: bool = True, filter_bounds: tuple[float, float] | None = None, **_: object
-                ) -> AdvantageResult:
-    adv, mask = grpo(rewards, loss_mask, group_size=group_size, normalize=normalize, filter_bounds=filter_bounds)
+                normalize: bool = True, **_: object) -> AdvantageResult:
+    adv, mask = grpo(rewards, loss_mask, group_size=group_size, normalize=normalize)
     return AdvantageResult(adv, None, mask)
+
+
+@register_advantage("drgrpo")
+def _drgrpo_entry(rewards: Tensor, dones: Tensor, loss_mask: Tensor, *, group_size: int = 1, **_: object
+                  ) -> AdvantageResult:
+    adv, mask = outcome_advantages(rewards, loss_mask, lambda s: drgrpo(s, group_size))
+    return AdvantageResult(adv, None, mask)
+
+
+@register_advantage("rloo")
+def _rloo_entry(rewards: Tensor, dones: Tensor, loss_mask: Tensor, *, group_size: int = 1, normalize: bool = False,
+                **_: object) -> AdvantageResult:
+    # ``normalize``: standardised over the valid entries (the batch builder does it over the whole batch instead)
+    adv, mask = outcome_advantages(rewards, loss_mask, lambda s: rloo(s, group_size))
+    return AdvantageResult(masked_normalize(adv, mask) if normalize else adv, None, mask)
 
 
 @register_advantage("reinpp")
@@ -470,9 +524,20 @@ def compute_advantages(name: str, rewards: Tensor, dones: Tensor, loss_mask: Ten
     """Run the estimator ``name`` with the shared keyword set (each uses what it needs).
 
     ``loss_mask`` defaults to :func:`loss_mask_from_dones` (first episode of each column valid).
+    ``filter_bounds`` (``filter_rewards``, group estimators only): ``(lower, upper)`` on a group's mean
+    score; the groups outside are masked out (their advantages 0).
     """
     fn = get_advantage_fn(name)
     if loss_mask is None:
         loss_mask = loss_mask_from_dones(dones)
-    return fn(rewards, dones, loss_mask, values=values, gamma=gamma, gae_lambda=gae_lambda,
-              group_size=group_size, normalize=normalize, filter_bounds=filter_bounds)
+    result = fn(rewards, dones, loss_mask, values=values, gamma=gamma, gae_lambda=gae_lambda,
+                group_size=group_size, normalize=normalize)
+    if filter_bounds is not None:
+        if not ADVANTAGE_TYPES[name].groups:
+            raise ConfigError(f"filter_rewards drops groups, but adv_type {name} has none.",
+                              "Use a group estimator (grpo, drgrpo, rloo) or set filter_rewards false.")
+        scores = episode_scores(rewards, _expand_mask(loss_mask, rewards).bool())
+        keep = _broadcast_over_time(filter_groups(scores, group_size, *filter_bounds), result.loss_mask)
+        result = AdvantageResult(result.advantages * keep.to(result.advantages.dtype), result.returns,
+                                 result.loss_mask & keep)
+    return result

@@ -10,27 +10,51 @@ chunk, A action dims). ``logprob_type`` picks the unit of the PPO ratio:
 :func:`to_unit` / :func:`mask_to_unit`, with explicit shape checks instead of silent broadcasting.
 
 Aggregation with a mask. A loss over units is ``sum(L * weight) / denominator`` where
-:func:`loss_weights` builds ``weight`` and ``denominator`` for the three ``loss_agg_func`` modes:
+:func:`loss_weights` builds ``weight`` and ``denominator`` for the ``loss_agg_func`` modes (a "sequence" is
+one env's trajectory of ``T`` chunk steps in one rollout epoch):
 
-* ``token-mean``: weight = mask, denominator = number of valid units (masked mean).
+* ``token-mean``: weight = mask, denominator = number of valid units (masked mean). RLinf's
+  ``masked_mean`` (its embodied default, with auto-reset) up to a count (below).
 * ``seq-mean-token-mean``: weight = mask / valid_fraction_of_its_trajectory, denominator = number of
-  units. This is RLinf's ``mean(L * mask * max_episode_steps / valid_steps)``: every trajectory counts
-  once, whatever its length.
-* ``seq-mean-token-sum``: weight = mask * steps_per_trajectory, denominator = number of units: the sum
-  over a trajectory, averaged over trajectories.
+  units: the mean over trajectories of each trajectory's mean over its valid units, so every trajectory
+  counts once whatever its length. RLinf's embodied loss without auto-reset (``masked_mean_ratio``:
+  ``mean(L * mask * max_episode_steps / valid_env_steps)``) is the same when episodes end on a chunk
+  boundary and ``max_episode_steps`` equals the ``T * C`` steps of a rollout epoch. It differs, deliberately,
+  when a chunk-level unit's episode ends inside the chunk: RLinf divides by the valid ENV STEPS, so such a
+  trajectory weighs ``valid_chunks * C / valid_steps`` times more than one that ends on a boundary
+  (``tests/conformance/rlinf_algos`` asserts the factor); here the valid fraction is counted in the units
+  the loss runs over.
+* ``seq-mean-token-sum``: weight = mask * steps_per_trajectory, denominator = number of samples (chunk
+  steps): the sum over a trajectory's valid units, averaged over trajectories (verl's mode).
+* ``seq-mean-token-sum-norm``: weight = mask, denominator = number of units: a trajectory's sum divided by
+  the constant number of units in a trajectory, averaged over trajectories (Dr.GRPO, arXiv 2503.20783;
+  verl's mode with ``loss_scale_factor`` = the horizon).
 
 The denominator is passed in so that micro-batches can use the WHOLE mini-batch's denominator and their
 gradients add up to exactly the full-batch gradient (``training/update.py``).
 
-Metrics are masked means over valid units with a correct denominator (RLinf divides token-level sums
-by a count of ``[N, C, 1]`` mask entries, so its clip fraction can exceed 1; here it cannot).
+Counts. Metrics are masked means over valid units with a correct denominator; so is the ``token-mean`` loss.
+RLinf divides token-level (and, with chunk-level rewards, action-level) sums by a count of ``[N, C, 1]`` or
+``[N, 1]`` mask entries, so its clip fraction can exceed 1 and its ``masked_mean`` PPO loss VALUE (hence
+gradient) is ``A``, ``C`` or ``C * A`` times ours in those layouts (``tests/conformance/rlinf_algos`` asserts
+each factor). Kept deliberately: with Adam the update does not depend on a constant loss scale (up to its
+epsilon and the gradient-norm clip), and a loss that is a mean keeps the policy and value terms on one
+scale.
+
+Policy losses are registered by name (:data:`POLICY_LOSSES`, each with its row in
+``vlarl_cli.algorithm_types.POLICY_LOSSES``): ``vanilla`` (clipped PPO with the dual clip) and ``gspo``
+(sequence-level ratio); both go through :func:`clipped_surrogate`, the one place the ratio is clipped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
+from vlarl_cli.algorithm_types import LOSS_AGGS
+from vlarl_cli.algorithm_types import POLICY_LOSSES as POLICY_LOSS_TYPES
 from vlarl_cli.algorithms.reduction import LOCAL, Reduce, masked_moments
 from vlarl_cli.errors import ConfigError, did_you_mean
 
@@ -38,21 +62,26 @@ __all__ = [
     "KL_TYPES",
     "LOGPROB_LEVELS",
     "LOSS_AGGS",
+    "POLICY_LOSSES",
     "aggregate_logprobs",
     "aggregate_loss",
+    "clipped_surrogate",
     "expand_to_elements",
     "explained_variance",
+    "get_policy_loss_fn",
+    "gspo_actor_loss",
     "huber",
     "kl_penalty",
     "loss_weights",
     "mask_to_unit",
     "ppo_actor_loss",
+    "register_policy_loss",
+    "sequence_mean",
     "to_unit",
     "value_loss",
 ]
 
 LOGPROB_LEVELS = ("token_level", "action_level", "chunk_level")
-LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 #: accepted KL estimator names -> canonical (Schulman, "Approximating KL Divergence", 2020)
 KL_TYPES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 
@@ -156,7 +185,9 @@ def loss_weights(unit_mask: Tensor, agg: str, *, valid_fraction: Tensor | None =
             raise ValueError(f"valid_fraction must be [N={unit_mask.shape[0]}], got {tuple(valid_fraction.shape)}")
         vf = valid_fraction.float().view(-1, *([1] * (m.dim() - 1)))
         return m / vf.clamp(min=1e-8), numel
-    return m * float(steps_per_trajectory), numel
+    if agg == "seq-mean-token-sum-norm":
+        return m, numel
+    return m * float(steps_per_trajectory), torch.tensor(float(m.shape[0]), device=m.device)
 
 
 def aggregate_loss(loss: Tensor, weight: Tensor, denominator: Tensor | float) -> Tensor:
@@ -179,31 +210,55 @@ def _masked_mean(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
 # actor
 
 
-def ppo_actor_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, weight: Tensor,
-                   denominator: Tensor | float, *, clip_ratio_low: float, clip_ratio_high: float,
-                   clip_ratio_c: float | None = None, log_ratio_min: float = -20.0,
-                   log_ratio_max: float = 20.0) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped PPO surrogate (arXiv 1707.06347) with asymmetric clip and optional dual clip.
+#: fn(logprobs, old_logprobs, advantages, weight, denominator, *, clip_ratio_low, clip_ratio_high,
+#: clip_ratio_c, log_ratio_min, log_ratio_max, trajectory) -> (loss, metrics with "count"); unit-shaped tensors
+PolicyLossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
+POLICY_LOSSES: dict[str, PolicyLossFn] = {}
 
-    All tensors have the same unit shape; ``weight``/``denominator`` from :func:`loss_weights`.
 
-    ``ratio = exp(clamp(logp - logp_old))``;
-    ``pg_loss = max(-A ratio, -A clip(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high))``;
-    dual clip (Ye et al., arXiv 1912.09729) for ``A < 0``: ``pg_loss = min(pg_loss, -clip_ratio_c A)``.
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Register a policy loss under ``name``, which must have its row in ``algorithm_types.POLICY_LOSSES``."""
+    if name not in POLICY_LOSS_TYPES:
+        raise ValueError(f'policy loss "{name}" has no row in vlarl_cli.algorithm_types.POLICY_LOSSES; add one '
+                         "(docs/adding_an_algorithm.md)")
 
-    Returns:
-        ``(loss, metrics)``; metrics are masked means over units with ``weight > 0`` plus the
-        ``count`` of such units (to average across micro-batches): ``approx_kl`` (= mean(logp_old -
-        logp), cleanrl/RLinf's definition), ``clipfrac`` (fraction where the clipped branch is taken,
-        in [0, 1]), ``dual_clipfrac``, ``ratio``, ``clipped_ratio`` (mean of the clipped ratio).
-    """
+    def deco(fn: PolicyLossFn) -> PolicyLossFn:
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return deco
+
+
+def get_policy_loss_fn(name: str) -> PolicyLossFn:
+    """The registered policy loss ``name``; an unknown name raises :class:`ConfigError` listing the known."""
+    _check(name, sorted(POLICY_LOSSES), "policy loss (algorithm.policy_loss)")
+    return POLICY_LOSSES[name]
+
+
+def _check_actor_shapes(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, weight: Tensor) -> None:
     if not logprobs.shape == old_logprobs.shape == advantages.shape == weight.shape:
         raise ValueError(f"shapes differ: logprobs {tuple(logprobs.shape)}, old {tuple(old_logprobs.shape)}, "
                          f"advantages {tuple(advantages.shape)}, weight {tuple(weight.shape)}")
+
+
+def clipped_surrogate(log_ratio: Tensor, advantages: Tensor, weight: Tensor, denominator: Tensor | float, *,
+                      clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: float | None,
+                      kl_log_ratio: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """The clipped surrogate every policy loss shares, given its (already clamped) log-ratio.
+
+    ``ratio = exp(log_ratio)``; ``pg_loss = max(-A ratio, -A clip(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high))``;
+    dual clip (Ye et al., arXiv 1912.09729) for ``A < 0``: ``pg_loss = min(pg_loss, -clip_ratio_c A)``.
+
+    Returns:
+        ``(loss, metrics)``; metrics are masked means over units with ``weight > 0`` plus the ``count`` of
+        such units (to average across micro-batches): ``approx_kl`` (= mean(-kl_log_ratio), the CLAMPED
+        log-ratio as RLinf's ``compute_ppo_actor_loss`` and verl's ``ppo_kl`` take it), ``clipfrac``
+        (fraction where the clipped branch is taken, in [0, 1]), ``dual_clipfrac``, ``ratio``,
+        ``clipped_ratio`` (mean of the clipped ratio).
+    """
     if clip_ratio_c is not None and clip_ratio_c <= 1.0:
         raise ConfigError(f"clip_ratio_c must be > 1 for the dual clip, got {clip_ratio_c}.",
                           "Set it to e.g. 3.0, or null to disable the dual clip.")
-    log_ratio = (logprobs - old_logprobs).clamp(log_ratio_min, log_ratio_max)
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
     # --- clipped surrogate ---
@@ -220,7 +275,7 @@ def ppo_actor_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, w
 
     valid = weight != 0
     with torch.no_grad():
-        approx_kl, count = _masked_mean(-(logprobs - old_logprobs), valid)
+        approx_kl, count = _masked_mean(-kl_log_ratio, valid)
         metrics = {
             "approx_kl": approx_kl,
             "clipfrac": _masked_mean((pg_loss2 > pg_loss1).to(ratio.dtype), valid)[0],
@@ -230,6 +285,63 @@ def ppo_actor_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, w
             "count": count.to(ratio.dtype),
         }
     return loss, metrics
+
+
+@register_policy_loss("vanilla")
+def ppo_actor_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, weight: Tensor,
+                   denominator: Tensor | float, *, clip_ratio_low: float, clip_ratio_high: float,
+                   clip_ratio_c: float | None = None, log_ratio_min: float = -20.0,
+                   log_ratio_max: float = 20.0, **_: object) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped PPO surrogate (arXiv 1707.06347) with asymmetric clip and optional dual clip, on the
+    per-unit ratio ``exp(clamp(logp - logp_old, log_ratio_min, log_ratio_max))`` (:func:`clipped_surrogate`).
+
+    All tensors have the same unit shape; ``weight``/``denominator`` from :func:`loss_weights`.
+    """
+    _check_actor_shapes(logprobs, old_logprobs, advantages, weight)
+    log_ratio = (logprobs - old_logprobs).clamp(log_ratio_min, log_ratio_max)
+    return clipped_surrogate(log_ratio, advantages, weight, denominator, clip_ratio_low=clip_ratio_low,
+                             clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c, kl_log_ratio=log_ratio)
+
+
+def sequence_mean(x: Tensor, valid: Tensor, trajectory: Tensor) -> Tensor:
+    """Mean of ``x`` over the valid units of each trajectory, broadcast back to every unit.
+
+    Args:
+        x, valid: ``[N, ...]`` unit-shaped (``valid`` bool).
+        trajectory: ``[N]`` trajectory id of each sample; every trajectory must be whole in ``x``.
+    """
+    if trajectory.shape != x.shape[:1]:
+        raise ValueError(f"trajectory must be [N={x.shape[0]}], got {tuple(trajectory.shape)}")
+    _, inverse = torch.unique(trajectory, return_inverse=True)
+    index = inverse.view(-1, *([1] * (x.dim() - 1))).expand_as(x).reshape(-1)
+    n = int(inverse.max()) + 1 if inverse.numel() else 0
+    total = torch.zeros(n, dtype=x.dtype, device=x.device).index_add_(
+        0, index, torch.where(valid, x, torch.zeros_like(x)).reshape(-1))
+    count = torch.zeros(n, dtype=x.dtype, device=x.device).index_add_(0, index, valid.reshape(-1).to(x.dtype))
+    return (total / count.clamp(min=1.0))[index].view_as(x)
+
+
+@register_policy_loss("gspo")
+def gspo_actor_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, weight: Tensor,
+                    denominator: Tensor | float, *, clip_ratio_low: float, clip_ratio_high: float,
+                    trajectory: Tensor | None = None, log_ratio_min: float = -20.0, log_ratio_max: float = 20.0,
+                    **_: object) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO (Zheng et al., arXiv 2507.18071): the clipped surrogate on the SEQUENCE ratio of each unit's
+    trajectory, ``s = exp(mean over the trajectory's valid units of (logp - logp_old))``, in the token form
+    ``log s_t = logp_t - sg(logp_t) + sg(log s)`` whose gradient is the sequence ratio's (verl
+    ``compute_policy_loss_gspo``); no dual clip. ``trajectory`` ``[N]`` (every trajectory whole in the
+    micro-batch: the update shuffles trajectories for this loss). verl clamps ``log s_t`` at 10 from above only;
+    here ``[log_ratio_min, log_ratio_max]`` (``algorithm.clip_log_ratio_*``) as for the vanilla loss.
+    """
+    _check_actor_shapes(logprobs, old_logprobs, advantages, weight)
+    if trajectory is None:
+        raise ValueError("the gspo policy loss needs the trajectory id of every sample (RolloutBatch.trajectory)")
+    token_log_ratio = logprobs - old_logprobs
+    seq_log_ratio = sequence_mean(token_log_ratio.detach(), weight != 0, trajectory)
+    log_ratio = (logprobs - logprobs.detach() + seq_log_ratio).clamp(log_ratio_min, log_ratio_max)
+    # approx_kl from the unclamped per-unit log-ratio, as verl's gspo reports ppo_kl
+    return clipped_surrogate(log_ratio, advantages, weight, denominator, clip_ratio_low=clip_ratio_low,
+                             clip_ratio_high=clip_ratio_high, clip_ratio_c=None, kl_log_ratio=token_log_ratio.detach())
 
 
 def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, kl_type: str) -> Tensor:

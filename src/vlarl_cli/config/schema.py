@@ -12,16 +12,28 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
-from vlarl_cli import model_types
+from vlarl_cli import algorithm_types, model_types
 
 COMPONENTS = ("env", "rollout", "actor")
 MODEL_TYPES = tuple(model_types.MODEL_TYPES)  # the vocabulary lives in model_types.py
-ADV_TYPES = ("gae", "grpo", "reinpp", "raw")
+ADV_TYPES = tuple(algorithm_types.ADVANTAGE_TYPES)  # ... and this one in algorithm_types.py
+POLICY_LOSSES = tuple(algorithm_types.POLICY_LOSSES)
 NOISE_METHODS = ("ode", "flow_sde", "flow_cps", "flow_noise")
 # RLinf and its docs also call flow_noise "reinflow" (arXiv 2505.22094).
 _NOISE_ALIASES = {"reinflow": "flow_noise", "flow-sde": "flow_sde", "flow-noise": "flow_noise"}
+#: RLinf's nested-block keys whose flat field has another name (the rest share the name)
+_NESTED_TO_FLAT = {"num_steps": "denoising_steps", "use_vlm_value": "value_after_vlm"}
 
 
 class Section(BaseModel):
@@ -139,18 +151,23 @@ class AlgorithmConfig(Section):
     # bootstrap_type: RLinf's gamma * V(final obs) at auto-reset ends, printed as a deviation (config/unsupported.py)
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"bootstrap_type"})
 
-    adv_type: str = Field("gae", description=f"Advantage estimator: {', '.join(ADV_TYPES)}.")
+    adv_type: str = Field("gae", description=f"Advantage estimator: {', '.join(ADV_TYPES)} (what each needs: "
+                          "vlarl_cli/algorithm_types.py).")
+    policy_loss: str = Field("vanilla", description=f"Policy loss: {', '.join(POLICY_LOSSES)} (vanilla: clipped PPO "
+                             "with dual clip; gspo: the ratio of whole trajectories, arXiv 2507.18071; verl's "
+                             "policy_loss.loss_mode).")
     loss_type: Literal["actor_critic", "actor"] = Field(
         "actor_critic", description="actor_critic: PPO with a value loss; actor: policy loss only (GRPO).")
-    loss_agg_func: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = Field(
-        "token-mean", description="How per-element losses are averaged.")
+    loss_agg_func: str = Field("token-mean", description="How per-unit losses are averaged: "
+                               f"{', '.join(algorithm_types.LOSS_AGGS)} (algorithms/losses.py).")
     reward_type: Literal["chunk_level", "action_level"] = Field(
         "chunk_level", description="chunk_level: one reward per chunk (sum of its steps); action_level: per step.")
     logprob_type: Literal["token_level", "action_level", "chunk_level"] = Field(
         "chunk_level", description="Granularity of the PPO ratio: per element, per env step, or per chunk.")
     entropy_type: Literal["token_level", "action_level", "chunk_level"] = Field(
         "chunk_level", description="Granularity of the entropy term.")
-    normalize_advantages: bool = Field(True, description="Normalise advantages over valid entries.")
+    normalize_advantages: bool = Field(True, description="Normalise advantages: gae, rloo, reinpp, raw over the "
+                                       "whole batch's valid entries; grpo by each group's std; drgrpo never.")
     gamma: float = Field(0.99, ge=0, le=1, description="Discount factor per chunk step.")
     gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
     clip_ratio_low: float = Field(0.2, gt=0, lt=1, description="PPO clip below: ratio >= 1 - clip_ratio_low.")
@@ -164,11 +181,19 @@ class AlgorithmConfig(Section):
     kl_beta: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen reference policy.")
     kl_penalty: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = Field(
         "kl", description="KL estimator: kl/k1, abs, mse/k2, low_var_kl/k3.")
-    group_size: int = Field(1, ge=1, description="GRPO group size: consecutive envs sharing one init state.")
+    group_size: int = Field(1, ge=1, description="Group size of the group estimators (grpo, drgrpo, rloo): "
+                            "consecutive envs sharing one init state.")
     reward_coef: float = Field(1.0, description="Scale of the success reward (also read by env.*.reward_coef).")
-    filter_rewards: bool = Field(False, description="GRPO: drop groups whose mean score is outside the bounds.")
+    filter_rewards: bool = Field(False, description="Group estimators: drop groups whose mean score is outside "
+                                 "the bounds.")
     rewards_lower_bound: float = Field(0.1, description="filter_rewards lower bound on the group mean score.")
     rewards_upper_bound: float = Field(0.9, description="filter_rewards upper bound on the group mean score.")
+    dynamic_sampling: bool = Field(False, description="Group estimators: DAPO's dynamic sampling (arXiv "
+                                   "2503.14476): keep collecting until every env slot of the batch holds a group "
+                                   "whose scores differ (non-zero advantages); all-equal groups are dropped.")
+    max_sampling_draws: int = Field(4, ge=1, description="dynamic_sampling: at most this many collections per "
+                                    "rollout epoch (DAPO's max_num_gen_batches); then the slots still empty are "
+                                    "filled with dropped groups, masked out of the loss, and a warning says how many.")
     update_epoch: int = Field(4, ge=1, description="Passes over the rollout per iteration.")
     rollout_epoch: int | None = Field(
         None, ge=1, description="Rollout epochs per iteration (RLinf keeps this in env.train.rollout_epoch; "
@@ -186,19 +211,44 @@ class AlgorithmConfig(Section):
     @field_validator("adv_type")
     @classmethod
     def _known_adv(cls, value: str) -> str:
-        if value not in ADV_TYPES:
+        known = tuple(algorithm_types.ADVANTAGE_TYPES)  # read at validation: a row added later counts
+        if value not in known:
             from vlarl_cli.errors import did_you_mean
 
             raise ValueError(f'adv_type "{value}" is not an advantage estimator vlarl supports (RLinf\'s '
-                             f'off-policy embodied_sac is not implemented); supported: {", ".join(ADV_TYPES)}.'
-                             f"{did_you_mean(value, ADV_TYPES)}")
+                             f'off-policy embodied_sac is not implemented); supported: {", ".join(known)}.'
+                             f"{did_you_mean(value, known)}")
         return value
+
+    @field_validator("policy_loss", "loss_agg_func")
+    @classmethod
+    def _known_loss_name(cls, value: str, info: ValidationInfo) -> str:
+        known = tuple(algorithm_types.POLICY_LOSSES) if info.field_name == "policy_loss" else algorithm_types.LOSS_AGGS
+        if value not in known:
+            from vlarl_cli.errors import did_you_mean
+
+            raise ValueError(f'{info.field_name} "{value}" is not one vlarl supports; supported: '
+                             f'{", ".join(known)}.{did_you_mean(value, known)}')
+        return value
+
+    @property
+    def kind(self) -> algorithm_types.AdvantageType:
+        """What the estimator needs (its row in ``algorithm_types.ADVANTAGE_TYPES``)."""
+        return algorithm_types.ADVANTAGE_TYPES[self.adv_type]
 
     @model_validator(mode="after")
     def _rules(self) -> AlgorithmConfig:
-        if self.adv_type == "grpo" and self.group_size < 2:
-            raise ValueError(f"adv_type grpo compares episodes within a group, so it needs group_size > 1 "
+        if self.kind.groups and self.group_size < 2:
+            raise ValueError(f"adv_type {self.adv_type} compares episodes within a group, so it needs group_size > 1 "
                              f"(got group_size={self.group_size})")
+        for flag in ("filter_rewards", "dynamic_sampling"):
+            if getattr(self, flag) and not self.kind.groups:
+                groups = ", ".join(k for k, v in algorithm_types.ADVANTAGE_TYPES.items() if v.groups)
+                raise ValueError(f"algorithm.{flag} drops or redraws groups of episodes; adv_type {self.adv_type} "
+                                 f"has none; use a group estimator ({groups}) or set {flag} false")
+        if self.clip_ratio_c is not None and not algorithm_types.POLICY_LOSSES[self.policy_loss].dual_clip:
+            raise ValueError(f"policy_loss {self.policy_loss} has no dual clip, but clip_ratio_c is "
+                             f"{self.clip_ratio_c}; set algorithm.clip_ratio_c null")
         if self.clip_ratio_c is not None and self.clip_ratio_c <= 1:
             raise ValueError(f"clip_ratio_c must be > 1 for the dual clip (got {self.clip_ratio_c}); "
                              "set null to disable it")
@@ -514,39 +564,89 @@ class ModelConfig(Section):
                              f"{did_you_mean(value, MODEL_TYPES)}")
         return value
 
-    def _nested(self, name: str) -> Any:
-        for block in (self.openpi, self.rl_head_config):
-            if block is not None and getattr(block, name, None) is not None:
-                value = getattr(block, name)
-                return _NOISE_ALIASES.get(value, value) if name == "noise_method" else value
-        return None
+    # One rule for RLinf's nested blocks (``openpi:``, ``rl_head_config:``) and the flat keys: a key set in a
+    # block wins (RLinf reads the block), the flat key gives the value otherwise, and a config that sets both
+    # to different values is refused (_one_source). Every key follows it (setting()); the registry fills the
+    # families' settings by name from it.
 
-    # Effective values: RLinf reads the family block, so it wins over the flat field.
+    def _nested_values(self) -> dict[str, tuple[str, Any]]:
+        """Flat field name -> (``block.key``, value) for every key set in a nested block."""
+        out: dict[str, tuple[str, Any]] = {}
+        for block_name in ("openpi", "rl_head_config"):
+            block = getattr(self, block_name)
+            for key in sorted(block.model_fields_set) if block is not None else ():
+                value = getattr(block, key)
+                if value is None:
+                    continue
+                if key == "noise_method":
+                    value = _NOISE_ALIASES.get(value, value)
+                flat = _NESTED_TO_FLAT.get(key, key)
+                where = f"actor.model.{block_name}.{key}"
+                if flat in out and out[flat][1] != value:
+                    raise ValueError(f"{out[flat][0]} is {out[flat][1]!r} but {where} is {value!r}; set it once")
+                out[flat] = (where, value)
+        return out
+
+    def setting(self, name: str) -> Any:
+        """The value of setting ``name`` (a flat field name, or a nested-only key such as ``config_name``):
+        the nested block's when set there, else the flat field's (None when neither exists)."""
+        nested = self._nested_values()
+        if name in nested:
+            return nested[name][1]
+        return getattr(self, name, None)
+
+    @property
+    def nested_only(self) -> dict[str, Any]:
+        """Keys set in a nested block that have no flat field (``config_name``, ``padding_value`` ...)."""
+        return {k: v for k, (_, v) in self._nested_values().items() if k not in type(self).model_fields}
+
+    @model_serializer(mode="wrap")
+    def _dump_effective(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A dump (the run's resolved config.yaml) leaves out a flat key whose default a nested block overrides
+        (the block holds the value that runs), so the dump reloads to the same config without a conflict."""
+        data: dict[str, Any] = handler(self)
+        for flat, (_, value) in self._nested_values().items():
+            if flat in data and getattr(self, flat) != value:
+                del data[flat]
+        return data
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        nested = self._nested_values()
+        given = self.model_fields_set
+        for flat, (where, value) in nested.items():
+            if flat in given and getattr(self, flat) is not None and getattr(self, flat) != value:
+                raise ValueError(f"actor.model.{flat} is {getattr(self, flat)!r} but {where} is {value!r}: RLinf "
+                                 f"reads the nested block, so the flat key would be ignored; set it once (in one "
+                                 "place, or both to the same value)")
+        if None not in (self.num_steps, self.denoising_steps) and self.num_steps != self.denoising_steps:
+            raise ValueError(f"actor.model.denoising_steps is {self.denoising_steps} but actor.model.num_steps (RLinf's "
+                             f"name for it) is {self.num_steps}; set it once")
+        return self
+
+    # Effective values (setting(): a nested block's value wins over the flat field)
     @property
     def effective_noise_method(self) -> str:
-        return self._nested("noise_method") or self.noise_method
+        return str(self.setting("noise_method"))
 
     @property
     def effective_noise_level(self) -> float:
-        nested = self._nested("noise_level")
-        return self.noise_level if nested is None else float(nested)
+        return float(self.setting("noise_level"))
 
     @property
     def effective_denoising_steps(self) -> int:
-        for value in (self._nested("num_steps"), self.denoising_steps, self.num_steps):
+        for value in (self.setting("denoising_steps"), self.num_steps):
             if value is not None:
                 return int(value)
         return 4
 
     @property
     def effective_add_value_head(self) -> bool:
-        nested = self._nested("add_value_head")
-        return self.add_value_head if nested is None else bool(nested)
+        return bool(self.setting("add_value_head"))
 
     @property
     def effective_joint_logprob(self) -> bool:
-        nested = self._nested("joint_logprob")
-        return self.joint_logprob if nested is None else bool(nested)
+        return bool(self.setting("joint_logprob"))
 
     @property
     def is_pi05(self) -> bool:
@@ -695,7 +795,7 @@ class VlarlConfig(Section):
         (``EnvWorker.compute_bootstrap_rewards``, on whenever ``env.train.auto_reset`` and a value head; vlarl
         reads the value head only under adv_type gae). Without auto-reset a cut episode ends the env's rollout
         and its last step is terminal, as in RLinf."""
-        return self.env.train.auto_reset and self.algorithm.adv_type == "gae"
+        return self.env.train.auto_reset and self.algorithm.kind.critic
 
     @property
     def chunk_steps_per_epoch(self) -> int:
@@ -704,8 +804,8 @@ class VlarlConfig(Section):
 
     @property
     def train_group_size(self) -> int:
-        """Consecutive training envs sharing one init state: algorithm.group_size under GRPO."""
-        return self.algorithm.group_size if self.algorithm.adv_type == "grpo" else self.env.train.group_size
+        """Consecutive training envs sharing one init state: algorithm.group_size under a group estimator."""
+        return self.algorithm.group_size if self.algorithm.kind.groups else self.env.train.group_size
 
     @property
     def train_num_envs(self) -> int:
@@ -735,11 +835,6 @@ class VlarlConfig(Section):
                 f"algorithm.entropy_bonus {self.algorithm.entropy_bonus} > 0 needs a policy entropy, but "
                 f"{model.model_type} with noise_method {model.effective_noise_method} has a fixed noise schedule "
                 "and none; set entropy_bonus 0, or use noise_method flow_noise (learned noise)")
-        if self.algorithm.filter_rewards and self.algorithm.adv_type != "grpo":
-            raise ValueError(
-                f"algorithm.filter_rewards drops GRPO groups by their mean score; vlarl implements it for adv_type "
-                f"grpo only (RLinf also applies it to other advantage types), got adv_type "
-                f"{self.algorithm.adv_type}; set filter_rewards false or use adv_type grpo")
         if self.env.train.group_size not in (1, self.algorithm.group_size):
             raise ValueError(
                 f"GRPO groups are built by the envs: env.train.group_size must equal algorithm.group_size "
@@ -750,9 +845,10 @@ class VlarlConfig(Section):
         if self.algorithm.loss_type == "actor_critic" and not self.actor.model.effective_add_value_head:
             raise ValueError("loss_type actor_critic trains a value function: set actor.model.add_value_head "
                              "true, or use loss_type actor (e.g. with adv_type grpo)")
-        if self.algorithm.adv_type == "gae" and not self.actor.model.effective_add_value_head:
-            raise ValueError("adv_type gae needs value estimates: set actor.model.add_value_head true")
-        if (self.algorithm.adv_type == "gae" and self.algorithm.reward_type == "action_level"
+        if self.algorithm.kind.critic and not self.actor.model.effective_add_value_head:
+            raise ValueError(f"adv_type {self.algorithm.adv_type} needs value estimates: set "
+                             "actor.model.add_value_head true")
+        if (self.algorithm.kind.critic and self.algorithm.reward_type == "action_level"
                 and self.actor.model.value_type != "action_level"):
             raise ValueError("reward_type action_level with adv_type gae needs one value per executed action: set "
                              "actor.model.value_type: action_level (OpenVLA-OFT, toy policies); a policy with one "
@@ -775,6 +871,12 @@ class VlarlConfig(Section):
             raise ValueError(
                 f"actor.global_batch_size must be divisible by micro_batch_size x data-parallel size "
                 f"(got {glob} vs {micro} x {dp} = {micro * dp})")
+        steps = self.chunk_steps_per_epoch
+        if algorithm_types.POLICY_LOSSES[self.algorithm.policy_loss].trajectory and micro % steps:
+            raise ValueError(
+                f"policy_loss {self.algorithm.policy_loss} takes one ratio per trajectory, so every micro-batch "
+                f"holds whole trajectories: actor.micro_batch_size ({micro}) must be a multiple of the {steps} chunk "
+                "steps of one (env.train.max_steps_per_rollout_epoch / actor.model.num_action_chunks)")
         samples = self.samples_per_iteration()
         if self.env.train.total_num_envs is not None and samples % glob:
             raise ValueError(

@@ -82,6 +82,7 @@ def update_settings(config: VlarlConfig, world_size: int) -> UpdateSettings:
         entropy_type=algo.entropy_type,
         clip_log_ratio_min=algo.clip_log_ratio_min,
         clip_log_ratio_max=algo.clip_log_ratio_max,
+        policy_loss=algo.policy_loss,
     )
 
 

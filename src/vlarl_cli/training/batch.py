@@ -1,7 +1,9 @@
 """From rollouts to the update's batch: advantages and returns per rollout epoch, and the rollout metrics.
 
 Shapes as in :mod:`vlarl_cli.training.rollout` (``T`` chunk steps, ``N`` envs, ``C`` steps per chunk). The
-batch is flattened t-major like the replay: row ``(e * T + t) * N + n`` for rollout epoch ``e``.
+batch is flattened t-major like the replay: row ``(e * T + t) * N + n`` for rollout epoch ``e``, whose
+trajectory (``RolloutBatch.trajectory``) is ``e * N + n``. What the estimator needs (values, groups,
+whole-batch normalisation) is read from its row in :data:`vlarl_cli.algorithm_types.ADVANTAGE_TYPES`.
 """
 
 from __future__ import annotations
@@ -9,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from vlarl_cli import keys
+from vlarl_cli.algorithm_types import ADVANTAGE_TYPES
 from vlarl_cli.algorithms.advantages import (
-    BATCH_NORMALIZED,
     AdvantageResult,
     advantage_metrics,
     aggregate_dones,
@@ -66,7 +68,8 @@ def epoch_advantages(config: VlarlConfig, r: Rollout, *, critic: bool, normalize
     ``rlinf/utils/metric_utils.py``: the actions of the ending chunk after the done are masked)."""
     algo = config.algorithm
     t, n, c = r.rewards.shape
-    values = _critic_values(r.values, algo.reward_type) if critic and algo.adv_type == "gae" else None
+    kind = ADVANTAGE_TYPES[algo.adv_type]
+    values = _critic_values(r.values, algo.reward_type) if critic and kind.critic else None
     step_rewards = r.rewards
     if values is not None and config.bootstrap_truncation:
         step_rewards = bootstrap_truncated(r.rewards, r.truncated, r.final_values, algo.gamma)
@@ -106,7 +109,7 @@ def build_batch(config: VlarlConfig, rollouts: list[Rollout], *, critic: bool, r
     Batch-wide normalisation and the metrics cover every rollout epoch and, through ``reduce``, every
     process."""
     algo = config.algorithm
-    normalize_later = algo.normalize_advantages and algo.adv_type in BATCH_NORMALIZED
+    normalize_later = algo.normalize_advantages and ADVANTAGE_TYPES[algo.adv_type].batch_normalized
     results = [epoch_advantages(config, r, critic=critic, normalize=algo.normalize_advantages and not normalize_later)
                for r in rollouts]
     if normalize_later:  # one mean / std over all rollout epochs on all processes
@@ -124,6 +127,8 @@ def _flatten(rollouts: list[Rollout], results: list[AdvantageResult], *, critic:
         return x.reshape(t * n, *x.shape[2:])
 
     adv, ret, masks, fractions, old_values, metrics_adv = [], [], [], [], [], []
+    # trajectory id of each row: epoch * N + env (rows are t-major within an epoch)
+    trajectory = torch.cat([(e * n + torch.arange(n)).repeat(t) for e in range(len(rollouts))])
     for r, result in zip(rollouts, results, strict=True):
         per_action = result.loss_mask.dim() == 3  # [T, N, C] at action level, else [T, N]
         valid = result.loss_mask.any(-1) if per_action else result.loss_mask  # [T, N]
@@ -143,6 +148,7 @@ def _flatten(rollouts: list[Rollout], results: list[AdvantageResult], *, critic:
         returns=torch.cat(ret).float() if ret else None,
         valid_fraction=torch.cat(fractions).float(),
         steps_per_trajectory=t,
+        trajectory=trajectory,
     )
     metrics = _batch_metrics(rollouts, batch, metrics_adv, ret, old_values, reduce)
     return batch, metrics

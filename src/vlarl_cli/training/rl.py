@@ -25,7 +25,8 @@ One iteration (RLinf's embodied runner, on torch.distributed instead of Ray), ea
 
 Randomness: models are initialised under one seed on every rank; reset states and sampling noise are
 functions of (seed, rollout epoch, global env id); the shuffle of iteration k is seeded by (seed, k). So a
-resumed run repeats the uninterrupted one, and any placement / world size repeats the 1-process run.
+resumed run repeats the uninterrupted one, and any placement / world size repeats the 1-process run
+(except with ``algorithm.dynamic_sampling``: each rank fills its group slots from its own envs, training/sampling.py).
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ from vlarl_cli.training.common import (
 )
 from vlarl_cli.training.envs import draw_reset_ids, make_env, sampling_generator, write_videos
 from vlarl_cli.training.rollout import Rollout, collect
+from vlarl_cli.training.sampling import SampledEpoch, fill_with_signal, group_signal, sampling_metrics
+
+#: a dynamic-sampling redraw d of rollout epoch i draws its init states and noise as epoch i + d * _DRAW_STRIDE
+_DRAW_STRIDE = 1_000_003
 
 # the names other modules and tests import from here (sft.py, tests): their homes are the modules above
 __all__ = ["RolloutWeights", "TrainResult", "Trainer", "build_batch", "build_optimizer", "build_scheduler",
@@ -287,23 +292,41 @@ class Trainer:
         offload_module(policy, cluster.device if own_copy and config.rollout.enable_offload else None)
         if self.actor is not None:
             self.actor.offload(weights=own_copy)
-        rollouts = [self._collect_epoch(policy, epoch) for epoch in range(config.rollout_epoch)]
+        sampled = [self._sample_epoch(policy, epoch) for epoch in range(config.rollout_epoch)]
         if isinstance(self.env, RemoteVectorEnv):
             self.env.end_iteration(self.state.iteration + 1)
-        metrics.update(rollout_metrics(rollouts, self.rollout_reduce))
+        drawn = [d for s in sampled for d in s.draws]  # every collection (dynamic sampling draws more)
+        metrics.update(rollout_metrics(drawn, self.rollout_reduce))
+        if config.algorithm.dynamic_sampling:
+            metrics.update(sampling_metrics(sampled, self.rollout_reduce))
         env_steps = (len(cluster.rollout_columns) * config.chunk_steps_per_epoch * config.actor.model.num_action_chunks
-                     * config.rollout_epoch)
+                     * len(drawn))
         metrics.update({
-            "time/env/env_interact_step": sum(r.env_time for r in rollouts),
-            "time/rollout/predict": sum(r.inference_time for r in rollouts),
+            "time/env/env_interact_step": sum(r.env_time for r in drawn),
+            "time/rollout/predict": sum(r.inference_time for r in drawn),
             "time/env_steps_per_s": env_steps / max(1e-9, time.perf_counter() - self.iteration_start),
         })
         metrics["time/generate_rollouts"] = time.perf_counter() - self.iteration_start
-        return rollouts
+        return [s.rollout for s in sampled]
 
-    def _collect_epoch(self, policy: torch.nn.Module, epoch: int) -> Rollout:
+    def _sample_epoch(self, policy: torch.nn.Module, epoch: int) -> SampledEpoch:
+        """One rollout epoch: one collection, or with ``algorithm.dynamic_sampling`` as many as it takes to
+        fill the batch's group slots with groups that carry signal (``training.sampling``)."""
+        algo, split = self.config.algorithm, self.config.env.train
+        if not algo.dynamic_sampling:
+            r = self._collect_epoch(policy, epoch, 0)
+            return SampledEpoch(r, [r])
+        group_size = self.config.train_group_size
+        return fill_with_signal(
+            lambda d: self._collect_epoch(policy, epoch, d),
+            lambda r: group_signal(r, group_size, auto_reset=split.auto_reset, reward_type=algo.reward_type),
+            group_size=group_size, max_draws=algo.max_sampling_draws, reduce=self.rollout_reduce)
+
+    def _collect_epoch(self, policy: torch.nn.Module, epoch: int, draw: int) -> Rollout:
+        """Rollout epoch ``epoch`` of this iteration (``draw`` > 0: a dynamic-sampling redraw, with init states
+        and sampling streams of its own)."""
         config, cluster, split = self.config, self.cluster, self.config.env.train
-        epoch_index = self.state.iteration * config.rollout_epoch + epoch
+        epoch_index = self.state.iteration * config.rollout_epoch + epoch + draw * _DRAW_STRIDE
         columns, rollout_ranks = cluster.rollout_columns, cluster.roles.rollout
         assert self.env is not None
         ids = draw_reset_ids(self.env.pool, len(columns), config.train_group_size,

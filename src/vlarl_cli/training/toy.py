@@ -15,6 +15,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from vlarl_cli.algorithm_types import ADVANTAGE_TYPES
 from vlarl_cli.algorithms.advantages import (
     aggregate_dones,
     aggregate_rewards,
@@ -40,7 +41,7 @@ class ToyRun:
     adv_type: str = "gae"
     iterations: int = 30
     num_envs: int = 64
-    group_size: int = 8  # GRPO only
+    group_size: int = 8  # group estimators only (grpo, drgrpo, rloo)
     eval_envs: int = 256
     lr: float = 5e-3
     seed: int = 0
@@ -111,7 +112,7 @@ def train_toy(run: ToyRun) -> dict[str, object]:
     optimizer = torch.optim.Adam(policy.parameters(), lr=run.lr)
     gen = torch.Generator().manual_seed(run.seed + 100)
     eval_goals = env.sample_goals(run.eval_envs, torch.Generator().manual_seed(12345))
-    grpo = run.adv_type == "grpo"
+    kind = ADVANTAGE_TYPES[run.adv_type]
     settings = UpdateSettings(
         update_epoch=run.update_epoch, global_batch_size=run.global_batch_size,
         micro_batch_size=run.micro_batch_size, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0,
@@ -121,7 +122,7 @@ def train_toy(run: ToyRun) -> dict[str, object]:
     metrics: dict[str, float] = {}
     steps = 0
     for it in range(1, run.iterations + 1):
-        ro = collect_toy(env, cast(Policy, policy), group_size=run.group_size if grpo else 1, generator=gen)
+        ro = collect_toy(env, cast(Policy, policy), group_size=run.group_size if kind.groups else 1, generator=gen)
         train_succ.append(episode_success(ro).float().mean().item())
         rewards = aggregate_rewards(ro.rewards, "chunk_level")  # [T, B]
         dones = aggregate_dones(ro.dones, "chunk_level")  # [T+1, B]
@@ -134,9 +135,10 @@ def train_toy(run: ToyRun) -> dict[str, object]:
         batch = RolloutBatch(
             replay=ro.replay, old_logprobs=ro.logprobs.reshape(t * b, *ro.logprobs.shape[2:]),
             advantages=res.advantages.reshape(t * b), loss_mask=step_mask.reshape(t * b, -1),
-            old_values=None if grpo else ro.values[:-1].reshape(t * b),
+            old_values=ro.values[:-1].reshape(t * b) if kind.critic else None,
             returns=None if res.returns is None else res.returns.reshape(t * b),
-            valid_fraction=trajectory_valid_fraction(step_mask).reshape(t * b), steps_per_trajectory=t)
+            valid_fraction=trajectory_valid_fraction(step_mask).reshape(t * b), steps_per_trajectory=t,
+            trajectory=torch.arange(b).repeat(t))
         metrics = ppo_update(policy, optimizer, batch, settings, generator=gen, step_offset=steps)
         steps += int(metrics["train/actor/optimizer_steps"])
         if it % run.eval_every == 0 or it == run.iterations:

@@ -37,14 +37,15 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
+from vlarl_cli.algorithm_types import POLICY_LOSSES
 from vlarl_cli.algorithms.losses import (
     aggregate_logprobs,
     aggregate_loss,
     explained_variance,
+    get_policy_loss_fn,
     kl_penalty,
     loss_weights,
     mask_to_unit,
-    ppo_actor_loss,
     to_unit,
     value_loss,
 )
@@ -78,11 +79,13 @@ class UpdateSettings:
     entropy_type: str | None = None  # granularity of the entropy term; None = logprob_type
     clip_log_ratio_min: float = -20.0
     clip_log_ratio_max: float = 20.0
+    policy_loss: str = "vanilla"  # a name of algorithms.losses.POLICY_LOSSES
 
     def __post_init__(self) -> None:
         for f in ("update_epoch", "global_batch_size", "micro_batch_size"):
             if getattr(self, f) < 1:
                 raise ConfigError(f"{f} must be >= 1, got {getattr(self, f)}.", f"Set {f} to a positive integer.")
+        get_policy_loss_fn(self.policy_loss)  # an unknown name is refused with the known ones
         if self.global_batch_size % self.micro_batch_size:
             raise ConfigError(f"global_batch_size ({self.global_batch_size}) must be a multiple of "
                               f"micro_batch_size ({self.micro_batch_size}).",
@@ -105,6 +108,10 @@ class RolloutBatch:
         valid_fraction: ``[N]`` valid fraction of each sample's trajectory (``seq-mean-token-mean``);
             ``algorithms.advantages.trajectory_valid_fraction`` computes it from the ``[T, B]`` mask.
         steps_per_trajectory: chunk steps T per env column (``seq-mean-token-sum``).
+        trajectory: ``[N]`` int64 id of each sample's trajectory (one env column in one rollout epoch; the
+            batch builder numbers them ``epoch * envs + env``). A policy loss on whole trajectories (GSPO,
+            ``algorithm_types.POLICY_LOSSES[...].trajectory``) groups by it, and the update then shuffles
+            trajectories, so that each mini- and micro-batch holds whole ones.
     """
 
     replay: Replay
@@ -115,6 +122,7 @@ class RolloutBatch:
     returns: Tensor | None = None
     valid_fraction: Tensor | None = None
     steps_per_trajectory: int = 1
+    trajectory: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.old_logprobs.dim() != 3:
@@ -125,8 +133,10 @@ class RolloutBatch:
         if self.advantages.shape not in ((n,), (n, c), (n, c, 1), (n, c, a)):
             raise ValueError(f"advantages must be [N], [N, C], [N, C, 1] or [N, C, A] with (N, C, A) = {(n, c, a)}, "
                              f"got {tuple(self.advantages.shape)}")
-        if self.valid_fraction is not None and self.valid_fraction.shape != (n,):
-            raise ValueError(f"valid_fraction must be [N={n}], got {tuple(self.valid_fraction.shape)}")
+        for name in ("valid_fraction", "trajectory"):
+            t = getattr(self, name)
+            if t is not None and t.shape != (n,):
+                raise ValueError(f"{name} must be [N={n}], got {tuple(t.shape)}")
         for name in ("old_values", "returns"):
             t = getattr(self, name)
             if t is not None and t.shape not in ((n,), (n, c)):
@@ -224,25 +234,39 @@ def _denominators(mb: RolloutBatch, s: UpdateSettings, entropy_level: str, reduc
     return {k: (v / reduce.world).float() for k, v in zip(masks, total, strict=True)}
 
 
-def _permutation(n: int, s: UpdateSettings, env_columns: range | None,
-                 generator: torch.Generator) -> Tensor:
-    """Row order of one update epoch (consecutive ``global_batch_size`` rows form a mini-batch).
+def _permutation(n: int, batch_size: int, env_columns: range | None, generator: torch.Generator) -> Tensor:
+    """Order of ``n`` units for one update epoch (consecutive ``batch_size`` units form a mini-batch).
 
-    With ``env_columns`` (the global ids of this process's envs; rows are ``slot * len(env_columns) + env``)
+    With ``env_columns`` (the global ids of this process's envs; units are ``slot * len(env_columns) + env``)
     and mini-batches that hold the same number of slots of every env: each env column draws its own order
     of slots from a stream seeded by (one shared draw of ``generator``, global env id), and mini-batch j
-    takes slots ``[j m, (j+1) m)`` of every column. Mini-batches mix chunk steps across envs, and the
-    union over W processes of their mini-batch j is exactly the 1-process mini-batch j. Otherwise rows
+    takes slots ``[j m, (j+1) m)`` of every column. Mini-batches mix units across envs, and the
+    union over W processes of their mini-batch j is exactly the 1-process mini-batch j. Otherwise units
     are shuffled."""
     k = len(env_columns) if env_columns is not None else 0
-    if env_columns is not None and k and n % k == 0 and s.global_batch_size % k == 0:
-        slots, per_batch = n // k, s.global_batch_size // k
+    if env_columns is not None and k and n % k == 0 and batch_size % k == 0:
+        slots, per_batch = n // k, batch_size // k
         base = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
         orders = torch.stack([torch.randperm(slots, generator=torch.Generator().manual_seed(base * 1_000_003 + g))
                               for g in env_columns])  # [k, slots]: column c's slots in order
         by_batch = orders.view(k, slots // per_batch, per_batch).permute(1, 0, 2)  # [batches, k, per_batch]
         return (by_batch * k + torch.arange(k).view(1, k, 1)).reshape(-1)
     return torch.randperm(n, generator=generator)
+
+
+def _row_order(batch: RolloutBatch, s: UpdateSettings, env_columns: range | None,
+               generator: torch.Generator) -> Tensor:
+    """Row order of one update epoch: chunk steps shuffled (units = rows), or, for a policy loss on whole
+    trajectories, trajectories shuffled and each kept in one piece (units = trajectories, ``T`` rows each, in
+    time order). The batch builder's rows are ``(epoch * T + t) * envs + env``, so trajectories sorted by id
+    are ``slot * envs + env`` units as :func:`_permutation` expects."""
+    if not POLICY_LOSSES[s.policy_loss].trajectory:
+        return _permutation(len(batch), s.global_batch_size, env_columns, generator)
+    assert batch.trajectory is not None  # _check_update
+    t = batch.steps_per_trajectory
+    _, inverse = torch.unique(batch.trajectory, return_inverse=True)
+    rows = torch.sort(inverse * len(batch) + torch.arange(len(batch))).indices.view(-1, t)  # [trajectories, T]
+    return rows[_permutation(rows.shape[0], s.global_batch_size // t, env_columns, generator)].reshape(-1)
 
 
 def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: RolloutBatch, settings: UpdateSettings,
@@ -274,11 +298,11 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: Rollo
         ``train/actor/skipped_steps``, ``train/actor/optimizer_steps``.
     """
     s = settings
-    _check_update(len(batch), s, ref_policy)
+    _check_update(batch, s, ref_policy)
     update = _Update(policy, s, ref_policy, has_critic=batch.returns is not None, reduce=reduce)
     steps = skipped = 0
     for _epoch in range(s.update_epoch):
-        perm = _permutation(len(batch), s, env_columns, generator)
+        perm = _row_order(batch, s, env_columns, generator)
         for start in range(0, len(batch), s.global_batch_size):
             mb = batch.select(perm[start:start + s.global_batch_size])
             optimizer.zero_grad(set_to_none=True)
@@ -290,7 +314,10 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, batch: Rollo
     return update.metrics(optimizer, batch, skipped=skipped, steps=steps)
 
 
-def _check_update(n: int, s: UpdateSettings, ref_policy: nn.Module | None) -> None:
+def _check_update(batch: RolloutBatch, s: UpdateSettings, ref_policy: nn.Module | None) -> None:
+    n = len(batch)
+    if POLICY_LOSSES[s.policy_loss].trajectory:
+        _check_whole_trajectories(batch, s)
     if n % s.global_batch_size:
         raise ConfigError(f"The rollout has {n} samples, not a multiple of global_batch_size "
                           f"({s.global_batch_size}); the remainder would be silently dropped.",
@@ -298,6 +325,21 @@ def _check_update(n: int, s: UpdateSettings, ref_policy: nn.Module | None) -> No
     if s.kl_beta > 0 and ref_policy is None:
         raise ConfigError(f"kl_beta = {s.kl_beta} > 0 needs a frozen reference policy, but none was given.",
                           "Keep a reference copy of the initial weights, or set kl_beta to 0.")
+
+
+def _check_whole_trajectories(batch: RolloutBatch, s: UpdateSettings) -> None:
+    t = batch.steps_per_trajectory
+    if batch.trajectory is None:
+        raise ValueError(f"policy loss {s.policy_loss} needs RolloutBatch.trajectory (the trajectory id of every sample)")
+    counts = torch.unique(batch.trajectory, return_counts=True)[1]
+    if not bool((counts == t).all()):
+        raise ValueError(f"policy loss {s.policy_loss} needs whole trajectories of steps_per_trajectory = {t} rows "
+                         f"each; the batch has trajectories of {sorted(set(counts.tolist()))} rows")
+    if s.global_batch_size % t or s.micro_batch_size % t:
+        raise ConfigError(f"policy loss {s.policy_loss} takes a ratio over whole trajectories, so each micro-batch "
+                          f"holds whole ones: micro_batch_size ({s.micro_batch_size}) and the per-process "
+                          f"global_batch_size ({s.global_batch_size}) must be multiples of the {t} chunk steps of "
+                          "a trajectory.", "Change actor.micro_batch_size / actor.global_batch_size.")
 
 
 # our internal metric name -> RLinf's (rlinf/algorithms/losses.py, workers/actor/fsdp_actor_worker.py)
@@ -470,12 +512,15 @@ class _PolicyTerms:
         # masked units must not reach the gradient even through 0 * NaN: neutral values there
         self.adv = torch.where(self.unit_mask, adv, 0.0)
         self.old = torch.where(self.unit_mask, old, self.logp.detach())
+        self.trajectory = micro.trajectory
 
     def pg_loss(self, den: Tensor, m: _Mean) -> Tensor:
         s = self.s
-        loss, pm = ppo_actor_loss(self.logp, self.old, self.adv, self.weight, den, clip_ratio_low=s.clip_ratio_low,
-                                  clip_ratio_high=s.clip_ratio_high, clip_ratio_c=s.clip_ratio_c,
-                                  log_ratio_min=s.clip_log_ratio_min, log_ratio_max=s.clip_log_ratio_max)
+        loss_fn = get_policy_loss_fn(s.policy_loss)
+        loss, pm = loss_fn(self.logp, self.old, self.adv, self.weight, den, clip_ratio_low=s.clip_ratio_low,
+                           clip_ratio_high=s.clip_ratio_high, clip_ratio_c=s.clip_ratio_c,
+                           log_ratio_min=s.clip_log_ratio_min, log_ratio_max=s.clip_log_ratio_max,
+                           trajectory=self.trajectory)
         count = pm.pop("count")
         for k, v in pm.items():
             m.add(k, v, count)

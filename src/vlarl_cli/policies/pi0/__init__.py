@@ -24,13 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ModelSettings", "Pi0Config", "build_policy", "preset"]
 
-# Pi0Config fields that come from the RL recipe even when the architecture comes from a checkpoint.
-_RL_FIELDS = ("precision", "num_action_chunks", "action_env_dim", "num_steps", "noise_method", "noise_level",
-              "joint_logprob", "noise_logvar_min_std", "noise_logvar_max_std", "add_value_head",
-              "value_after_vlm", "is_lora", "lora_rank", "train_expert_only", "extra_delta_transform",
-              "tokenizer", "detach_critic_input", "sft_loss_reduction")
-
-
 def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi0Policy:
     """Build a pi0 / pi0.5 policy from the recipe's model settings.
 
@@ -48,15 +41,9 @@ def build_policy(model: ModelSettings, device: torch.device | str = "cpu") -> Pi
     if model.model_path:
         from vlarl_cli.policies.pi0.checkpoint import load_policy
 
-        overrides: dict[str, Any] = {k: getattr(cfg, k) for k in _RL_FIELDS}
-        if model.value_after_vlm is None:
-            overrides.pop("value_after_vlm")
-        if model.extra_delta_transform is None and (model.config_name or "").lower() != "pi0_libero":
-            overrides.pop("extra_delta_transform")
-        if model.action_horizon is not None:
-            overrides["action_horizon"] = model.action_horizon
-        if model.tokenizer_path is None:
-            overrides.pop("tokenizer")  # keep the checkpoint's own tokenizer.json if it has one
+        # the recipe's fields win over the checkpoint's config; the rest (architecture, a tokenizer.json of its
+        # own, ...) stays the checkpoint's
+        overrides: dict[str, Any] = {**model.rl_values(), "precision": cfg.precision}
         policy = load_policy(model.model_path, format=model.checkpoint_format, device=device,
                              dtype=_DTYPES[cfg.precision], overrides=overrides,
                              norm_stats_path=model.norm_stats_path, asset_id=model.asset_id)

@@ -316,6 +316,11 @@ class ModelSettings:
                           "Use pi0, pi05 or openpi (with config_name pi0_libero / pi05_libero).")
 
     def to_pi0_config(self) -> Pi0Config:
+        return preset(self.preset, self.variant, **self.rl_values())
+
+    def rl_values(self) -> dict[str, Any]:
+        """The Pi0Config fields the recipe sets: over a preset here, over a checkpoint's own config in
+        ``build_policy`` (derived in one place, not a second hand-kept list)."""
         values: dict[str, Any] = {
             "precision": _PRECISION_ALIASES.get(self.precision or "fp32", self.precision or "fp32"),
             "detach_critic_input": self.detach_critic_input, "num_action_chunks": self.num_action_chunks,
@@ -339,4 +344,4 @@ class ModelSettings:
         elif (self.config_name or "").lower() == "pi0_libero":
             values["extra_delta_transform"] = True  # openpi pi0_libero was trained with it
         values.update(self.overrides)
-        return preset(self.preset, self.variant, **values)
+        return values
