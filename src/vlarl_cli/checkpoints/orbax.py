@@ -47,9 +47,14 @@ def find_params_dir(path: Path) -> Path | None:
     return None
 
 
+def _orbax_traces(path: Path) -> bool:
+    """What orbax leaves in a step folder even when the save stopped: its metadata file or temporaries."""
+    return (path / "_CHECKPOINT_METADATA").is_file() or any(_TMP_MARK in p.name for p in path.iterdir())
+
+
 def is_orbax_checkpoint(path: Path) -> bool:
     """True when ``path`` is (or holds) an orbax ``params`` item, complete or not (cheap: file names)."""
-    return path.is_dir() and find_params_dir(path) is not None
+    return path.is_dir() and (find_params_dir(path) is not None or _orbax_traces(path))
 
 
 def _refuse_incomplete(params: Path, why: str) -> CheckpointError:
@@ -156,6 +161,9 @@ def open_params(path: str | Path) -> OrbaxParams:
     when there is none or it is incomplete."""
     folder = Path(path).expanduser()
     params = find_params_dir(folder)
+    if params is None and folder.is_dir() and _orbax_traces(folder):
+        raise _refuse_incomplete(folder, "it has orbax's step metadata or temporary folders but no committed "
+                                 "params/ item")
     if params is None:
         raise CheckpointError(f"{folder} holds no orbax params item (looked for params/_METADATA, "
                               "params/manifest.ocdbt).",

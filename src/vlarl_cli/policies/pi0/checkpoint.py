@@ -543,3 +543,12 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
             "norm_stats": ns is not None, "norm_stats_path": os.fspath(ns) if ns else None,
             "dtypes": dtypes, "action_horizon": cfg.action_horizon, "image_size": cfg.image_size,
             "weight_files": [p.name for p in weight_files(root)]}
+
+
+# ---------------------------------------------------------------------------------------- openpi JAX
+def stage_orbax(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> dict[str, Any]:
+    """``vlarl convert``'s hook for openpi's JAX (orbax) checkpoints: ``src`` restaged into the new folder
+    ``out`` in the openpi PyTorch layout (:func:`vlarl_cli.policies.pi0.jax_params.stage_as_openpi`)."""
+    from vlarl_cli.policies.pi0.jax_params import stage_as_openpi
+
+    return stage_as_openpi(Path(src), Path(out))

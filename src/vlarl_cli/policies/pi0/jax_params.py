@@ -44,6 +44,7 @@ base weight: ``w + (a @ b) * alpha / rank`` over the last two axes for the atten
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -216,3 +217,73 @@ def internal_tensors(names: list[str], read: Callable[[str], np.ndarray]) -> Ite
                                   "another model or a modified openpi.")
         for ours, array in pairs:
             yield ours, _torch(np.ascontiguousarray(array))
+
+
+# ---------------------------------------------------------------------------------------- staging
+_SHARD_BYTES = 2 << 30
+
+
+def _assets_dir(step: Path, params: Path) -> Path:
+    """``assets/`` beside ``params/`` (openpi's step folder), refused when it holds no norm_stats.json."""
+    assets = params.parent / "assets"
+    found = sorted(assets.glob("**/norm_stats.json")) if assets.is_dir() else []
+    if not found:
+        raise CheckpointError(
+            f"{step} has no normalisation statistics: openpi keeps them at assets/<asset_id>/norm_stats.json "
+            f"beside params/ (looked in {assets}), and a pi0 policy cannot turn observations into model inputs "
+            "or model outputs into robot actions without them.",
+            "Copy the checkpoint's assets/ folder too (openpi's trainer writes it into every step folder; the "
+            "published checkpoints have it), or the norm_stats.json that training used into "
+            "assets/<asset_id>/ beside params/.")
+    return assets
+
+
+def _write_shards(out: Path, tensors: Iterator[tuple[str, Tensor]]) -> list[str]:
+    """Stream tensors into ``model-jax-<i>.safetensors`` shards of about 2 GiB; returns the tensor names."""
+    from vlarl_cli.checkpoints.atomic import atomic_save_safetensors
+
+    names: list[str] = []
+    group: dict[str, Tensor] = {}
+    size, index = 0, 0
+    for name, tensor in tensors:
+        group[name] = tensor.contiguous()
+        names.append(name)
+        size += tensor.numel() * tensor.element_size()
+        if size >= _SHARD_BYTES:
+            index += 1
+            atomic_save_safetensors(group, out / f"model-jax-{index:05d}.safetensors", metadata={"format": "pt"})
+            group, size = {}, 0
+    if group:
+        atomic_save_safetensors(group, out / f"model-jax-{index + 1:05d}.safetensors", metadata={"format": "pt"})
+    return names
+
+
+def stage_as_openpi(src: Path, out: Path) -> dict[str, Any]:
+    """Write openpi's JAX checkpoint ``src`` (step folder or ``params/``) into the new folder ``out`` in the
+    openpi PyTorch layout (``config.json`` with the sizes, weights in their stored dtypes under openpi's
+    names, ``assets/`` copied): the layout every pi0 loader reads. Returns what was found (variant, dtypes,
+    LoRA factors merged, asset ids) for the report."""
+    import json
+    import shutil
+
+    from vlarl_cli.checkpoints.orbax import open_params
+    from vlarl_cli.policies.pi0.checkpoint import to_external
+    from vlarl_cli.policies.pi0.config import preset
+
+    params = open_params(src)
+    assets = _assets_dir(src, params.folder)
+    table = params.shapes()
+    shapes = {k: v[0] for k, v in table.items()}
+    variant = jax_variant(set(shapes), str(src))
+    cfg = preset("full", variant, **arch_from_shapes(shapes))
+    out.mkdir(parents=True)
+    _write_shards(out, ((to_external(k, "openpi"), v) for k, v in internal_tensors(params.names(), params.read)))
+    shutil.copytree(assets, out / "assets")
+    config = {"action_dim": cfg.max_action_dim, "action_horizon": cfg.action_horizon, "pi05": cfg.is_pi05,
+              "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
+              "vlarl_arch": cfg.to_dict()}
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return {"variant": variant, "dtypes": sorted({d for _, d in table.values()}),
+            "lora_merged": sum(1 for k in shapes if k.endswith("lora_a")),
+            "asset_ids": sorted(str(p.parent.relative_to(assets)) for p in assets.glob("**/norm_stats.json")),
+            "action_horizon": cfg.action_horizon}
