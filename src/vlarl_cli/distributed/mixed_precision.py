@@ -23,12 +23,12 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 from torch import nn
 
-__all__ = ["compute_in", "keeps_fp32"]
+__all__ = ["compute_in", "from_settings", "keeps_fp32"]
 
 
 def keeps_fp32(model: nn.Module) -> Callable[[str], bool]:
@@ -59,3 +59,18 @@ def compute_in(model: nn.Module, dtype: torch.dtype, keep: Callable[[str], bool]
         for module, name, param in reversed(swapped):
             delattr(module, name)
             module._parameters[name] = param
+
+
+def from_settings(model: nn.Module, master: str | None, param_dtype: str | None, say: object = print
+                  ) -> Callable[[], AbstractContextManager[None]]:
+    """The compute policy a recipe selects without FSDP: ``actor.model.precision`` fp32 (the master weights)
+    with ``actor.fsdp_config.mixed_precision.param_dtype`` bf16 / fp16 -> :func:`compute_in` that dtype
+    (announced); anything else -> no policy (the weights' own dtype)."""
+    from vlarl_cli.precision import canonical, to_dtype
+
+    if param_dtype is None or canonical(param_dtype) == "fp32" or canonical(master or "fp32") != "fp32":
+        return nullcontext
+    dtype = to_dtype(param_dtype)
+    say(f"precision: fp32 master weights, {canonical(param_dtype)} compute (the family's fp32 modules kept), "  # type: ignore[operator]
+        "as openpi's JAX trainer")
+    return lambda: compute_in(model, dtype)

@@ -259,7 +259,8 @@ def _checkpoint_module(config: VlarlConfig) -> Any:
         return None  # the toy policies: a bare state dict
 
 
-def _write_policy(policy: torch.nn.Module, config: VlarlConfig, target: Path, final: Path, state: SftState) -> None:
+def _write_policy(policy: torch.nn.Module, config: VlarlConfig, target: Path, final: Path, state: SftState,
+                  ema: Any = None) -> None:
     """The family's ``save_policy(format="vlarl")`` files (toy: ``model.safetensors``), ``config.yaml`` and
     ``sft_state.json`` into the new folder ``target``, which will be renamed to ``final``."""
     from vlarl_cli.checkpoints.atomic import atomic_save_safetensors
@@ -278,20 +279,25 @@ def _write_policy(policy: torch.nn.Module, config: VlarlConfig, target: Path, fi
         atomic_save_safetensors(tensors, target / "model.safetensors")
     (target / "config.yaml").write_text(to_yaml(_saved_config(config, final, module is not None)))
     (target / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
+    if ema is not None:  # training/ema.py: the EMA as a complete policy folder beside the raw weights
+        with ema.applied(policy):
+            _write_policy(policy, config, target / "ema", final / "ema", state)
 
 
-def export_policy(policy: torch.nn.Module, config: VlarlConfig, folder: Path, state: SftState) -> Path:
+def export_policy(policy: torch.nn.Module, config: VlarlConfig, folder: Path, state: SftState,
+                  ema: Any = None) -> Path:
     """Write the policy atomically into the NEW folder ``folder`` (``-o``; an existing path is refused)."""
     from vlarl_cli.checkpoints.atomic import atomic_directory
 
     check_output(folder)
     with atomic_directory(folder, overwrite=False) as tmp:
-        _write_policy(policy, config, tmp, folder, state)
+        _write_policy(policy, config, tmp, folder, state, ema)
     return folder
 
 
 def _save_checkpoint(run_dir: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-                     generators: dict[str, torch.Generator], config: VlarlConfig, state: SftState) -> Path:
+                     generators: dict[str, torch.Generator], config: VlarlConfig, state: SftState,
+                     ema: Any = None) -> Path:
     """A resumable rl-train-style checkpoint ``<run>/checkpoints/global_step_<steps>`` (+ ``latest``)."""
     from vlarl_cli.config.loading import to_yaml
     from vlarl_cli.distributed import fsdp
@@ -303,7 +309,7 @@ def _save_checkpoint(run_dir: Path, policy: torch.nn.Module, optimizer: torch.op
         scheduler=scheduler, generators=generators,
         trainer_state=ckpt.TrainerState(iteration=state.steps, optimizer_steps=state.steps, version=state.version),
         config_yaml=to_yaml(_saved_config(config, final, _checkpoint_module(config) is not None)),
-        export=lambda folder: _write_policy(policy, config, folder, final, state))
+        export=lambda folder: _write_policy(policy, config, folder, final, state, ema))
 
 
 def _restore(path: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
@@ -418,6 +424,12 @@ class _Learner:
         self.optimizer = torch.optim.AdamW(self.params, lr=optim.lr, betas=optim.betas, eps=optim.adam_eps,
                                            weight_decay=optim.weight_decay)
         self.scheduler = build_scheduler(self.optimizer, config, steps)
+        from vlarl_cli.distributed import mixed_precision
+        from vlarl_cli.training import ema
+
+        self.ema = ema.for_sft(policy, model_cfg.model_type, model_cfg.config_name, config.sft.trainable, say)
+        self.compute = mixed_precision.from_settings(policy, model_cfg.precision,
+                                                     config.actor.fsdp_config.mixed_precision.param_dtype, say)
         self.ctx, self.glob, self.micro = ctx, config.actor.global_batch_size, config.actor.micro_batch_size
         if self.glob % (self.micro * ctx.world_size):
             raise ConfigError(f"actor.global_batch_size ({self.glob}) must be divisible by micro_batch_size x "
@@ -441,7 +453,12 @@ class _Learner:
 
     def restore(self, path: Path) -> int:
         """The step the checkpoint at ``path`` reached, with weights, optimizer and schedule restored."""
-        return _restore(path, self.policy, self.optimizer, self.scheduler, self.generators)
+        step = _restore(path, self.policy, self.optimizer, self.scheduler, self.generators)
+        if self.ema is not None:
+            from vlarl_cli.training.ema import restore_from
+
+            restore_from(self.ema, path)
+        return step
 
     def step(self, step: int, ids: np.ndarray) -> tuple[float, float, float]:
         """One optimizer step on this rank's share of the global batch ``ids``: (loss over all ranks,
@@ -453,7 +470,8 @@ class _Learner:
         total = torch.zeros((), dtype=torch.float64)
         for k in range(0, local, micro):
             obs, actions = self.dataset.batch(ids[k:k + micro])
-            loss = self.loss_fn(obs, actions.to(ctx.device))
+            with self.compute():
+                loss = self.loss_fn(obs, actions.to(ctx.device))
             if not torch.isfinite(loss):
                 raise VlarlError(f"The SFT loss became {loss.item()} at step {step}.",
                                  "Lower actor.optim.lr or check the demonstrations for outliers.")
@@ -463,6 +481,8 @@ class _Learner:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.actor.optim.clip_grad)
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
+        if self.ema is not None:
+            self.ema.update(self.policy)
         self.scheduler.step()
         return float(dist.all_reduce_mean_(total).item()), float(grad_norm), lr
 
@@ -535,7 +555,7 @@ def train_sft(loaded: LoadedConfig, *, demos: Path | None = None, record: int | 
     folder = ckpt.checkpoint_dir(run_dir, total)
     if output is not None:
         if ctx.is_main:
-            export_policy(learner.policy, learner.config, output, learner.state(total, data, losses))
+            export_policy(learner.policy, learner.config, output, learner.state(total, data, losses), learner.ema)
             say(f"checkpoint: {output}")
         folder = output
     elif last_saved != total and ctx.is_main:  # resumed at the end: the last checkpoint is the result
@@ -567,7 +587,8 @@ def _train_steps(learner: _Learner, data: _Demos, run_dir: Path, total: int, don
             if interval or (step == total and output is None):
                 if ctx.is_main:
                     path = _save_checkpoint(run_dir, learner.policy, learner.optimizer, learner.scheduler,
-                                            learner.generators, config, learner.state(step, data, losses))
+                                            learner.generators, config, learner.state(step, data, losses),
+                                            learner.ema)
                     say(f"checkpoint: {path}")
                 last_saved = step
                 dist.barrier()
