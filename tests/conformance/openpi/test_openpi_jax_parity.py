@@ -1,8 +1,8 @@
 """pi0 / pi0.5 against openpi's JAX models (``Pi0`` / ``Pi05``, openpi ``models/pi0.py`` from rlinf-openpi
 0.1.1; flax 0.10.2, CPU jax 0.5.3): the published openpi checkpoints and LIBERO numbers come from these.
 
-openpi builds its JAX model (``dummy`` Gemma for VLM and expert, SigLIP shrunk to width 32, 2 layers,
-32 px / patch 8), randomises EVERY parameter from a seed and writes it with its own trainer's orbax
+openpi builds its JAX model (``dummy`` Gemma for VLM and expert with a 300-token vocabulary, SigLIP shrunk
+to width 32, 2 layers, 32 px / patch 8), randomises EVERY parameter from a seed and writes it with its own trainer's orbax
 writer (``training/checkpoints.save_state``). We read that checkpoint with our orbax reader and key map
 (:mod:`vlarl_cli.checkpoints.orbax`, :mod:`vlarl_cli.policies.pi0.jax_params`), the path ``vlarl
 convert`` takes, load it into ``Pi0Model`` and compare what both compute from shared inputs: SigLIP
@@ -35,6 +35,7 @@ from vlarl_cli.policies.pi0.modeling import Pi0Model
 ARCH = {"vision_width": 32, "vision_mlp": 64, "vision_depth": 2, "vision_heads": 2, "image_size": 32,
         "patch_size": 8}
 B, H, L, SEED, LOSS_SEED = 3, 10, 12, 7, 3
+VOCAB = 300  # openpi's 257152 shrunk (upstream_pi0_jax.py), so the byte tokenizer of tiny models applies
 STEPS = (5, 10)
 ASSET_ID = "physical-intelligence/libero"
 NORM_STATS = {"state": {"mean": [0.1] * 8, "std": [1.5] * 8, "q01": [-1.0] * 8, "q99": [1.0] * 8},
@@ -53,7 +54,7 @@ def _inputs(variant: str) -> dict[str, torch.Tensor]:
     for i in range(B):
         token_mask[i, : 4 + 3 * i] = True
     return {"images": images, "image_masks": masks, "token_mask": token_mask,
-            "tokens": torch.randint(4, 257152, (B, L), generator=g) * token_mask,
+            "tokens": torch.randint(4, VOCAB, (B, L), generator=g) * token_mask,
             "state": torch.randn(B, 32, generator=g), "noise": torch.randn(B, H, 32, generator=g),
             "actions": torch.randn(B, H, 32, generator=g)}
 
@@ -67,7 +68,7 @@ def _run_jax(openpi_python: Path, folder: Path, precision: str) -> Path:
         runs.append({"variant": variant, "inputs": str(folder / f"inputs-{variant}.safetensors"),
                      "dtypes": [_JAX_DTYPE[precision]], "checkpoint": str(folder / f"ckpt-{variant}"),
                      "outputs": {_JAX_DTYPE[precision]: str(folder / f"outputs-{variant}-{precision}.safetensors")}})
-    spec = {"seed": SEED, "loss_seed": LOSS_SEED, "action_horizon": H, "max_token_len": L,
+    spec = {"seed": SEED, "loss_seed": LOSS_SEED, "action_horizon": H, "max_token_len": L, "vocab_size": VOCAB,
             "sample_steps": list(STEPS), "norm_stats": NORM_STATS, "asset_id": ASSET_ID, "runs": runs, **ARCH}
     run_reference(openpi_python, "upstream_pi0_jax.py", spec, folder, timeout=1500)
     return folder
@@ -273,3 +274,22 @@ def test_orbax_checkpoint_keeps_norm_stats_and_dtypes(upstream, variant):
     stats = load_norm_stats(step / "assets" / ASSET_ID / "norm_stats.json")
     np.testing.assert_allclose(np.asarray(stats["actions"].std), NORM_STATS["actions"]["std"])
     np.testing.assert_allclose(np.asarray(stats["state"].q99), NORM_STATS["state"]["q99"])
+
+
+@pytest.mark.parametrize("to", ["vlarl", "openpi"])
+def test_vlarl_convert_of_the_jax_checkpoint(upstream, variant, jax_model, to, tmp_path):
+    """``vlarl convert <step> out --to vlarl|openpi``: the written weights are exactly the JAX checkpoint's
+    (the model the parity tests above compare), fp32 as stored, with openpi's norm stats, and the probe-batch
+    self-check passed (0 difference between the staged source and the written folder)."""
+    from vlarl_cli.checkpoints.convert import convert
+    from vlarl_cli.policies.pi0.checkpoint import load_policy
+
+    report = convert(upstream / f"ckpt-{variant}" / "1", tmp_path / "out", to)
+    assert report.src_format == "openpi_jax" and report.max_abs_diff == 0.0
+    assert any("float32" in note for note in report.notes)
+    policy = load_policy(tmp_path / "out", format=to)
+    assert policy.cfg.variant == variant
+    ours = policy.state_dict()
+    for name, value in jax_model.state_dict().items():
+        assert ours[name].dtype == torch.float32 and torch.equal(ours[name], value), name
+    np.testing.assert_allclose(policy.norm_stats["actions"].std.numpy(), NORM_STATS["actions"]["std"])

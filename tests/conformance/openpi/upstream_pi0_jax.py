@@ -16,7 +16,7 @@ openpi hard-codes ``So400m/14``), gives EVERY parameter seeded random values, an
    its own noise and time from the rng; they are re-drawn here exactly as it draws them
    (``split(rng, 3)``, ``normal``, ``beta(1.5, 1) * 0.999 + 0.001``) and handed back with the outputs.
 
-The image resolution is the spec's (``preprocess_observation`` would resize to 224 px otherwise:
+The vocabulary is the spec's (``gemma.PALIGEMMA_VOCAB_SIZE``, 257152 in openpi) and the image resolution is the spec's (``preprocess_observation`` would resize to 224 px otherwise:
 its keyword default is changed). The data loader module of openpi's training package (which
 pulls in LeRobot and the dataset stack) is replaced by an empty module: ``checkpoints.py`` uses it
 only in type annotations, and ``save_state`` is given an object with ``data_config()``.
@@ -35,8 +35,13 @@ import numpy as np
 
 def _patch_openpi(spec: dict) -> None:
     sys.modules.setdefault("openpi.training.data_loader", types.ModuleType("openpi.training.data_loader"))
+    from openpi.models import gemma as _gemma
     from openpi.models import model as _model
     from openpi.models import pi0 as _pi0
+
+    # a small vocabulary (read by gemma.Module.setup at build time): the token table, its gradient and the
+    # prompt tokenizer stay test-sized (vlarl then accepts its byte tokenizer, as for its own tiny models)
+    _gemma.PALIGEMMA_VOCAB_SIZE = spec["vocab_size"]
 
     size = (spec["image_size"], spec["image_size"])
     _model.IMAGE_RESOLUTION = size  # Pi0Config.inputs_spec (the lazy init's fake observation) reads it
