@@ -54,3 +54,20 @@ def test_fp32_compute_is_a_no_op() -> None:
         with compute_in(model, torch.float32):
             same = model.joint_forward(images, masks, tokens, token_mask, state, x_t, t)[1]
     assert torch.equal(plain, same)
+
+
+def test_fsdp_fp32_units_are_the_modules_jax_computes_in_fp32() -> None:
+    """FSDP2 under a bf16 param_dtype gives these modules fp32 units (distributed/fsdp.py: fp32_units)."""
+    from vlarl_cli.distributed.fsdp import fp32_units
+
+    model = Pi0Model(preset("tiny", "pi05"))
+    names = {n for n, m in model.named_modules() if any(m is u for u in fp32_units(model))}
+    depth = model.cfg.vlm_depth
+    expected = {"vlm.vision_tower.embeddings", "vlm.vision_tower.post_layernorm", "vlm.language_model.embed_tokens",
+                "vlm.language_model.norm", "action_in_proj", "action_out_proj", "time_mlp_in", "time_mlp_out",
+                "value_head"}
+    expected |= {f"vlm.vision_tower.encoder.layers.{i}.layer_norm{k}" for i in range(model.cfg.vision_depth)
+                 for k in (1, 2)}
+    expected |= {f"vlm.language_model.layers.{i}.{n}" for i in range(depth)
+                 for n in ("input_layernorm", "post_attention_layernorm")}
+    assert names == expected  # the pi0.5 expert's norms are adaRMS: their dense layers compute in bf16
