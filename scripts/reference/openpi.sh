@@ -38,6 +38,9 @@ PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 # openpi.shared.normalize, which needs pydantic and numpydantic (--no-deps: it would lift numpy to 2.x)
 "${PIP[@]}" "pydantic>=2,<3"
 "${PIP[@]}" --no-deps "numpydantic==1.10.0"
+# RLinf's openpi wrapper (rlinf/models/embodiment/openpi/openpi_action_model.py, whose flow log-probs
+# test_rlinf_flow_logprobs.py runs) imports omegaconf and openpi.transforms (openpi-client, PIL)
+"${PIP[@]}" --no-deps "omegaconf==2.3.0" "antlr4-python3-runtime==4.9.3" "openpi-client==0.1.2" pillow
 "$VENV/bin/python" - <<'PY'
 import torch
 from openpi.models_pytorch.pi0_pytorch import PI0Pytorch  # noqa: F401
