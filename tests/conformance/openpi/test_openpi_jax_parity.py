@@ -128,7 +128,7 @@ def _ours_inputs(x: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
 # Gradients: max |diff| / max |JAX grad| per tensor (rel), plus an absolute floor for the SigLIP key
 # biases, whose exact gradient is 0 (softmax ignores a per-query constant) and both sides hold noise.
 TOL = {
-    "fp32": {"features": 1e-5, "prefix": 3e-5, "velocity": 6e-5, "actions": 6e-5, "loss": 3e-5, "grad_rel": 8e-5,
+    "fp32": {"features": 1e-5, "prefix": 3e-5, "velocity": 6e-5, "actions": 5e-5, "loss": 3e-5, "grad_rel": 8e-5,
              "grad_floor": 6e-8},
     "mixed": {"features": 0.25, "prefix": 0.45, "velocity": 0.3, "actions": 0.25, "loss": 0.15, "grad_rel": 0.3,
               "grad_floor": 2.5e-3},

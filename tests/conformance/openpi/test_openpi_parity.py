@@ -203,7 +203,7 @@ def test_velocity(run, port_time_embedding):
         state = None if model.cfg.is_pi05 else x["state"]
         v = model.velocity_from_features(model.expert_forward(cache, state, x["x_t"], x["t"]))
     assert up["velocity"].abs().max() > 0.1
-    _measured("velocity", float((v - up["velocity"]).abs().max()), 3e-5)
+    _measured("velocity", float((v - up["velocity"]).abs().max()), 2e-5)
 
 
 def test_the_time_embedding_is_the_one_difference(run):
@@ -225,7 +225,7 @@ def test_sampled_actions_for_fixed_noise(run, steps, port_time_embedding):
     state = None if model.cfg.is_pi05 else x["state"]
     ours = model.sample_actions(x["images"], x["image_masks"], x["tokens"], x["token_mask"], state, x["noise"],
                                 num_steps=steps)
-    _measured(f"actions K={steps}", float((ours - up[f"actions_k{steps}"]).abs().max()), 5e-5)
+    _measured(f"actions K={steps}", float((ours - up[f"actions_k{steps}"]).abs().max()), 1e-5)
 
 
 def test_per_element_loss_and_gradients(run, port_time_embedding):
@@ -249,8 +249,8 @@ def test_per_element_loss_and_gradients(run, port_time_embedding):
         ours = from_external(name[len("grad."):], "openpi")
         assert ours in grads, f"openpi has a gradient for {name}, ours none"
         diff, scale = float((grads[ours] - g_up).abs().max()), float(g_up.abs().max())
-        if ".self_attn.k_proj.bias" in name:  # exactly zero in exact arithmetic: float noise on both sides
-            worst_floor = max(worst_floor, diff)
+        if ".self_attn.k_proj.bias" in name or scale == 0.0:  # exactly zero in exact arithmetic (key
+            worst_floor = max(worst_floor, diff)  # biases), or no path to the loss: float noise at most
         else:
             worst_rel = max(worst_rel, diff / scale)
         compared += 1
