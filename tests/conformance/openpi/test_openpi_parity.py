@@ -255,8 +255,8 @@ def test_per_element_loss_and_gradients(run, port_time_embedding):
             worst_rel = max(worst_rel, diff / scale)
         compared += 1
     assert compared > 100  # every layer of both stacks, the vision tower and the projections
-    _measured("gradients, max |diff| / max |openpi grad| per tensor", worst_rel, 2e-5)
-    _measured("gradients of the key biases (true value 0)", worst_floor, 1e-7)
+    _measured("gradients, max |diff| / max |openpi grad| per tensor", worst_rel, 1.2e-5)
+    _measured("gradients of the key biases (true value 0)", worst_floor, 4e-8)
 
 
 @pytest.mark.parametrize("with_state", [False, True])
