@@ -371,9 +371,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format:
         check: load the result again and compare a deterministic probe batch with the source.
         verbose: print the report.
 
-    Raises:
-        CheckpointError: unknown/unsupported family or format, pickle without ``allow_pickle``, existing
-            ``dst``, or a failed self-check.
+    Raises CheckpointError: unknown family or format, pickle without ``allow_pickle``, existing ``dst``, a bad
+    openpi JAX checkpoint (another model, half-written, no assets), or a failed self-check.
     """
     src_path, dst_path = Path(src).expanduser(), Path(dst).expanduser()
     # every argument is checked before torch and the model code are imported (seconds) or a model is loaded
@@ -384,7 +383,6 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format:
     with tempfile.TemporaryDirectory(prefix=TMP_PREFIX + "convert-") as scratch:
         read_from, info = _readable_source(src_path, allow_pickle, Path(scratch))
         module, src_format = _plan(src_path, read_from, info, to_format)
-        jax_notes = [n for n in info.notes if read_from.name == "staged-orbax"]
 
         import torch
 
@@ -406,12 +404,13 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format:
 
     from vlarl_cli.checkpoints.detect import count_parameters
 
-    report = ConvertReport(src=src_path, dst=dst_path, family=info.family,
-                           src_format="openpi_jax" if jax_notes else src_format,
+    jax = read_from.name == "staged-orbax"  # an openpi JAX checkpoint, staged in the openpi layout
+    report = ConvertReport(src=src_path, dst=dst_path, family=info.family, src_format="openpi_jax" if jax else src_format,
                            dst_format=to_format, dtype=str(cast).removeprefix("torch.") if cast else None,
                            lora_merged=merged, num_parameters=count_parameters(dst_path),
                            max_abs_diff=diff, max_abs_diff_values=diff_v,
-                           probe="2 observations, 224 px, seed 0, deterministic sampling", notes=jax_notes)
+                           probe="2 observations, 224 px, seed 0, deterministic sampling",
+                           notes=info.notes if jax else [])
     if verbose:
         from rich.console import Console
 
