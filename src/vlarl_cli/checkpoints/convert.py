@@ -408,9 +408,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format:
     report = ConvertReport(src=src_path, dst=dst_path, family=info.family, src_format="openpi_jax" if jax else src_format,
                            dst_format=to_format, dtype=str(cast).removeprefix("torch.") if cast else None,
                            lora_merged=merged, num_parameters=count_parameters(dst_path),
-                           max_abs_diff=diff, max_abs_diff_values=diff_v,
-                           probe="2 observations, 224 px, seed 0, deterministic sampling",
-                           notes=info.notes if jax else [])
+                           max_abs_diff=diff, max_abs_diff_values=diff_v, notes=info.notes if jax else [],
+                           probe="2 observations, 224 px, seed 0, deterministic sampling")
     if verbose:
         from rich.console import Console
 
