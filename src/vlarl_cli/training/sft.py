@@ -427,7 +427,8 @@ class _Learner:
         from vlarl_cli.distributed import mixed_precision
         from vlarl_cli.training import ema
 
-        self.ema = ema.for_sft(policy, model_cfg.model_type, model_cfg.config_name, config.sft.trainable, say)
+        self.ema = ema.for_sft(policy, "pi05" if model_cfg.is_pi05 else model_cfg.model_type, None,
+                               "lora" if model_cfg.is_lora else config.sft.trainable, say)
         self.compute = mixed_precision.from_settings(policy, model_cfg.precision,
                                                      config.actor.fsdp_config.mixed_precision.param_dtype, say)
         self.ctx, self.glob, self.micro = ctx, config.actor.global_batch_size, config.actor.micro_batch_size
