@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build .reference/openpi: an ISOLATED venv holding openpi's own PyTorch pi0 / pi0.5 (PI0Pytorch) for the
+# Build .reference/openpi: an ISOLATED venv holding openpi's own PyTorch pi0 / pi0.5 (PI0Pytorch) and its JAX
+# Pi0 / Pi05 (openpi/models/pi0.py, with the orbax checkpoint writer) for the
 # conformance tests in tests/conformance/openpi/. Never touches the project's venv.
 #
 # What and why (REFERENCE.md section 7): PyPI carries openpi's PyTorch model as rlinf-openpi 0.1.1 and
@@ -13,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=.reference/openpi
 STAMP="$VENV/.vlarl-reference-stamp"
-VERSION="openpi-ref-v3"
+VERSION="openpi-ref-v4"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$VERSION" ]]; then
     echo "openpi reference environment ready: $VENV"
     exit 0
@@ -33,11 +34,22 @@ PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" --no-deps "flax==0.10.2" "beartype==0.19.0" "jaxtyping==0.2.36" einops msgpack absl-py rich \
     "orbax-checkpoint==0.11.13" optax chex toolz augmax etils nest_asyncio humanize tensorstore simplejson \
     protobuf typing_extensions wadler_lindig markdown-it-py mdurl pygments opt_einsum tqdm-loggable
+# openpi.training.checkpoints (the JAX trainer's orbax writer, used to write test checkpoints) imports
+# openpi.shared.normalize, which needs pydantic and numpydantic (--no-deps: it would lift numpy to 2.x)
+"${PIP[@]}" "pydantic>=2,<3"
+"${PIP[@]}" --no-deps "numpydantic==1.10.0"
+# RLinf's openpi wrapper (rlinf/models/embodiment/openpi/openpi_action_model.py, whose flow log-probs
+# test_rlinf_flow_logprobs.py runs) imports omegaconf and openpi.transforms (openpi-client, PIL)
+"${PIP[@]}" --no-deps "omegaconf==2.3.0" "antlr4-python3-runtime==4.9.3" "openpi-client==0.1.2" pillow
 "$VENV/bin/python" - <<'PY'
 import torch
 from openpi.models_pytorch.pi0_pytorch import PI0Pytorch  # noqa: F401
 from openpi.models import pi0_config  # noqa: F401
 from openpi.models.tokenizer import PaligemmaTokenizer  # noqa: F401
+from openpi.models import pi0  # noqa: F401  (the JAX model of the JAX conformance tests)
+import openpi.shared.normalize  # noqa: F401
+import numpy
+assert numpy.__version__ == "1.26.4", numpy.__version__
 import importlib.util
 assert importlib.util.find_spec("rlinf") is not None
 import transformers

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,8 @@ class ConvertReport:
         max_abs_diff: max |actions_src - actions_dst| on the probe batch (None when not checked).
         max_abs_diff_values: same for the value estimates (None when not checked).
         probe: description of the probe batch.
+        notes: what the source held that the layouts alone do not say (an openpi JAX checkpoint: its variant,
+            stored dtypes, LoRA merged, norm stats, defaults taken).
     """
 
     src: Path
@@ -88,6 +90,7 @@ class ConvertReport:
     max_abs_diff: float | None
     max_abs_diff_values: float | None
     probe: str
+    notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         check = ("not checked (--skip-check)" if self.max_abs_diff is None else
@@ -100,6 +103,7 @@ class ConvertReport:
             f"  parameters:  {self.num_parameters:,}" if self.num_parameters is not None else
             "  parameters:  unknown",
             f"  check:       {check}",
+            *(f"  note:        {note}" for note in self.notes),
         ])
 
 
@@ -255,6 +259,10 @@ def check_paths(src: Path, dst: Path, *, overwrite: bool) -> None:
 def _readable_source(src: Path, allow_pickle: bool, scratch: Path) -> tuple[Path, Any]:
     """(folder to load from, its detection): ``src`` itself, or for pickle-only weights (RLinf publishes
     ``.pt`` checkpoints) a staged safetensors copy, detected again so its tensor names identify the family."""
+    from vlarl_cli.checkpoints.orbax import is_orbax_checkpoint
+
+    if is_orbax_checkpoint(src):
+        return _stage_orbax(src, scratch)
     info = detect_checkpoint(src, refine=True)
     if info.unreadable:
         raise CheckpointError(f"Damaged weights in the source, not a readable safetensors file: "
@@ -272,6 +280,31 @@ def _readable_source(src: Path, allow_pickle: bool, scratch: Path) -> tuple[Path
     staged = scratch / "staged"
     _stage_pickles(src, staged, info.pickle_files)
     return staged, detect_checkpoint(staged, refine=True)
+
+
+def _stage_orbax(src: Path, scratch: Path) -> tuple[Path, Any]:
+    """An openpi JAX (orbax) checkpoint, staged in the openpi PyTorch layout by the family that reads it
+    (``stage_orbax`` in its checkpoint module: pi0 / pi0.5), then detected like any folder; the stage's
+    findings (variant, stored dtypes, LoRA merged, asset ids) go into the report's notes."""
+    for family in FAMILY_MODEL_TYPES:
+        module = family_checkpoint_module(family)
+        stage = getattr(module, "stage_orbax", None) if module is not None else None
+        if stage is not None:
+            staged = scratch / "staged-orbax"
+            found = stage(src, staged)
+            info = detect_checkpoint(staged, refine=True)
+            info.notes = [*info.notes, *_orbax_notes(found)]
+            return staged, info
+    raise CheckpointError(f"{src} is an orbax (JAX) checkpoint, which no installed family reads.",
+                          fix="openpi's pi0 / pi0.5 JAX checkpoints are read by the pi0 family.")
+
+
+def _orbax_notes(found: dict[str, Any]) -> list[str]:
+    return [f"openpi JAX checkpoint ({found['variant']}), stored dtypes {', '.join(found['dtypes'])}, kept",
+            f"LoRA factors merged: {found['lora_merged']}" if found["lora_merged"] else "no LoRA factors",
+            f"norm stats from assets/{', assets/'.join(found['asset_ids'])}",
+            f"action_horizon {found['action_horizon']} (the variant's default: a JAX checkpoint does not store it;"
+            " set actor.model.action_horizon to change it)"]
 
 
 def _plan(src: Path, read_from: Path, info: Any, to_format: str) -> tuple[Any, str]:
@@ -338,9 +371,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format:
         check: load the result again and compare a deterministic probe batch with the source.
         verbose: print the report.
 
-    Raises:
-        CheckpointError: unknown/unsupported family or format, pickle without ``allow_pickle``, existing
-            ``dst``, or a failed self-check.
+    Raises CheckpointError: unknown family or format, pickle without ``allow_pickle``, existing ``dst``, a bad
+    openpi JAX checkpoint (another model, half-written, no assets), or a failed self-check.
     """
     src_path, dst_path = Path(src).expanduser(), Path(dst).expanduser()
     # every argument is checked before torch and the model code are imported (seconds) or a model is loaded
@@ -372,10 +404,11 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], to_format:
 
     from vlarl_cli.checkpoints.detect import count_parameters
 
-    report = ConvertReport(src=src_path, dst=dst_path, family=info.family, src_format=src_format,
+    jax = read_from.name == "staged-orbax"  # an openpi JAX checkpoint, staged in the openpi layout
+    report = ConvertReport(src=src_path, dst=dst_path, family=info.family, src_format="openpi_jax" if jax else src_format,
                            dst_format=to_format, dtype=str(cast).removeprefix("torch.") if cast else None,
                            lora_merged=merged, num_parameters=count_parameters(dst_path),
-                           max_abs_diff=diff, max_abs_diff_values=diff_v,
+                           max_abs_diff=diff, max_abs_diff_values=diff_v, notes=info.notes if jax else [],
                            probe="2 observations, 224 px, seed 0, deterministic sampling")
     if verbose:
         from rich.console import Console

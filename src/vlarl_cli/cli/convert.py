@@ -4,7 +4,7 @@ The family and source format are detected from the files.
 
 The result is checked: both models run the same deterministic probe batch; the maximum absolute difference of their actions is printed.
 
-Formats: pi0/pi0.5: vlarl, openpi (openpi PyTorch / RLinf), lerobot, hf_pi0 (transformers-native); GR00T: vlarl, gr00t_n15, gr00t_n16. Others report "not supported yet".
+Formats: pi0/pi0.5: vlarl, openpi (openpi PyTorch / RLinf), lerobot, hf_pi0 (transformers-native); GR00T: vlarl, gr00t_n15, gr00t_n16. Others report "not supported yet". openpi's JAX checkpoints (an orbax step folder with params/ and assets/) are read as a source (needs tensorstore: pip install "vlarl[openpi-jax]").
 
 Examples:
   vlarl convert models/pi05-libero runs/pi05-vlarl --to vlarl

@@ -5,7 +5,8 @@ transformer_layer_cls_to_wrap`` (e.g. ``Qwen3DecoderLayer``, ``Siglip2EncoderLay
 unit, falling back to the family's own ``fsdp_wrap_classes`` attribute, then the root. ``sample`` and
 ``evaluate`` are registered as forward methods so that calling them gathers the parameters exactly like
 ``forward`` does. Mixed precision (bf16 params / reductions) applies on GPUs only; CPU runs in fp32 with
-gloo through the same code.
+gloo through the same code. With fp32 master weights and a bf16 ``param_dtype`` (JAX's scheme, openpi's
+default), the modules a family keeps fp32 in compute (:func:`fp32_units`) get fp32 units of their own.
 
 Checkpoints are FULL state dicts gathered parameter by parameter onto one owner rank (the actor's first
 rank), so a checkpoint saved with any world size loads with any other (or without FSDP at all); loading
@@ -53,6 +54,45 @@ def _check_cpu_fsdp(device: torch.device) -> None:
                           "Install torch==2.13.0 (scripts/install.sh does), or run the actor on CUDA devices.")
 
 
+def fp32_units(model: nn.Module) -> list[nn.Module]:
+    """The top-most submodules whose every parameter the family keeps fp32 in compute under mixed precision
+    (``model.mixed_precision_fp32(name)``, :mod:`vlarl_cli.distributed.mixed_precision`): under a bf16
+    ``param_dtype`` each becomes its own FSDP unit with an fp32 policy, as JAX computes them (pi0: RMSNorm
+    scales, the token table, SigLIP's stem and LayerNorms, the action / time / state projections)."""
+    rule = getattr(model, "mixed_precision_fp32", None)
+    if not callable(rule):
+        return []
+    units: list[nn.Module] = []
+
+    def visit(prefix: str, module: nn.Module) -> None:
+        names = [prefix + n for n, _ in module.named_parameters()]
+        if module is not model and names and all(rule(n) for n in names):
+            units.append(module)
+            return
+        for name, child in module.named_children():
+            visit(f"{prefix}{name}.", child)
+
+    visit("", model)
+    return units
+
+
+def _mixed_policies(model: nn.Module, param_dtype: str | None, reduce_dtype: str | None
+                    ) -> tuple[Any, Any, list[tuple[nn.Module, Any]]]:
+    """(policy of the bf16 units, policy of the root, fp32 units with their policy) for FSDP2. A family with
+    an fp32 rule keeps those modules fp32 and handles its own input dtypes (no forward-input casts: the
+    replayed denoising chain and the noise stay fp32, as in JAX)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    policy = MixedPrecisionPolicy(param_dtype=_dtype(param_dtype), reduce_dtype=_dtype(reduce_dtype))
+    keep = fp32_units(model) if param_dtype and to_dtype(param_dtype) != torch.float32 else []
+    if not keep:
+        return policy, policy, []
+    root = MixedPrecisionPolicy(param_dtype=_dtype(param_dtype), reduce_dtype=_dtype(reduce_dtype),
+                                cast_forward_inputs=False)
+    fp32 = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=_dtype(reduce_dtype), cast_forward_inputs=False)
+    return policy, root, [(m, fp32) for m in keep]
+
+
 def shard_model(model: nn.Module, *, device: torch.device, class_names: list[str], reshard_after_forward: bool = True,
                 param_dtype: str | None = None, reduce_dtype: str | None = None, cpu_offload: bool = False,
                 mesh: Any = None) -> nn.Module:
@@ -63,7 +103,6 @@ def shard_model(model: nn.Module, *, device: torch.device, class_names: list[str
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import (
         CPUOffloadPolicy,
-        MixedPrecisionPolicy,
         fully_shard,
         register_fsdp_forward_method,
     )
@@ -71,15 +110,19 @@ def shard_model(model: nn.Module, *, device: torch.device, class_names: list[str
     if mesh is None:
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
+    root_kwargs = dict(kwargs)
     if device.type == "cuda" and (param_dtype or reduce_dtype):
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=_dtype(param_dtype), reduce_dtype=_dtype(reduce_dtype))
+        unit_policy, root_policy, fp32 = _mixed_policies(model, param_dtype, reduce_dtype)
+        kwargs["mp_policy"], root_kwargs["mp_policy"] = unit_policy, root_policy
+        for module, policy in fp32:  # children before their parents, as fully_shard requires
+            fully_shard(module, **{**kwargs, "mp_policy": policy})
     if cpu_offload:
-        kwargs["offload_policy"] = CPUOffloadPolicy()
+        kwargs["offload_policy"] = root_kwargs["offload_policy"] = CPUOffloadPolicy()
     units = wrap_classes(model, class_names)
     for module in list(model.modules()):
         if module is not model and type(module).__name__ in units:
             fully_shard(module, **kwargs)
-    fully_shard(model, **kwargs)
+    fully_shard(model, **root_kwargs)
     for method in ("sample", "evaluate"):
         if hasattr(model, method):
             register_fsdp_forward_method(model, method)

@@ -36,7 +36,9 @@ def resolve_model_path(path: str | None) -> str | None:
 
         return str(builtin_checkpoint(path))
     if path is None or Path(path).expanduser().exists():
-        return None if path is None else str(Path(path).expanduser())
+        from vlarl_cli.training.ema import choose_weights  # an SFT checkpoint's EMA, as openpi serves it
+
+        return None if path is None else choose_weights(str(Path(path).expanduser()))
     if path.count("/") == 1 and not path.startswith(("/", ".", "~")):
         from vlarl_cli.checkpoints.hub import resolve_repo_id
 

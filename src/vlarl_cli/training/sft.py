@@ -57,6 +57,7 @@ rank 0 records and saves.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
@@ -247,7 +248,8 @@ def _checkpoint_module(config: VlarlConfig) -> Any:
         return None  # the toy policies: a bare state dict
 
 
-def _write_policy(policy: torch.nn.Module, config: VlarlConfig, target: Path, final: Path, state: SftState) -> None:
+def _write_policy(policy: torch.nn.Module, config: VlarlConfig, target: Path, final: Path, state: SftState,
+                  ema: Any = None) -> None:
     """The family's ``save_policy(format="vlarl")`` files (toy: ``model.safetensors``), ``config.yaml`` and
     ``sft_state.json`` into the new folder ``target``, which will be renamed to ``final``."""
     from vlarl_cli.checkpoints.atomic import atomic_save_safetensors
@@ -266,15 +268,19 @@ def _write_policy(policy: torch.nn.Module, config: VlarlConfig, target: Path, fi
         atomic_save_safetensors(tensors, target / "model.safetensors")
     (target / "config.yaml").write_text(to_yaml(_saved_config(config, final, module is not None)))
     (target / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
+    if ema is not None:  # training/ema.py: the EMA as a complete policy folder beside the raw weights
+        with ema.applied(policy):
+            _write_policy(policy, config, target / "ema", final / "ema", state)
 
 
-def export_policy(policy: torch.nn.Module, config: VlarlConfig, folder: Path, state: SftState) -> Path:
+def export_policy(policy: torch.nn.Module, config: VlarlConfig, folder: Path, state: SftState,
+                  ema: Any = None) -> Path:
     """Write the policy atomically into the NEW folder ``folder`` (``-o``; an existing path is refused)."""
     from vlarl_cli.checkpoints.atomic import atomic_directory
 
     check_output(folder)
     with atomic_directory(folder, overwrite=False) as tmp:
-        _write_policy(policy, config, tmp, folder, state)
+        _write_policy(policy, config, tmp, folder, state, ema)
     return folder
 
 
@@ -289,6 +295,7 @@ def _save_checkpoint(run_dir: Path, learner: Any, state: SftState) -> Path | Non
     model_state = fsdp.full_model_state(learner.policy, owner=0)
     optimizer_state = fsdp.full_optimizer_state(learner.policy, learner.optimizer, owner=0)
     target = learner.export_target()
+    ema = learner.export_ema()
     if not learner.ctx.is_main:
         return None
     final = ckpt.checkpoint_dir(run_dir, state.steps)
@@ -298,7 +305,7 @@ def _save_checkpoint(run_dir: Path, learner: Any, state: SftState) -> Path | Non
         trainer_state=ckpt.TrainerState(iteration=state.steps, optimizer_steps=state.steps, version=state.version,
                                         run_ids=dict(learner.run_ids)),
         config_yaml=to_yaml(_saved_config(config, final, _checkpoint_module(config) is not None)),
-        export=lambda folder: _write_policy(target, config, folder, final, state))
+        export=lambda folder: _write_policy(target, config, folder, final, state, ema))
 
 
 def _restore(path: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
@@ -436,6 +443,7 @@ class _Learner:
                                            weight_decay=optim.weight_decay)
         self.scheduler = build_scheduler(self.optimizer, config, steps)
         self.glob, self.micro = config.actor.global_batch_size, config.actor.micro_batch_size
+        self._precision_and_ema(model_cfg, say)
         if self.glob % (self.micro * ctx.world_size):
             raise ConfigError(f"actor.global_batch_size ({self.glob}) must be divisible by micro_batch_size x "
                               f"processes ({self.micro} x {ctx.world_size}).", "Adjust the batch sizes.")
@@ -478,6 +486,10 @@ class _Learner:
     def restore(self, path: Path) -> int:
         """The step the checkpoint at ``path`` reached, with weights, optimizer and schedule restored."""
         step, self.run_ids = _restore(path, self.policy, self.optimizer, self.scheduler, self.generators)
+        if self.ema is not None:
+            from vlarl_cli.training.ema import restore_from
+
+            restore_from(self.ema, path)
         return step
 
     def _bad_frames(self, step: int, batches: list[Any]) -> int:
@@ -506,7 +518,8 @@ class _Learner:
         for mb in batches:
             if not len(mb):
                 continue
-            loss = self.loss_fn(mb.obs, mb.actions.to(self.ctx.device))
+            with self.compute():
+                loss = self.loss_fn(mb.obs, mb.actions.to(self.ctx.device))
             if not torch.isfinite(loss):
                 raise VlarlError(f"The SFT loss became {loss.item()} at step {step}.",
                                  "Lower actor.optim.lr or check the demonstrations for outliers.")
@@ -518,10 +531,29 @@ class _Learner:
         full = getattr(grad_norm, "full_tensor", None)  # FSDP2: a DTensor norm
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
+        if self.ema is not None:
+            self.ema.update(self.policy)
         self.scheduler.step()
         for hook in self.hooks:
             hook(step)
         return float(dist.all_reduce_mean_(total).item()), float(full() if callable(full) else grad_norm), lr
+
+    def _precision_and_ema(self, model_cfg: Any, say: Any) -> None:
+        """The compute policy (fp32 master weights, bf16 compute, as openpi's JAX trainer; FSDP2's own
+        mixed-precision policy when sharded) and openpi's weight EMA (training/ema.py)."""
+        from vlarl_cli.distributed import mixed_precision
+        from vlarl_cli.training import ema
+
+        self.ema = ema.for_sft(self.policy, "pi05" if model_cfg.is_pi05 else model_cfg.model_type, None,
+                               "lora" if model_cfg.is_lora else self.config.sft.trainable, say)
+        param_dtype = self.config.actor.fsdp_config.mixed_precision.param_dtype
+        self.compute = (contextlib.nullcontext if self.sharded
+                        else mixed_precision.from_settings(self.policy, model_cfg.precision, param_dtype, say))
+
+    def export_ema(self) -> Any:
+        """The EMA with full tensors for :func:`_write_policy` (None without one). Collective over the ranks
+        when sharded: every rank calls it."""
+        return None if self.ema is None else self.ema.full()
 
     def export_target(self) -> torch.nn.Module:
         """The policy to write with the family's ``save_policy``: itself, or (sharded) a CPU copy rebuilt from
@@ -617,8 +649,9 @@ def train_sft(loaded: LoadedConfig, *, demos: Path | list[Path] | None = None, r
     folder = ckpt.checkpoint_dir(run_dir, total)
     if output is not None:
         target = learner.export_target()
+        ema = learner.export_ema()
         if ctx.is_main:
-            export_policy(target, learner.config, output, learner.state(total, data, losses))
+            export_policy(target, learner.config, output, learner.state(total, data, losses), ema)
             say(f"checkpoint: {output}")
         folder = output
     elif last_saved != total and ctx.is_main:  # resumed at the end: the last checkpoint is the result

@@ -12,19 +12,24 @@ Camera slots as openpi on LIBERO: base, left wrist, and an empty right wrist mas
 batch. We skip that slot (its tokens are attended by nobody), so the prefix KV cache is compared on the
 valid prefix positions; padded prompt rows are compared nowhere (they attend nothing and feed nothing).
 
-Tolerances (fp32 both sides; measured on this seed, outputs of magnitude 4-6, losses up to ~50): image
-features are bit-identical (same SigLIP code path); velocities differ by <= 3e-6 (SDPA vs eager softmax:
-another summation order, ~1e-7 relative per layer over 4 + 2 layers); K = 5 / 10 actions by <= 2e-5 /
-5e-5 (the per-step error is integrated, and openpi accumulates its Euler time ``t += dt`` in float32
-while we use ``1 - i/K``: ~1e-7 in t, amplified by the sinusoidal time embedding's periods down to 4e-3);
-losses by <= 1.4e-5; every gradient by <= 1.5e-6 of its tensor's largest entry (attention key biases
-have an exactly zero true gradient, so both sides hold float noise there: hence an absolute floor).
-The bounds asserted leave a 2-10x margin and stay far below any real error (a wrong scale, mask, RoPE
-or norm moves outputs by > 1e-2). Command: ``pytest tests/conformance/openpi -q``.
+Where openpi's PyTorch port departs from openpi's JAX model we follow JAX (test_openpi_jax_parity.py;
+list in docs/openpi_jax.md); the differences that show in fp32 are asserted here, not hidden:
+``sinusoidal_time_embedding`` is JAX's float32 computation, the port's is float64 on the CPU (its arguments
+reach ~1.6e3, so sin / cos differ by ~1e-5 and velocities by ~3e-5): the comparisons below run with the
+port's float64 embedding put in place (:func:`port_time_embedding`), and
+``test_the_time_embedding_is_the_one_difference`` bounds what JAX's embedding changes.
+
+Tolerances (fp32 both sides; outputs of magnitude 4-6, losses up to ~50): each bound is at most 10x the
+error measured on this seed (the tests print it). Image features are bit-identical (same SigLIP code path);
+velocities, actions and losses differ by float32 summation order (SDPA vs eager softmax); gradients by
+<= ~2e-6 of their tensor's largest entry, with an absolute floor for attention key biases, whose exact
+gradient is zero (both sides hold float noise there). A wrong scale, mask, RoPE or norm moves outputs by
+> 1e-2. Command: ``pytest tests/conformance/openpi -q``.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -116,6 +121,29 @@ def upstream(openpi_python, tmp_path_factory) -> dict[str, Path]:
     return {"folder": folder}
 
 
+def _port_embedding(t: torch.Tensor, dim: int, min_period: float, max_period: float) -> torch.Tensor:
+    """openpi's PyTorch port's sinusoidal time embedding: float64 on the CPU (pi0_pytorch.create_sinusoidal_pos_
+    embedding), JAX's is float32 (pi0.py posemb_sincos)."""
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64)
+    period = min_period * (max_period / min_period) ** fraction
+    x = (1.0 / period * 2 * math.pi)[None, :] * t.double()[:, None]
+    return torch.cat([torch.sin(x), torch.cos(x)], dim=1).float()
+
+
+@pytest.fixture
+def port_time_embedding(monkeypatch):
+    """Our model with the port's float64 time embedding (the one fp32 difference between the two openpi
+    models that reaches these outputs)."""
+    from vlarl_cli.policies.pi0 import modeling
+
+    monkeypatch.setattr(modeling, "sinusoidal_time_embedding", _port_embedding)
+
+
+def _measured(name: str, diff: float, bound: float) -> None:
+    print(f"\n{name}: max |ours - openpi port| {diff:.3g} (bound {bound:.3g})")
+    assert diff <= bound, f"{name}: {diff:.3g} > {bound:.3g}"
+
+
 @pytest.fixture(scope="module", params=["pi0", "pi05"])
 def run(request, upstream) -> tuple[Pi0Model, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     variant = request.param
@@ -168,26 +196,39 @@ def test_prefix_kv_cache(run):
     torch.testing.assert_close(prefix.hidden[mask], up["prefix_hidden"][:, keep][mask], rtol=1e-5, atol=1e-5)
 
 
-def test_velocity(run):
+def test_velocity(run, port_time_embedding):
     model, x, up = run
     with torch.no_grad():
         cache = model.expert_cache(model.encode_prefix(x["images"], x["image_masks"], x["tokens"], x["token_mask"]))
         state = None if model.cfg.is_pi05 else x["state"]
         v = model.velocity_from_features(model.expert_forward(cache, state, x["x_t"], x["t"]))
     assert up["velocity"].abs().max() > 0.1
-    torch.testing.assert_close(v, up["velocity"], rtol=1e-5, atol=1e-5)
+    _measured("velocity", float((v - up["velocity"]).abs().max()), 2e-5)
+
+
+def test_the_time_embedding_is_the_one_difference(run):
+    """With JAX's float32 time embedding (ours by default) the port's velocity is off by more than float
+    noise and by less than 2e-4: the size of float32 rounding of sin / cos at arguments up to ~1.6e3."""
+    model, x, up = run
+    with torch.no_grad():
+        cache = model.expert_cache(model.encode_prefix(x["images"], x["image_masks"], x["tokens"], x["token_mask"]))
+        state = None if model.cfg.is_pi05 else x["state"]
+        v = model.velocity_from_features(model.expert_forward(cache, state, x["x_t"], x["t"]))
+    diff = float((v - up["velocity"]).abs().max())
+    print(f"\nvelocity with JAX's float32 time embedding: {diff:.3g}")
+    assert 3e-6 < diff < 2e-4
 
 
 @pytest.mark.parametrize("steps", STEPS)
-def test_sampled_actions_for_fixed_noise(run, steps):
+def test_sampled_actions_for_fixed_noise(run, steps, port_time_embedding):
     model, x, up = run
     state = None if model.cfg.is_pi05 else x["state"]
     ours = model.sample_actions(x["images"], x["image_masks"], x["tokens"], x["token_mask"], state, x["noise"],
                                 num_steps=steps)
-    torch.testing.assert_close(ours, up[f"actions_k{steps}"], rtol=1e-4, atol=1e-4)
+    _measured(f"actions K={steps}", float((ours - up[f"actions_k{steps}"]).abs().max()), 1e-5)
 
 
-def test_per_element_loss_and_gradients(run):
+def test_per_element_loss_and_gradients(run, port_time_embedding):
     model, x, up = run
     model.zero_grad()
     t = x["time"][:, None, None]
@@ -198,19 +239,24 @@ def test_per_element_loss_and_gradients(run):
                                         x["time"])
     loss = (model.velocity_from_features(action_out) - u_t) ** 2
     assert loss.shape == up["loss"].shape == (B, H, 32)
-    torch.testing.assert_close(loss, up["loss"], rtol=1e-4, atol=1e-5)
+    _measured("loss", float((loss - up["loss"]).abs().max()), 1e-4)
     loss.mean().backward()
     grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-    compared = 0
+    compared, worst_rel, worst_floor = 0, 0.0, 0.0
     for name, g_up in up.items():
         if not name.startswith("grad."):
             continue
         ours = from_external(name[len("grad."):], "openpi")
         assert ours in grads, f"openpi has a gradient for {name}, ours none"
-        scale = float(g_up.abs().max())
-        torch.testing.assert_close(grads[ours], g_up, rtol=1e-3, atol=1e-4 * max(scale, 1e-3), msg=name)
+        diff, scale = float((grads[ours] - g_up).abs().max()), float(g_up.abs().max())
+        if ".self_attn.k_proj.bias" in name or scale == 0.0:  # exactly zero in exact arithmetic (key
+            worst_floor = max(worst_floor, diff)  # biases), or no path to the loss: float noise at most
+        else:
+            worst_rel = max(worst_rel, diff / scale)
         compared += 1
     assert compared > 100  # every layer of both stacks, the vision tower and the projections
+    _measured("gradients, max |diff| / max |openpi grad| per tensor", worst_rel, 1.2e-5)
+    _measured("gradients of the key biases (true value 0)", worst_floor, 4e-8)
 
 
 @pytest.mark.parametrize("with_state", [False, True])

@@ -283,7 +283,10 @@ def _config_from_checkpoint(root: Path, fmt: str, shapes: dict[str, tuple[int, .
         arch = Pi0Config.from_dict(cfg_json["vlarl_arch"])
         if fmt == "lerobot" and arch.is_pi05 and "discrete_state_input" not in cfg_json["vlarl_arch"]:
             arch = arch.replace(discrete_state_input=True, state_prompt_padded=True)  # see below
-        return arch.replace(**_value_head_arch(shapes, fmt, arch.vlm_width))  # the stored critic decides
+        found = _value_head_arch(shapes, fmt, arch.vlm_width)  # the stored critic decides ...
+        if arch.vlm_width == arch.expert_width:  # ... except where its input width cannot tell VLM from expert
+            found.pop("value_after_vlm", None)
+        return arch.replace(**found)
     internal = {k2 for k in shapes if (k2 := from_external(k, fmt)) is not None}
     variant = _variant_from_keys(internal)
     values: dict[str, Any] = {}
@@ -543,3 +546,12 @@ def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
             "norm_stats": ns is not None, "norm_stats_path": os.fspath(ns) if ns else None,
             "dtypes": dtypes, "action_horizon": cfg.action_horizon, "image_size": cfg.image_size,
             "weight_files": [p.name for p in weight_files(root)]}
+
+
+# ---------------------------------------------------------------------------------------- openpi JAX
+def stage_orbax(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> dict[str, Any]:
+    """``vlarl convert``'s hook for openpi's JAX (orbax) checkpoints: ``src`` restaged into the new folder
+    ``out`` in the openpi PyTorch layout (:func:`vlarl_cli.policies.pi0.jax_params.stage_as_openpi`)."""
+    from vlarl_cli.policies.pi0.jax_params import stage_as_openpi
+
+    return stage_as_openpi(Path(src), Path(out))

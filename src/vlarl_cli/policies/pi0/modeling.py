@@ -59,6 +59,20 @@ FP32_PREFIXES = ("vlm.vision_tower.embeddings.patch_embedding.", "vlm.vision_tow
                  "vlm.language_model.norm.", "expert.norm.")
 FP32_PARTS = (".input_layernorm.", ".post_attention_layernorm.")
 
+# What computes in fp32 under openpi's JAX mixed precision (fp32 parameters, Pi0Config.dtype="bfloat16"):
+# modules whose fp32 parameters JAX promotes against bf16 activations or that cast to fp32 themselves
+# (siglip.py: the stem (conv + position embedding) "in float32", every nn.LayerNorm (its statistics, scale
+# and bias in fp32, the output cast); gemma.py: RMSNorm scales, the Embedder table (x * sqrt(width) in
+# fp32, then astype(embed_dtype)); pi0.py: the nnx.Linear projections). Everything else (attention and
+# MLP kernels of both stacks and of SigLIP, the projector, the adaRMS dense layers) computes in bf16.
+# Our RL heads (value / noise) compute in fp32 as well. Read by distributed/mixed_precision.py and fsdp.py.
+JAX_FP32_PREFIXES = ("vlm.vision_tower.embeddings.", "vlm.vision_tower.post_layernorm.",
+                     "vlm.language_model.embed_tokens.", "action_in_proj.", "action_out_proj.", "state_proj.",
+                     "action_time_mlp_in.", "action_time_mlp_out.", "time_mlp_in.", "time_mlp_out.",
+                     "value_head.", "noise_head.")
+JAX_FP32_SUFFIXES = (".layer_norm1.weight", ".layer_norm1.bias", ".layer_norm2.weight", ".layer_norm2.bias",
+                     "layernorm.weight", "norm.weight")
+
 # openpi's additive mask value (pi0_pytorch._prepare_attention_masks_4d); finite so fully masked rows
 # (padding queries) give a uniform softmax instead of NaN.
 _MASK_VALUE = -2.3819763e38
@@ -78,16 +92,20 @@ def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def sinusoidal_time_embedding(t: Tensor, dim: int, min_period: float, max_period: float) -> Tensor:
-    """``t [B]`` -> ``[B, dim]`` = [sin, cos] of ``t * 2 pi / period``, periods log-spaced.
+    """``t [B]`` -> ``[B, dim]`` float32 = [sin, cos] of ``t * 2 pi / period``, periods log-spaced.
 
-    Computed in float64 (openpi does so on CPU) and returned as float32.
+    In float32, operation by operation as openpi's JAX ``posemb_sincos`` (pi0.py lines 47-63: ``linspace``
+    as ``iota / (n - 1)``, ``1 / period * 2 * pi``). openpi's PyTorch port computes it in float64 on the CPU;
+    the arguments reach ~1.6e3 (period 4e-3), where float32 rounding moves sin / cos by ~1e-4, so the two
+    openpi implementations differ by that much and we follow JAX.
     """
     if t.dim() != 1:
         raise ValueError(f"time must be [B], got {tuple(t.shape)}")
-    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=t.device)
+    n = dim // 2
+    fraction = torch.arange(n, dtype=torch.float32, device=t.device) / max(n - 1, 1)
     period = min_period * (max_period / min_period) ** fraction
-    x = (1.0 / period * 2 * math.pi)[None, :] * t.double()[:, None]
-    return torch.cat([torch.sin(x), torch.cos(x)], dim=1).float()
+    x = t.float()[:, None] * (1.0 / period * 2 * math.pi)[None, :]
+    return torch.cat([torch.sin(x), torch.cos(x)], dim=1)
 
 
 class AdaptiveRMSNorm(nn.Module):
@@ -107,9 +125,12 @@ class AdaptiveRMSNorm(nn.Module):
         """``x [B, S, D]``, ``cond [B, cond_dim]`` -> (``y [B, S, D]``, ``gate [B, 1, D]``)."""
         var = x.float().pow(2).mean(-1, keepdim=True)
         normed = x * torch.rsqrt(var + self.eps)
-        mod = self.dense(cond.to(self.dense.weight.dtype))[:, None, :]  # dense stays fp32 under bf16
+        # the condition is cast to the dense layer's dtype: fp32 in openpi's PyTorch port under bf16, the
+        # compute dtype in JAX (gemma.py RMSNorm: nn.Dense(dtype=x.dtype)); (1 + scale) is formed in that
+        # dtype too, then promoted against the fp32 normalised input (JAX gemma.py lines 128-131)
+        mod = self.dense(cond.to(self.dense.weight.dtype))[:, None, :]
         scale, shift, gate = mod.chunk(3, dim=-1)
-        y = normed * (1 + scale.float()) + shift.float()
+        y = normed * (1 + scale).float() + shift.float()
         return y.to(x.dtype), gate.to(x.dtype)
 
 
@@ -266,12 +287,21 @@ class Pi0Model(nn.Module):
                     p.data = p.data.float()
         return self
 
+    @staticmethod
+    def mixed_precision_fp32(name: str) -> bool:
+        """True for a parameter that stays fp32 in compute under JAX's mixed precision (see
+        ``JAX_FP32_PREFIXES``); the adaRMS ``.dense.`` layers are not among them."""
+        return name.startswith(JAX_FP32_PREFIXES) or (name.endswith(JAX_FP32_SUFFIXES) and ".dense." not in name)
+
     @property
     def suffix_len(self) -> int:
         return self.cfg.action_horizon + (0 if self.cfg.is_pi05 else 1)
 
     def _dtype(self) -> torch.dtype:
-        return self.action_in_proj.weight.dtype
+        """The compute dtype of the Gemma streams: the dtype their projections run in at call time (fp32;
+        bf16 after :meth:`set_precision`; bf16 under a mixed-precision policy whose fp32 master weights are
+        cast for compute, :mod:`vlarl_cli.distributed.mixed_precision`, as in JAX's ``dtype="bfloat16"``)."""
+        return self.expert.layers[0].self_attn.q_proj.weight.dtype
 
     def _rope(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """positions ``[B, S]`` -> cos, sin ``[B, S, head_dim]`` (Gemma default RoPE, float32 math)."""
@@ -327,30 +357,35 @@ class Pi0Model(nn.Module):
         lm = self.vlm.language_model
         assert lm.embed_tokens is not None
         lang = lm.embed_tokens(tokens)
-        embs.append(lang * math.sqrt(lang.shape[-1]))
+        # scaled in the table's dtype, then cast to the compute dtype (JAX gemma.py Embedder.encode and
+        # Module.embed: fp32 table, x * sqrt(width), astype(embed_dtype))
+        embs.append((lang * math.sqrt(lang.shape[-1])).to(self._dtype()))
         pads.append(token_mask.bool())
-        return torch.cat(embs, dim=1), torch.cat(pads, dim=1)
+        return torch.cat([e.to(self._dtype()) for e in embs], dim=1), torch.cat(pads, dim=1)
 
     def embed_suffix(self, state: Tensor | None, x_t: Tensor, t: Tensor
                      ) -> tuple[Tensor, Tensor, Tensor | None]:
         """``(embs [B, S_suffix, We], ar [S_suffix] long, adarms_cond [B, We] | None)``."""
-        dtype = self._dtype()
+        # The projections run in their own weights' dtype: fp32 in JAX's mixed precision (nnx.Linear with
+        # fp32 parameters promotes, pi0.py embed_suffix), bf16 in openpi's PyTorch port under bf16; the
+        # suffix enters the Gemma stack in the compute dtype (gemma.py Module.__call__ astype(embed_dtype))
         time_emb = sinusoidal_time_embedding(t, self.cfg.expert_width, self.cfg.min_period, self.cfg.max_period)
-        action_emb = self.action_in_proj(x_t.to(dtype))
+        action_emb = _linear(self.action_in_proj, x_t)
         h = self.cfg.action_horizon
         if self.cfg.is_pi05:
-            cond = F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(time_emb.to(dtype)))))
+            cond = F.silu(_linear(self.time_mlp_out, F.silu(_linear(self.time_mlp_in, time_emb))))
             ar = torch.zeros(h, dtype=torch.long, device=x_t.device)
             ar[0] = 1
-            return action_emb, ar, cond
+            return action_emb.to(self._dtype()), ar, cond
         if state is None:
             raise ValueError("pi0 needs the (normalised, padded) state")
-        state_emb = self.state_proj(state.to(dtype))[:, None, :]
-        te = time_emb.to(dtype)[:, None, :].expand_as(action_emb)
-        at = self.action_time_mlp_out(F.silu(self.action_time_mlp_in(torch.cat([action_emb, te], dim=2))))
+        state_emb = _linear(self.state_proj, state)[:, None, :]
+        te = time_emb.to(action_emb.dtype)[:, None, :].expand_as(action_emb)
+        hidden = F.silu(_linear(self.action_time_mlp_in, torch.cat([action_emb, te], dim=2)))
+        at = _linear(self.action_time_mlp_out, hidden)
         ar = torch.zeros(h + 1, dtype=torch.long, device=x_t.device)
         ar[:2] = 1  # state: own block; first action token opens the action block
-        return torch.cat([state_emb, at], dim=1), ar, None
+        return torch.cat([state_emb.to(at.dtype), at], dim=1).to(self._dtype()), ar, None
 
     # ------------------------------------------------------------------ the layer loop
     def _run_layers(self, streams: list[Tensor | None], conds: list[Tensor | None], positions: Tensor,
@@ -363,8 +398,7 @@ class Pi0Model(nn.Module):
         stream outputs and (if ``keep_kv``) per-layer keys/values of the active tokens.
         """
         stacks = [self.vlm.language_model, self.expert]
-        first = next(s for s in streams if s is not None)
-        cos, sin = self._rope(positions, first.dtype)
+        cos, sin = self._rope(positions, torch.float32)
         cos, sin = cos[:, None], sin[:, None]
         hs = list(streams)
         keys_out: list[Tensor] = []
@@ -413,8 +447,10 @@ class Pi0Model(nn.Module):
             lens.append(s)
         q, k_new, v_new = torch.cat(qs, 2), torch.cat(ks, 2), torch.cat(vs, 2)
         # RoPE (rotate-half form, as transformers' Gemma)
-        q = q * cos + _rotate_half(q) * sin
-        k_new = k_new * cos + _rotate_half(k_new) * sin
+        # RoPE computed in float32 and cast back (JAX gemma.py _apply_rope, lines 424-440); openpi's PyTorch
+        # port multiplies in the compute dtype (cos / sin cast to bf16): the same in fp32
+        q = (q.float() * cos + _rotate_half(q).float() * sin).to(q.dtype)
+        k_new = (k_new.float() * cos + _rotate_half(k_new).float() * sin).to(k_new.dtype)
         k, v = k_new, v_new
         if past_kv is not None:
             k = torch.cat([past_kv[0].to(k.dtype), k], 2)
@@ -491,7 +527,7 @@ class Pi0Model(nn.Module):
 
     def velocity_from_features(self, action_out: Tensor) -> Tensor:
         """Expert action-token output ``[B, H, We]`` -> velocity ``[B, H, max_action_dim]`` (float32)."""
-        return self.action_out_proj(action_out).float()
+        return _linear(self.action_out_proj, action_out).float()
 
     # ------------------------------------------------------------------ value
     def prefix_value(self, prefix_hidden: Tensor, pad: Tensor) -> Tensor:
@@ -524,14 +560,22 @@ class Pi0Model(nn.Module):
     @torch.no_grad()
     def sample_actions(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mask: Tensor,
                        state: Tensor | None, noise: Tensor, num_steps: int = 10) -> Tensor:
-        """openpi-style Euler ODE sampling (dt = -1/K from t = 1), prefix cached. ``[B, H, max_action_dim]``."""
+        """openpi's Euler ODE sampling, prefix cached: ``[B, H, max_action_dim]``.
+
+        Time as openpi keeps it (JAX pi0.py sample_actions, lines 228 and 271-278; the PyTorch port alike):
+        ``t = 1``, then ``t += dt`` in float32 with ``dt = -1/K`` while ``t >= -dt / 2``, so the grid drifts
+        from ``1 - i/K`` by float32 rounding (~1e-7 for K = 10). The RL sampler
+        (:mod:`vlarl_cli.policies.flow_matching`) uses RLinf's ``linspace(1, 1/K, K)`` grid instead.
+        """
         cache = self.expert_cache(self.encode_prefix(images, image_masks, tokens, token_mask))
         x = noise.float()
         b = x.shape[0]
-        for i in range(num_steps):
-            t = torch.full((b,), 1.0 - i / num_steps, dtype=torch.float32, device=x.device)
-            v = self.velocity_from_features(self.expert_forward(cache, state, x, t))
-            x = x + (-1.0 / num_steps) * v
+        dt = -1.0 / num_steps
+        t = torch.ones((), dtype=torch.float32, device=x.device)
+        while bool(t >= -dt / 2):
+            v = self.velocity_from_features(self.expert_forward(cache, state, x, t.expand(b)))
+            x = x + dt * v
+            t = t + dt
         return x
 
     def num_parameters(self) -> int:
@@ -548,6 +592,13 @@ def build_value_head(cfg: Pi0Config) -> nn.Module:
 
     width = cfg.vlm_width if cfg.value_after_vlm else cfg.expert_width
     return build_mlp_critic(width, cfg.value_hidden, cfg.value_activation, cfg.value_init)
+
+
+def _linear(layer: nn.Module, x: Tensor) -> Tensor:
+    """``layer(x)`` with ``x`` cast to the layer's weight dtype (JAX's promotion for an fp32 head on a bf16
+    input; a cast down for openpi's PyTorch port, whose heads are bf16 under bf16)."""
+    weight: Any = layer.weight
+    return layer(x.to(weight.dtype))
 
 
 def _rotate_half(x: Tensor) -> Tensor:

@@ -108,6 +108,10 @@ def load_policy(checkpoint: Path | None, config: str | None, overrides: list[str
                           "Pass --checkpoint runs/<name>/checkpoints/global_step_<k>, or --config with a "
                           "model (e.g. --config quickstart actor.model.preset=tiny).")
     ckpt = resolve_checkpoint_folder(checkpoint) if checkpoint is not None else None
+    if ckpt is not None:  # training/ema.py: an SFT checkpoint's EMA is evaluated by default (printed)
+        from vlarl_cli.training.ema import choose_weights
+
+        ckpt = Path(choose_weights(str(ckpt)))
     cfg_source = config if config is not None else str(ckpt / "config.yaml")  # type: ignore[operator]
     loaded = load_config(cfg_source, list(overrides))
     model_cfg = loaded.config.actor.model
