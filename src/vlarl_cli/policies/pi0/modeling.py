@@ -301,7 +301,8 @@ class Pi0Model(nn.Module):
         """The compute dtype of the Gemma streams: the dtype their projections run in at call time (fp32;
         bf16 after :meth:`set_precision`; bf16 under a mixed-precision policy whose fp32 master weights are
         cast for compute, :mod:`vlarl_cli.distributed.mixed_precision`, as in JAX's ``dtype="bfloat16"``)."""
-        return self.expert.layers[0].self_attn.q_proj.weight.dtype
+        layer: Any = self.expert.layers[0]
+        return layer.self_attn.q_proj.weight.dtype
 
     def _rope(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """positions ``[B, S]`` -> cos, sin ``[B, S, head_dim]`` (Gemma default RoPE, float32 math)."""
