@@ -457,11 +457,15 @@ def test_libero_expert_demos_train_a_tiny_pi0_whose_checkpoint_loads(libero_demo
     assert len(saved) > 0
     for name, tensor in state.items():
         assert torch.equal(tensor, saved[name]), name
-    # and `vlarl eval --checkpoint` resolves it through the run folder's `latest`
+    # and `vlarl eval --checkpoint` resolves it through the run folder's `latest`, taking the weight EMA that
+    # pi0's SFT keeps beside the raw weights (openpi serves its EMA; training/ema.py)
     from vlarl_cli.training.evaluation import load_policy
 
+    assert (ckpt / "ema" / "config.yaml").is_file()
+    ema_policy = build_policy(model.model_copy(update={"model_path": str(ckpt / "ema")}))
     evaluated, _, cfg = load_policy(run, None)
-    assert all(torch.equal(v, evaluated.state_dict()[k]) for k, v in state.items())
+    assert all(torch.equal(v, evaluated.state_dict()[k]) for k, v in ema_policy.state_dict().items())
+    assert not all(torch.equal(v, evaluated.state_dict()[k]) for k, v in state.items())  # the EMA, not the raw
     assert cfg.actor.model.model_type == "openpi"
 
 
