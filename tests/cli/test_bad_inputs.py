@@ -129,7 +129,7 @@ CASES: dict[str, Case] = {
     "steps not a multiple of the chunk": Case((*DRY, "env.train.max_steps_per_rollout_epoch=7"),
                                               ("multiple of actor.model.num_action_chunks",)),
     "entropy with flow_sde": Case((*DRY, "algorithm.entropy_bonus=0.01"), ("entropy_bonus", "flow_noise")),
-    "filter_rewards with gae": Case((*DRY, "algorithm.filter_rewards=true"), ("filter_rewards", "grpo only")),
+    "filter_rewards with gae": Case((*DRY, "algorithm.filter_rewards=true"), ("filter_rewards", "group estimator", "set filter_rewards false")),
     "missing model path": Case((*DRY, "actor.model.model_path=/no/such/ckpt"), ("/no/such/ckpt", "does not exist")),
     "damaged model path": Case((*DRY, "actor.model.model_path={tmp}/ck"), ("truncated",), setup="truncated_ckpt"),
     "run folder under a file": Case((*DRY, "runner.logger.log_path={tmp}/afile/run"), ("which is a file",),

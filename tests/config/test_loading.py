@@ -16,7 +16,7 @@ SEED_PRESETS = [
     "libero_spatial_ppo_gr00t", "libero_object_ppo_gr00t", "libero_goal_ppo_gr00t", "libero_10_ppo_gr00t",
     "libero_spatial_ppo_gr00t_n1d6", "libero_10_ppo_openpi", "libero_10_grpo_openpi",
     "libero_10_ppo_openpi_pi05", "libero_10_grpo_openpi_pi05", "libero_10_ppo_openvlaoft",
-    "libero_10_grpo_openvlaoft", "quickstart", "libero_tiny_ppo", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach", "sft_learning_run",
+    "libero_10_grpo_openvlaoft", "libero_10_grpo_openvlaoft_simplevla", "quickstart", "libero_tiny_ppo", "toy_reach_ppo", "sft_quickstart", "sft_toy_reach", "sft_learning_run",
     "maniskill_pickcube_ppo_openpi", "maniskill_pickcube_ppo_openvlaoft", "maniskill_pickcube_grpo_openvlaoft",
     "maniskill_pickcube_ppo_gr00t", "maniskill_pickcube_ppo_gr00t_n1d6", "maniskill_pushcube_ppo_mlp",
 ]
