@@ -107,8 +107,15 @@ def test_remote_pipelined_envs_on_libero_reproduce_the_local_run(tmp_path: Path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (a,), (b,) = _rows(local), _rows(remote)
     assert a["env/episode_len"] == 10 and a["env/num_trajectories"] == 2
-    for key in [k for k in a if k.startswith(("env/", "rollout/"))]:
-        assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+    # the simulator's numbers are the same rollout's, so equal exactly
+    for key in [k for k in a if k.startswith("env/")]:
+        assert b[key] == a[key], key
+    # the critic's values differ by float rounding of batch 2 vs batch 1 (1.6e-8 of 1.6e-4 here); the
+    # normalised advantages divide that by the raw advantages' std (~5e-3), so on another CPU's kernels
+    # they moved by 1.5e-4 (CI) of their unit scale: 1e-3 absolute is a tenth of a percent of one std
+    for key in [k for k in a if k.startswith("rollout/")]:
+        bound = {"abs": 1e-3} if key.startswith("rollout/advantages_") else {"rel": 1e-4, "abs": 1e-6}
+        assert b[key] == pytest.approx(a[key], **bound), key
     # log-probs of a tiny pi0 sum 10 x 7 elements per chunk: float rounding of different batch sizes
     # shows up at ~1e-3 in the losses
     for key in ("train/actor/policy_loss", "train/critic/value_loss", "train/actor/grad_norm"):
