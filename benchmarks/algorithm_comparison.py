@@ -94,6 +94,7 @@ def evaluate(name: str, out: Path, args: argparse.Namespace, checkpoint: str) ->
                             str(args.eval_trials), "--checkpoint", checkpoint, "--resolution", "128", "--num-envs",
                             str(args.workers), "--num-workers", str(args.workers), "--out", str(results))
     log = out / "logs" / f"eval_{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as f:
         code = subprocess.run(["flock", "/work/locks/heavy", "nice", "-n", "10", *cmd], stdout=f,
                               stderr=subprocess.STDOUT).returncode
