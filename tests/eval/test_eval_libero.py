@@ -48,10 +48,6 @@ def test_cli_eval_writes_consistent_results(eval_run: CliRun) -> None:
     assert "LIBERO evaluation" in eval_run.stdout and "Wilson" in eval_run.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="known defect (issue 16): under the standard protocol's hard resets a re-run "
-                   "episode starts from the same state (placement stream replayed) but its dynamics diverge after "
-                   "the first chunk from the original run's, which followed other episodes in the same simulator; "
-                   "with soft resets the test passes")
 def test_resume_skips_finished_episodes(eval_run: CliRun, tmp_path: Path) -> None:
     assert eval_run.returncode == 0
     copy = tmp_path / "results"

@@ -398,6 +398,11 @@ class LiberoEnv:
             self._replay_stream(trial_id)
         if self.seeding == "once_per_task":
             np.random.set_state(self._stream_state)
+        if self.hard_reset:
+            # a hard reset frees this simulator's render context in whatever GL context is current
+            # (see close_libero_env): with another env's current, that env's GL objects were deleted and its
+            # later images went stale, so a re-run episode diverged from its first run
+            _make_current(getattr(env.env.sim, "_render_context_offscreen", None))
         env.reset()
         self._stream_resets += 1
         self._stream_state = np.random.get_state()
