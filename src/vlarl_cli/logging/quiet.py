@@ -22,7 +22,7 @@ from collections.abc import Iterator
 VERBOSE_ENV = "VLARL_VERBOSE"
 ROBOSUITE_LOGGER = "robosuite_logs"
 #: third-party modules whose DeprecationWarning / FutureWarning are not the user's concern
-NOISY_MODULES = r"(robosuite|libero|bddl|gymnasium|gym|mujoco|transformers|diffusers|huggingface_hub|torch|timm|" \
+NOISY_MODULES = r"(robosuite|libero|bddl|gymnasium|gym|mujoco|transformers|huggingface_hub|torch|timm|" \
                 r"numba|matplotlib|hydra|omegaconf|wandb|swanlab|google\.protobuf|pkg_resources)(\.|$)"
 
 
