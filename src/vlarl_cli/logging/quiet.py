@@ -8,8 +8,11 @@ start in ``cli/rl_train.rank_main``, ``sft``'s in the CLI root), and ``envs/libe
 folder (``<run>/logs``, ``distributed/dist.relaunch``). What is dropped is listed here, nothing else: robosuite 1.4.0's three-line
 "No private macro file found!" notice (``robosuite/__init__.py``, logged through its ``robosuite_logs``
 logger on every import), LIBERO 0.1.1's ``[info] using task orders ...`` print (its benchmark constructor;
-:func:`dependency_prints` around the call), and Deprecation/Future warnings raised inside third-party
-packages.
+:func:`dependency_prints` around the call), Deprecation/Future warnings raised inside third-party
+packages, and torch's FSDP2 advice that a sharded module "returned a view tensor" (printed once per rank
+of every multi-process run, since the value heads return ``squeeze(-1)`` views: advice to whoever edits
+those outputs in place, which vlarl does not; ``tests/distributed/test_rl_equivalence.py`` checks FSDP
+runs against the 1-process run).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ ROBOSUITE_LOGGER = "robosuite_logs"
 #: third-party modules whose DeprecationWarning / FutureWarning are not the user's concern
 NOISY_MODULES = r"(robosuite|libero|bddl|gymnasium|gym|mujoco|transformers|huggingface_hub|torch|timm|" \
                 r"numba|matplotlib|hydra|omegaconf|wandb|swanlab|google\.protobuf|pkg_resources)(\.|$)"
+#: torch/distributed/fsdp/_fully_shard/_fsdp_state.py's UserWarning about view outputs (see the docstring)
+FSDP_VIEW_ADVICE = r"FSDP2-wrapped module .* returned a view tensor"
 
 
 def verbose() -> bool:
@@ -62,6 +67,7 @@ def quiet_dependencies() -> None:
         logger.addFilter(RobosuiteMacroNotice())
     for category in (DeprecationWarning, FutureWarning):
         warnings.filterwarnings("ignore", category=category, module=NOISY_MODULES)
+    warnings.filterwarnings("ignore", message=FSDP_VIEW_ADVICE, category=UserWarning, module=r"torch\.")
 
 
 @contextlib.contextmanager
