@@ -172,3 +172,8 @@ def test_eval_and_video_with_nothing_named_take_the_newest(tmp_path: Path) -> No
     assert video.returncode == 0, video.stderr
     assert f"newest evaluation: {results.relative_to(tmp_path)}/episodes.jsonl" in video.stdout
     assert [p.name for p in (results / "videos").glob("*.mp4")] == ["libero_spatial_task00_trial00.mp4"]
+
+
+def test_a_mistyped_suite_is_named_before_the_run_choice(tmp_path: Path) -> None:
+    run = run_cli(["eval", "--suite", "libero_spatail"], cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and 'Did you mean "libero_spatial"' in run.stderr and "Nothing to evaluate" not in run.stderr

@@ -81,7 +81,6 @@ def command(
         task_ids = tuple(int(t) for t in tasks.split(",") if t.strip()) if tasks else None
     except ValueError:
         raise ConfigError(f'--tasks "{tasks}" is not a comma-separated list of integers.', "Use e.g. --tasks 0,1,5.") from None
-    checkpoint = _policy_source(checkpoint, config, run)
     from vlarl_cli.envs.maniskill.tasks import BUILTIN_TASKS
 
     if task is None and suite in BUILTIN_TASKS:
@@ -92,7 +91,8 @@ def command(
         ms = ManiSkillEvalSettings(task=task, episodes=episodes, num_envs=num_envs, max_steps=max_steps,
                                    temperature=temperature, policy_seed=seed, first_seed=env_seed or 0,
                                    videos=live_video, resolution=resolution if resolution != 256 else None)
-        evaluate_maniskill(checkpoint, config, list(overrides or []), settings=ms, out_dir=out)
+        evaluate_maniskill(_policy_source(checkpoint, config, run), config, list(overrides or []), settings=ms,
+                           out_dir=out)
         return
     from vlarl_cli.training.evaluation import EvalSettings, evaluate
 
@@ -101,7 +101,9 @@ def command(
                             num_workers=num_workers, resolution=resolution, max_steps=max_steps,
                             settle_steps=settle_steps, policy_seed=seed, live_video=live_video,
                             env_seed=env_seed)
-    evaluate(checkpoint, config, list(overrides or []), settings=settings, out_dir=out, resume=resume)
+    settings.validate()  # a mistyped suite or protocol is named before the choice of checkpoint
+    evaluate(_policy_source(checkpoint, config, run), config, list(overrides or []), settings=settings, out_dir=out,
+             resume=resume)
 
 
 def _policy_source(checkpoint: Path | None, config: str | None, run: Path | None) -> Path | None:
