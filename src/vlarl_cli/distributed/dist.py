@@ -70,7 +70,10 @@ def relaunch(module: str, args: list[str], *, nproc_per_node: int, nnodes: int, 
               f"--master-addr={master_addr}", f"--master-port={master_port}"]
     logs = ""
     if log_dir is not None:
+        from vlarl_cli.checkpoints.atomic import check_writable_folder
+
         node_logs = Path(log_dir).expanduser() / f"node{node_rank}"
+        check_writable_folder(node_logs, "The folder of the rank logs (<runner.logger.log_path>/logs)")
         node_logs.mkdir(parents=True, exist_ok=True)
         launch += [f"--log-dir={node_logs}", "--tee=3"]
         logs = f" Each rank's full output is under {node_logs}/ (<job id>/attempt_0/<local rank>/)."

@@ -44,15 +44,13 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
 
         plan(loaded.config, world_size=world_size)
         return
-    from vlarl_cli.checkpoints.atomic import check_writable_folder
-
     if world_size > 1 and not dist.launched():
         run_dir = loaded.config.runner.logger.log_path
-        check_writable_folder(run_dir, "The run folder (runner.logger.log_path)")  # it receives the rank logs
         args = ["--config", str(loaded.source), *(["--resume", resume] if resume else []), *overrides]
         dist.relaunch(RANK_ENTRY, args, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
                       master_addr=master_addr, master_port=master_port, log_dir=Path(run_dir) / "logs")
         return
+    from vlarl_cli.checkpoints.atomic import check_writable_folder
     from vlarl_cli.training.rl import train
 
     # before any simulator or model is started: a run folder under a file or on a read-only mount
