@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 #: Distributions whose versions decide whether a bug reproduces (install names, in report order).
-PACKAGES = ("vlarl", "torch", "transformers", "diffusers", "numpy", "mujoco", "robosuite", "libero", "bddl",
+PACKAGES = ("vlarl", "torch", "transformers", "numpy", "mujoco", "robosuite", "libero", "bddl",
             "huggingface-hub", "safetensors", "hydra-core", "pydantic", "typer", "rich", "tensorboard", "wandb",
             "swanlab")
 GL_VARIABLES = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "EGL_DEVICE_ID", "DISPLAY")

@@ -78,3 +78,19 @@ def test_families_are_filled_by_name_and_other_families_keys_are_reported() -> N
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         make_settings(ModelConfig(model_type="openvla_oft", preset="tiny", implement_version="rlinf"))
+
+
+def test_a_saved_config_at_defaults_reports_no_other_family_key(tmp_path) -> None:
+    """A checkpoint's config.yaml lists every key; those left at their defaults (GR00T's action_noise_scale
+    0.0 in a pi0 run) are not reported when `vlarl eval` rebuilds the policy from it."""
+    from vlarl_cli.config.loading import load_config, to_yaml
+
+    path = tmp_path / "config.yaml"
+    path.write_text(to_yaml(load_config("libero_tiny_ppo").config))
+    model = load_config(str(path)).config.actor.model
+    assert "action_noise_scale" in model.model_fields_set
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_settings(model)
+    with pytest.warns(UserWarning, match=r"actor.model.action_noise_scale \(GR00T keys\) not used by model_type"):
+        make_settings(model.model_copy(update={"action_noise_scale": 0.1}))

@@ -17,6 +17,12 @@ def test_two_process_fsdp_run_resumes_in_one_process(tmp_path: Path) -> None:
                  "--master-port", "{port}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "world 2" in out.stdout
+    # each rank's full output is kept in the run folder (torchrun's --log-dir / --tee), the console shows it too
+    attempts = list((tmp_path / "logs" / "node0").glob("*/attempt_0"))
+    assert len(attempts) == 1, attempts
+    assert all((attempts[0] / str(rank) / f"{stream}.log").is_file() for rank in (0, 1) for stream in ("stdout", "stderr"))
+    rank0 = (attempts[0] / "0" / "stdout.log").read_text()
+    assert "world 2" in rank0 and "iter 2/2" in rank0 and "[default0]:iter 2/2" in out.stdout
     gathered = load_file(str(tmp_path / "checkpoints" / "global_step_2" / "model.safetensors"))
     assert gathered  # rank 0 wrote the full state; the strict 1-process load below proves the shapes
     out = _vlarl("rl-train", *common, "runner.max_epochs=3", "--resume", "auto")

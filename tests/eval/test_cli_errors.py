@@ -20,8 +20,10 @@ def test_video_rejects_a_foreign_log(tmp_path: Path) -> None:
 
 
 def test_eval_needs_a_policy(tmp_path: Path) -> None:
+    """Nothing named and no run under runs/: the message says how to get a checkpoint."""
     run = run_cli(["eval", "--suite", "libero_10"], cwd=tmp_path, timeout=120)
-    assert run.returncode == 2 and "--checkpoint" in run.stderr and "Traceback" not in run.stderr
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "--checkpoint" in run.stderr and "vlarl rl-train" in run.stderr
 
 
 def test_eval_not_a_checkpoint(tmp_path: Path) -> None:

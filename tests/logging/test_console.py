@@ -69,3 +69,46 @@ def test_dependency_prints_are_swallowed_unless_verbose(monkeypatch: pytest.Monk
     with quiet.dependency_prints():
         print("shown")
     assert capsys.readouterr().out == "shown\n"
+
+
+def _noise() -> None:
+    """What dependencies print: a FutureWarning raised inside torch, FSDP2's view-output advice, another
+    torch UserWarning (kept), robosuite's macro notice."""
+    import logging
+    import warnings
+
+    warnings.warn_explicit("torch.foo is deprecated", FutureWarning, "torch/foo.py", 1, module="torch.foo")
+    warnings.warn_explicit("FSDP2-wrapped module (FSDPToyFlowPolicy) returned a view tensor. An in-place op ...",
+                           UserWarning, "torch/distributed/fsdp/_fully_shard/_fsdp_state.py", 331,
+                           module="torch.distributed.fsdp._fully_shard._fsdp_state")
+    warnings.warn_explicit("a module returned a view tensor", UserWarning, "torch/x.py", 1, module="torch.x")
+    logging.getLogger(quiet.ROBOSUITE_LOGGER).warning("No private macro file found!")
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_rl_train_ranks_follow_the_console_rules(verbose: bool, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """torchrun starts every rl-train rank in ``cli/rl_train.rank_main``: it hides what rank 0's CLI hides,
+    and shows it under --verbose (passed on, or inherited through VLARL_VERBOSE)."""
+    import logging
+    import warnings
+
+    from vlarl_cli.cli import rl_train
+    from vlarl_cli.training import entry
+
+    monkeypatch.delenv(quiet.VERBOSE_ENV, raising=False)
+    monkeypatch.setattr(entry, "launch", lambda **kwargs: _noise())
+    robosuite_log = logging.getLogger(quiet.ROBOSUITE_LOGGER)
+    monkeypatch.setattr(robosuite_log, "filters", [])
+    monkeypatch.setattr(robosuite_log, "handlers", [logging.StreamHandler(sys.stderr)])  # as robosuite's own
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("default")
+        with pytest.raises(SystemExit) as done:
+            rl_train.rank_main(["--config", "toy_reach_ppo", *(["--verbose"] if verbose else [])])
+    assert done.value.code == 0
+    err = capsys.readouterr().err
+    shown_messages = [str(w.message).split(" (")[0] for w in shown]
+    assert shown_messages == (["torch.foo is deprecated", "FSDP2-wrapped module", "a module returned a view tensor"]
+                              if verbose else ["a module returned a view tensor"])  # only what is listed is hidden
+    assert ("No private macro file" in err) is verbose
+    assert os.environ.get(quiet.VERBOSE_ENV, "0") == ("1" if verbose else "0")

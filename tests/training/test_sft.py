@@ -486,11 +486,11 @@ def test_two_processes_train_like_one(tmp_path, sharding):
     record_toy_demos(tmp_path / "demos", 20, seed=0)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
-    def sft(name: str, launcher: list[str]) -> subprocess.CompletedProcess[str]:
+    def sft(name: str, launcher: list[str], extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
         args = ["sft", "--config", "sft_toy_reach", "--demos", str(tmp_path / "demos"), "--steps", "5",
                 "-o", str(tmp_path / name / "ckpt"), "actor.model.model_type=toy_gaussian",
                 f"actor.fsdp_config.sharding_strategy={sharding}",
-                f"runner.logger.log_path={tmp_path / name}"]
+                f"runner.logger.log_path={tmp_path / name}", *extra]
         return subprocess.run([sys.executable, *launcher, "-m", "vlarl_cli.cli.main", *args], capture_output=True,
                               text=True, timeout=300, env=env)
 
@@ -498,10 +498,17 @@ def test_two_processes_train_like_one(tmp_path, sharding):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     one = sft("one", [])
-    two = sft("two", ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port)])
+    if sharding == "full_shard":  # torchrun started by hand
+        two = sft("two", ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port)])
+    else:  # vlarl relaunches itself through torchrun, keeping each rank's output in <run>/logs
+        two = sft("two", [], ("--nproc-per-node", "2", "--master-port", str(port)))
     assert one.returncode == 0, one.stderr[-2000:]
     assert two.returncode == 0, two.stderr[-2000:]
     assert "(2 process(es))" in two.stdout
+    if sharding == "no_shard":
+        attempts = list((tmp_path / "two" / "logs" / "node0").glob("*/attempt_0"))
+        assert len(attempts) == 1 and "(2 process(es))" in (attempts[0] / "0" / "stdout.log").read_text()
+        assert (attempts[0] / "1" / "stderr.log").is_file()
     losses = [[json.loads(line)["train/sft/loss"] for line in (tmp_path / n / "sft_metrics.jsonl").read_text().splitlines()]
               for n in ("one", "two")]
     np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)

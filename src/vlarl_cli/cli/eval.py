@@ -4,7 +4,11 @@ Standard protocol by default (openpi/OpenVLA: 50 trials per task from the fixed 
 step limits + 10 settle steps, env seed 7); every number is stored with its protocol card. An
 interrupted evaluation resumes: run the same command again and finished episodes are skipped.
 
+With neither --checkpoint nor --config it evaluates the newest checkpoint of the newest run under runs/
+(or of --run DIR) and prints which checkpoint and config it took.
+
 Examples:
+  vlarl eval --suite libero_10                                           # what you trained last
   vlarl eval --suite libero_10 --checkpoint runs/x/checkpoints/global_step_100
   vlarl eval --suite all --checkpoint runs/x --num-envs 4 --out eval/x
   vlarl eval --suite libero_spatial --config quickstart --tasks 0,1 --trials 5 actor.model.preset=tiny
@@ -25,7 +29,10 @@ def command(
     suite: str = typer.Option("libero_10", "--suite", "-s", help="libero_spatial, libero_object, libero_goal, "
                               "libero_10, libero_90, libero_130, or all (the four standard suites)."),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="A vlarl training checkpoint folder "
-                                           "(model.safetensors + config.yaml) or a run folder (its latest)."),
+                                           "(model.safetensors + config.yaml) or a run folder (its latest). "
+                                           "Default: the newest checkpoint of the newest run under runs/."),
+    run: Path | None = typer.Option(None, "--run", help="Evaluate the newest checkpoint of this run folder "
+                                    "(what rl-train / sft wrote: runner.logger.log_path)."),
     config: str | None = typer.Option(None, "--config", "-c", help="Build the policy from this config (preset "
                                       "name or YAML); with --checkpoint it replaces the checkpoint's config."),
     overrides: list[str] | None = typer.Argument(None, help="KEY=VALUE config overrides, e.g. "
@@ -84,7 +91,8 @@ def command(
         ms = ManiSkillEvalSettings(task=task, episodes=episodes, num_envs=num_envs, max_steps=max_steps,
                                    temperature=temperature, policy_seed=seed, first_seed=env_seed or 0,
                                    videos=live_video, resolution=resolution if resolution != 256 else None)
-        evaluate_maniskill(checkpoint, config, list(overrides or []), settings=ms, out_dir=out)
+        evaluate_maniskill(_policy_source(checkpoint, config, run), config, list(overrides or []), settings=ms,
+                           out_dir=out)
         return
     from vlarl_cli.training.evaluation import EvalSettings, evaluate
 
@@ -93,4 +101,24 @@ def command(
                             num_workers=num_workers, resolution=resolution, max_steps=max_steps,
                             settle_steps=settle_steps, policy_seed=seed, live_video=live_video,
                             env_seed=env_seed)
-    evaluate(checkpoint, config, list(overrides or []), settings=settings, out_dir=out, resume=resume)
+    settings.validate()  # a mistyped suite or protocol is named before the choice of checkpoint
+    evaluate(_policy_source(checkpoint, config, run), config, list(overrides or []), settings=settings, out_dir=out,
+             resume=resume)
+
+
+def _policy_source(checkpoint: Path | None, config: str | None, run: Path | None) -> Path | None:
+    """--checkpoint as given, else the newest checkpoint of --run or of the newest run (printed)."""
+    from vlarl_cli.errors import ConfigError
+
+    if run is not None and checkpoint is not None:
+        raise ConfigError("--run and --checkpoint both name what to evaluate.", "Pass only one of them.")
+    if checkpoint is not None or (config is not None and run is None):
+        return checkpoint
+    from vlarl_cli.distributed.dist import print0
+    from vlarl_cli.training.runs import choose_checkpoint
+
+    chosen = choose_checkpoint(run)
+    where = f"of {run}" if run is not None else "of the newest run under runs/"
+    print0(f"Evaluating the newest checkpoint {where}: {chosen}\n"
+           f"  config: {config if config is not None else chosen / 'config.yaml'}")
+    return chosen

@@ -39,11 +39,9 @@ def _root(
                                "(accepted anywhere on the command line; or set VLARL_DEBUG=1)."),
 ) -> None:
     """Online RL post-training for Vision-Language-Action robot policies in LIBERO."""
-    from vlarl_cli.logging.quiet import quiet_dependencies, set_verbose
+    from vlarl_cli.logging.quiet import console_rules
 
-    if verbose:
-        set_verbose(True)  # inherited by launched ranks and env workers
-    quiet_dependencies()
+    console_rules(verbose)  # --verbose is inherited by launched ranks and env workers (VLARL_VERBOSE)
 
 
 def _register() -> None:

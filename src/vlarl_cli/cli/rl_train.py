@@ -50,10 +50,11 @@ def command(
 
 def rank_main(argv: list[str] | None = None) -> None:
     """``python -m vlarl_cli.cli.rl_train`` (what torchrun starts on every rank of a multi-process run),
-    behind the same error boundary as ``vlarl`` (cli/boundary.py)."""
+    behind the same error boundary and console rules as ``vlarl`` (cli/boundary.py, logging/quiet.py)."""
     import argparse
 
     from vlarl_cli.cli.boundary import debug_requested, guarded
+    from vlarl_cli.logging.quiet import console_rules
     from vlarl_cli.training.entry import launch
 
     args = sys.argv[1:] if argv is None else argv
@@ -61,8 +62,10 @@ def rank_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--debug", action="store_true")
+    parser.add_argument("--verbose", action="store_true")
     parser.add_argument("overrides", nargs="*")
     ns = parser.parse_args(args)
+    console_rules(ns.verbose)  # every rank hides dependency noise as rank 0 does (VLARL_VERBOSE inherited)
     code = guarded(lambda: launch(config=ns.config, overrides=ns.overrides, resume=ns.resume),
                    command="rl-train", debug=ns.debug or debug_requested(args))
     sys.exit(code)

@@ -3,7 +3,11 @@
 Recorded episodes are re-simulated from the evaluation's episode log (actions + init state + seed), so
 an evaluation never pays for video. Several episodes also give a montage.
 
+With no episodes file and no --checkpoint/--config it takes the newest evaluation's episodes.jsonl
+(under eval/, or rl-train's under runs/) and prints which.
+
 Examples:
+  vlarl video --failures                                           # the newest evaluation's failures
   vlarl video eval/x/episodes.jsonl --episode 0
   vlarl video eval/x/episodes.jsonl --failures --task 3          # every failure of task 3 + a montage
   vlarl video eval/a/episodes.jsonl --task 3 --against eval/b     # A and B on the same init states
@@ -20,7 +24,8 @@ import typer
 
 
 def command(
-    episodes: Path | None = typer.Argument(None, help="episodes.jsonl (or the results folder) of `vlarl eval`.",
+    episodes: Path | None = typer.Argument(None, help="episodes.jsonl (or the results folder) of `vlarl eval`. "
+                                           "Default: the newest one under eval/ or runs/.",
                                            show_default=False),
     episode: int | None = typer.Option(None, "--episode", "-e", min=0, help="Line index (0-based) of one episode."),
     failures: bool = typer.Option(False, "--failures", help="Every failed episode (of --task if given)."),
@@ -47,6 +52,11 @@ def command(
     load_policy: Any = None
     if checkpoint is not None or config is not None:  # a live rollout: the training side builds the policy
         from vlarl_cli.training.evaluation import load_policy
+    elif episodes is None:
+        from vlarl_cli.training.runs import newest_episodes
+
+        episodes = newest_episodes()
+        print(f"Rendering from the newest evaluation: {episodes}", flush=True)
     render_videos(episodes, selection=Selection(episode, failures, task, suite), against=against,
                   checkpoint=checkpoint, config=config, overrides=list(overrides or []),
                   compare_checkpoint=compare_checkpoint, suite=suite, task=task, trial=trial, protocol=protocol,

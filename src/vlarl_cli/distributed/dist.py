@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -54,18 +55,32 @@ def launch_world_size(nnodes: int, nproc_per_node: int) -> int:
 
 
 def relaunch(module: str, args: list[str], *, nproc_per_node: int, nnodes: int, node_rank: int, master_addr: str,
-             master_port: int) -> None:
-    """Run ``python -m module *args`` on every rank of a new job through ``torch.distributed.run``."""
+             master_port: int, log_dir: Path | None = None) -> None:
+    """Run ``python -m module *args`` on every rank of a new job through ``torch.distributed.run``.
+
+    With ``log_dir`` (``<run>/logs``) every rank's stdout and stderr also go to files (torchrun's
+    ``--log-dir`` / ``--tee 3``): ``<log_dir>/node<R>/<job id>/attempt_0/<local rank>/{stdout,stderr}.log``;
+    the console shows each line once, prefixed with its local rank (``[default0]:``).
+    """
     from torch.distributed import run as torch_run
 
     from vlarl_cli.errors import ConfigError
 
     launch = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", f"--node-rank={node_rank}",
-              f"--master-addr={master_addr}", f"--master-port={master_port}", "-m", module]
+              f"--master-addr={master_addr}", f"--master-port={master_port}"]
+    logs = ""
+    if log_dir is not None:
+        from vlarl_cli.checkpoints.atomic import check_writable_folder
+
+        node_logs = Path(log_dir).expanduser() / f"node{node_rank}"
+        check_writable_folder(node_logs, "The folder of the rank logs (<runner.logger.log_path>/logs)")
+        node_logs.mkdir(parents=True, exist_ok=True)
+        launch += [f"--log-dir={node_logs}", "--tee=3"]
+        logs = f" Each rank's full output is under {node_logs}/ (<job id>/attempt_0/<local rank>/)."
     try:
-        torch_run.main(launch + args)
+        torch_run.main([*launch, "-m", module, *args])
     except Exception as err:  # ChildFailedError: the child printed its own message
-        raise ConfigError(f"The distributed job failed: {type(err).__name__}.",
+        raise ConfigError(f"The distributed job failed: {type(err).__name__}.{logs}",
                           "Read the per-rank output above; rank 0's message names the problem.") from None
 
 

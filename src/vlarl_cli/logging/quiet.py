@@ -2,12 +2,17 @@
 
 One switch, the environment variable ``VLARL_VERBOSE``: ``vlarl --verbose`` sets it, and the launched ranks
 and the spawned env workers inherit it. :func:`quiet_dependencies` runs where a process first meets a noisy
-dependency: the CLI root, and ``envs/libero/setup.prepare_libero`` (every env worker calls it before it
-imports robosuite). What is dropped is listed here, nothing else: robosuite 1.4.0's three-line
+dependency: :func:`console_rules` at the CLI root and at every rank's entry point (``rl-train``'s ranks
+start in ``cli/rl_train.rank_main``, ``sft``'s in the CLI root), and ``envs/libero/setup.prepare_libero``
+(every env worker calls it before it imports robosuite). Each rank's full output is also kept in the run
+folder (``<run>/logs``, ``distributed/dist.relaunch``). What is dropped is listed here, nothing else: robosuite 1.4.0's three-line
 "No private macro file found!" notice (``robosuite/__init__.py``, logged through its ``robosuite_logs``
 logger on every import), LIBERO 0.1.1's ``[info] using task orders ...`` print (its benchmark constructor;
-:func:`dependency_prints` around the call), and Deprecation/Future warnings raised inside third-party
-packages.
+:func:`dependency_prints` around the call), Deprecation/Future warnings raised inside third-party
+packages, and torch's FSDP2 advice that a sharded module "returned a view tensor" (printed once per rank
+of every multi-process run, since the value heads return ``squeeze(-1)`` views: advice to whoever edits
+those outputs in place, which vlarl does not; ``tests/distributed/test_rl_equivalence.py`` checks FSDP
+runs against the 1-process run).
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from collections.abc import Iterator
 VERBOSE_ENV = "VLARL_VERBOSE"
 ROBOSUITE_LOGGER = "robosuite_logs"
 #: third-party modules whose DeprecationWarning / FutureWarning are not the user's concern
-NOISY_MODULES = r"(robosuite|libero|bddl|gymnasium|gym|mujoco|transformers|diffusers|huggingface_hub|torch|timm|" \
+NOISY_MODULES = r"(robosuite|libero|bddl|gymnasium|gym|mujoco|transformers|huggingface_hub|torch|timm|" \
                 r"numba|matplotlib|hydra|omegaconf|wandb|swanlab|google\.protobuf|pkg_resources)(\.|$)"
+#: torch/distributed/fsdp/_fully_shard/_fsdp_state.py's UserWarning about view outputs (see the docstring)
+FSDP_VIEW_ADVICE = r"FSDP2-wrapped module .* returned a view tensor"
 
 
 def verbose() -> bool:
@@ -33,6 +40,14 @@ def verbose() -> bool:
 def set_verbose(on: bool) -> None:
     """Set the switch for this process and every process it starts."""
     os.environ[VERBOSE_ENV] = "1" if on else "0"
+
+
+def console_rules(verbose_flag: bool = False) -> None:
+    """What every vlarl process with a console does first, the CLI root and each rank alike: ``--verbose``
+    passes on to the processes it starts, and dependency noise is filtered unless verbose."""
+    if verbose_flag:
+        set_verbose(True)
+    quiet_dependencies()
 
 
 class RobosuiteMacroNotice(logging.Filter):
@@ -52,6 +67,7 @@ def quiet_dependencies() -> None:
         logger.addFilter(RobosuiteMacroNotice())
     for category in (DeprecationWarning, FutureWarning):
         warnings.filterwarnings("ignore", category=category, module=NOISY_MODULES)
+    warnings.filterwarnings("ignore", message=FSDP_VIEW_ADVICE, category=UserWarning, module=r"torch\.")
 
 
 @contextlib.contextmanager

@@ -77,7 +77,10 @@ def _unused(model: ModelConfig, names: set[str]) -> list[str]:
         for f in dataclasses.fields(module.ModelSettings):
             owners.setdefault(f.name, set()).add(other)
     nested = {k: v[0] for k, v in model._nested_values().items()}
-    given = {k for k in model.model_fields_set if getattr(model, k) is not None} | set(model.nested_only)
+    # a saved config.yaml (every checkpoint's) sets every key; one at its default changes nothing in any family
+    fields = type(model).model_fields
+    given = {k for k in model.model_fields_set if getattr(model, k) is not None
+             and getattr(model, k) != fields[k].get_default(call_default_factory=True)} | set(model.nested_only)
     found = sorted(k for k in given - names if len(owners.get(k, ())) == 1 and family not in owners[k])
     return [f"{nested.get(k, f'actor.model.{k}')} ({_FAMILY_NAMES.get(next(iter(owners[k])), '')} keys)" for k in found]
 

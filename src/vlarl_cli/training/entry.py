@@ -45,9 +45,10 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
         plan(loaded.config, world_size=world_size)
         return
     if world_size > 1 and not dist.launched():
+        run_dir = loaded.config.runner.logger.log_path
         args = ["--config", str(loaded.source), *(["--resume", resume] if resume else []), *overrides]
         dist.relaunch(RANK_ENTRY, args, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                      master_addr=master_addr, master_port=master_port)
+                      master_addr=master_addr, master_port=master_port, log_dir=Path(run_dir) / "logs")
         return
     from vlarl_cli.checkpoints.atomic import check_writable_folder
     from vlarl_cli.training.rl import train
