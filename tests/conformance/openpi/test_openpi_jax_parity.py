@@ -59,15 +59,16 @@ def _inputs(variant: str) -> dict[str, torch.Tensor]:
             "actions": torch.randn(B, H, 32, generator=g)}
 
 
-def _run_jax(openpi_python: Path, folder: Path, precision: str) -> Path:
-    """openpi's orbax checkpoints and JAX outputs for both variants in ``precision`` (one subprocess; the same
-    seeded weights whatever the precision)."""
+def _run_jax(openpi_python: Path, folder: Path, precisions: tuple[str, ...]) -> Path:
+    """openpi's orbax checkpoints and JAX outputs for both variants in each of ``precisions`` (one subprocess:
+    JAX is imported and the seeded weights are made and saved once; only the compiles repeat per dtype)."""
     runs = []
     for variant in ("pi0", "pi05"):
         save_file(_inputs(variant), folder / f"inputs-{variant}.safetensors")
         runs.append({"variant": variant, "inputs": str(folder / f"inputs-{variant}.safetensors"),
-                     "dtypes": [_JAX_DTYPE[precision]], "checkpoint": str(folder / f"ckpt-{variant}"),
-                     "outputs": {_JAX_DTYPE[precision]: str(folder / f"outputs-{variant}-{precision}.safetensors")}})
+                     "dtypes": [_JAX_DTYPE[p] for p in precisions], "checkpoint": str(folder / f"ckpt-{variant}"),
+                     "outputs": {_JAX_DTYPE[p]: str(folder / f"outputs-{variant}-{p}.safetensors")
+                                 for p in precisions}})
     spec = {"seed": SEED, "loss_seed": LOSS_SEED, "action_horizon": H, "max_token_len": L, "vocab_size": VOCAB,
             "sample_steps": list(STEPS), "norm_stats": NORM_STATS, "asset_id": ASSET_ID, "runs": runs, **ARCH}
     run_reference(openpi_python, "upstream_pi0_jax.py", spec, folder, timeout=1500)
@@ -76,15 +77,13 @@ def _run_jax(openpi_python: Path, folder: Path, precision: str) -> Path:
 
 @pytest.fixture(scope="module")
 def upstream(openpi_python, tmp_path_factory) -> Path:
-    """fp32: in the default run."""
-    return _run_jax(openpi_python, tmp_path_factory.mktemp("openpi_jax"), "fp32")
+    """fp32 and JAX's bf16 compute (openpi's training precision), both in the default run."""
+    return _run_jax(openpi_python, tmp_path_factory.mktemp("openpi_jax"), ("fp32", "mixed"))
 
 
 @pytest.fixture(scope="module")
-def upstream_mixed(openpi_python, tmp_path_factory) -> Path:
-    """JAX's bf16 compute: slow (another JAX compile of each variant); tests/policies/pi0/
-    test_mixed_precision.py covers the policy itself in the default run."""
-    return _run_jax(openpi_python, tmp_path_factory.mktemp("openpi_jax_mixed"), "mixed")
+def upstream_mixed(upstream) -> Path:
+    return upstream
 
 
 def _load_jax_checkpoint(folder: Path, variant: str) -> Pi0Model:
@@ -135,7 +134,7 @@ TOL = {
 }
 
 
-@pytest.fixture(scope="module", params=["fp32", pytest.param("mixed", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=["fp32", "mixed"])
 def run(request, upstream, variant, jax_model):
     precision = request.param
     folder = upstream if precision == "fp32" else request.getfixturevalue("upstream_mixed")
@@ -249,7 +248,6 @@ def test_training_loss_and_gradients(run):
     assert worst_floor <= TOL[precision]["grad_floor"]
 
 
-@pytest.mark.slow
 def test_jax_fp32_vs_bf16_gap(upstream, upstream_mixed, variant):
     """The scale of bf16 noise on JAX's side alone (context for the mixed-precision bounds): JAX's own fp32
     and bf16 runs of the same weights differ by more than 1e-3 (so the comparison above is not vacuous)
