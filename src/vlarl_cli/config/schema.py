@@ -505,7 +505,7 @@ class ModelConfig(Section):
     add_value_head: bool = Field(True, description="Attach a value head (needed by PPO with GAE).")
     value_after_vlm: bool | None = Field(None, description="pi0.5: value head reads the VLM prefix (True) "
                                          "or the action expert (False).")
-    detach_critic_input: bool | None = Field(None, description="Stop value gradients into the backbone.")
+    detach_critic_input: bool | None = Field(None, description="Stop value gradients into the backbone (pi0, OpenVLA-OFT; GR00T never detaches, as RLinf's GR00T code, and says so when this is true).")
     is_lora: bool = Field(False, description="Train LoRA adapters on the VLM.")
     lora_rank: int = Field(32, ge=1, description="LoRA rank.")
     train_expert_only: bool = Field(True, description="pi0: train the action expert only (VLM frozen).")

@@ -142,7 +142,7 @@ def test_recipe_yaml_maps_onto_model_settings(name, version, chunks, noise) -> N
     s = policy.settings
     assert policy.config.version == version and policy.num_action_chunks == chunks and policy.action_dim == 7
     assert (s.noise_method, s.noise_level, s.denoising_steps, s.joint_logprob) == ("flow_sde", 0.5, 4, False)
-    assert s.disable_dropout and s.detach_critic_input and s.add_value_head and s.train_expert_only
+    assert s.disable_dropout and s.add_value_head and s.train_expert_only
     assert s.effective_action_noise_scale == noise
     assert policy.modality.embodiment_tag == ("libero_franka" if version == "n1.5" else "libero_panda")
     assert not any(isinstance(m, torch.nn.Dropout) for m in policy.modules())

@@ -115,6 +115,27 @@ def test_head_only_training_leaves_backbone_bit_identical(version, policy_factor
     assert any(k.startswith("value_head.") for k in changed) and any(k.startswith("model.") for k in changed)
 
 
+@pytest.mark.parametrize("version", ["n1.5", "n1.6"])
+def test_value_loss_trains_the_shared_layers_as_rlinf(version, policy_factory, obs_factory) -> None:
+    """RLinf's GR00T never detaches the critic input: the value loss alone reaches the action head's layers
+    outside the value MLP that the actor also uses (the state encoder at least)."""
+    policy = policy_factory(version)
+    policy.train()
+    out = policy.sample(obs_factory(2), generator=torch.Generator().manual_seed(0))
+    policy.evaluate(out.replay).values.pow(2).mean().backward()
+    shared = {n for n, p in policy.action_head.named_parameters()
+              if not n.startswith("value_head.") and p.grad is not None and p.grad.abs().max() > 0}
+    assert any("state_encoder" in n for n in shared), sorted(shared)
+
+
+def test_detach_critic_input_true_is_reported_not_followed() -> None:
+    from vlarl_cli.policies import gr00t
+
+    settings = gr00t.ModelSettings(model_type="gr00t", preset="tiny", detach_critic_input=True)
+    with pytest.warns(UserWarning, match="not read by RLinf's GR00T"):
+        gr00t.build_policy(settings)
+
+
 def test_top_llm_layers_can_be_tuned(policy_factory) -> None:
     policy = policy_factory("n1.6", train_expert_only=False, tune_top_llm_layers=1)
     layers = policy.backbone.eagle.language_model.model.layers

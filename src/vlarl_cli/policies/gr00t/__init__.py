@@ -52,6 +52,12 @@ def build_policy(model: ModelSettings, device: Any = "cpu") -> Any:
 
     device = torch.device(device)
     dtype = resolve_dtype(model.precision or "fp32", device)  # bf16 -> fp32 on CPU
+    if model.detach_critic_input:
+        import warnings
+
+        warnings.warn("actor.model.detach_critic_input=True is not read by RLinf's GR00T model, whose value loss "
+                      "also trains the shared layers (VL layer norm, N1.5's VL self-attention, state encoder); "
+                      "vlarl's GR00T does the same, so the critic input is not detached.", stacklevel=2)
     if model.model_path is not None:
         from pathlib import Path
 

@@ -298,7 +298,9 @@ class ModelSettings:
     use_vlm_value: bool | None = None  # RLinf's name for value_after_vlm (gr00t_action_model.py get_value)
     value_vlm_mode: str | None = None  # pooling of the VL tokens for the critic: only mean_token is implemented
     padding_value: int | None = None  # fixed padded prompt length: must equal the model's (570 in the full presets)
-    detach_critic_input: bool = True  # value loss does not reach the shared features
+    # RLinf's GR00T code never reads detach_critic_input (no detach in rlinf/models/embodiment/gr00t): the value
+    # loss trains the shared layers that require grad. vlarl does the same and says so when a recipe sets it
+    detach_critic_input: bool | None = None
     value_hidden: tuple[int, ...] = (1024, 512, 256)  # RLinf GR00T value MLP widths
     disable_dropout: bool = True  # dropout -> Identity so recomputed log-probs are exact
     embodiment_tag: str | None = None  # None: libero_franka (N1.5) / libero_panda (N1.6)

@@ -13,7 +13,8 @@ chain and the stochastic index, from which :meth:`Gr00tPolicy.evaluate` recomput
 
 Value (RLinf ``get_value``): RLinf's critic (:mod:`.critic`, MLP 1024-512-256 with ReLU) over [mean of ALL
 processed VL tokens, padding included; state token features] (or only the VL mean with ``value_after_vlm``),
-inputs detached by default (``detach_critic_input``).
+inputs not detached: RLinf's GR00T code never reads ``detach_critic_input``, so its value loss trains the
+shared layers that require grad, and so does vlarl's (a recipe that sets the key true is told).
 """
 
 from __future__ import annotations
@@ -283,10 +284,9 @@ class Gr00tPolicy(nn.Module):
             return torch.zeros(vl.shape[0], dtype=torch.float32, device=vl.device)
         pooled = pool_vl(vl)  # RLinf: mean over all VL tokens, its 0-padding included
         parts = [pooled] if self.settings.value_after_vlm else [pooled, enc["state_feat"].flatten(1)]
-        feats = torch.cat(parts, dim=-1)
-        if self.settings.detach_critic_input:
-            feats = feats.detach()
-        return head(feats)
+        # not detached, as RLinf (whose GR00T code never reads detach_critic_input): the value loss also trains
+        # the shared layers that require grad (VL layer norm, N1.5's VL self-attention, the state encoder)
+        return head(torch.cat(parts, dim=-1))
 
     # ------------------------------------------------------------------ policy contract
     def _cut(self, x: Tensor) -> Tensor:
