@@ -181,6 +181,39 @@ def test_gr00t_targets_invert_the_output_processing():
     torch.testing.assert_close(back, actions, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("version", ["n1.5", "n1.6"])
+def test_gr00t_supervised_time_follows_each_release(version):
+    """Isaac-GR00T's sample_time: N1.5 ``t = (s - u) / s``, N1.6 ``t = (1 - u) * s`` (s = 0.999, u ~ Beta(1.5, 1)),
+    drawn after the noise from the same generator."""
+    from vlarl_cli.policies.gr00t.config import ModelSettings, preset
+    from vlarl_cli.policies.gr00t.modality import default_modality
+    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
+
+    torch.manual_seed(0)
+    model_type = "gr00t" if version == "n1.5" else "gr00t_n1d6"
+    s = ModelSettings(model_type=model_type, preset="tiny", num_action_chunks=3)
+    cfg = preset("tiny", version)
+    policy = Gr00tPolicy(cfg, s, default_modality(s.effective_embodiment_tag, cfg)).eval()
+    seen: list[torch.Tensor] = []
+
+    def velocity_fn(enc: Any, embodiment_id: Any) -> Any:
+        from vlarl_cli.policies.flow_matching import VelocityOutput
+
+        def fn(x_t: torch.Tensor, t: torch.Tensor) -> VelocityOutput:
+            seen.append(t)
+            return VelocityOutput(velocity=x_t)
+
+        return fn
+
+    policy._velocity_fn = velocity_fn  # type: ignore[method-assign]
+    policy.supervised_loss(_libero_obs(4), _libero_actions(4, 3), generator=torch.Generator().manual_seed(3))
+    g = torch.Generator().manual_seed(3)
+    torch.randn((4, cfg.action_horizon, cfg.action_dim), generator=g)
+    u = torch.rand(4, generator=g) ** (1.0 / 1.5)
+    expected = (1 - u) * 0.999 if version == "n1.6" else (0.999 - u) / 0.999
+    torch.testing.assert_close(seen[0].float(), expected, rtol=0, atol=1e-7)
+
+
 def test_oft_token_targets_decode_to_the_demonstrated_actions(monkeypatch):
     from vlarl_cli.policies.openvla_oft.config import preset
     from vlarl_cli.policies.openvla_oft.policy import OftPolicy

@@ -331,7 +331,7 @@ class Gr00tPolicy(nn.Module):
         statistics, zero-padded to the model's ``action_dim`` and padded along the horizon to
         ``action_horizon`` by repeating the last step. Then Isaac-GR00T's
         ``flow_matching_action_head.py`` (``forward`` / ``sample_time``), in GR00T time (0 = noise):
-        ``t = (s - u) / s`` with ``u ~ Beta(1.5, 1)`` and ``s = noise_s = 0.999``,
+        ``t = (s - u) / s`` (N1.5; N1.6: ``t = (1 - u) * s``) with ``u ~ Beta(1.5, 1)`` and ``s = noise_s = 0.999``,
         ``x_t = (1 - t) noise + t actions``, velocity target ``actions - noise``, squared error averaged
         over the real entries only (upstream's ``action_mask``: the executed ``C`` steps and the ``A``
         real dims). ``noise [B, action_horizon, model action_dim]`` / ``time [B]`` fix the draws.
@@ -347,8 +347,8 @@ class Gr00tPolicy(nn.Module):
         x = self.modality.normalize_action(x)
         target = pad_chunk(x, cfg.action_horizon, cfg.action_dim).to(device=self.device, dtype=torch.float32)
         noise, u = flow_training_draws((b, cfg.action_horizon, cfg.action_dim), generator, noise, None)
-        if time is None:
-            time = (0.999 - u) / 0.999
+        if time is None:  # sample_time of the release: N1.5 (s - u) / s, N1.6 (1 - u) * s, s = noise_s = 0.999
+            time = (1 - u) * 0.999 if cfg.version == "n1.6" else (0.999 - u) / 0.999
         noise = noise.to(device=self.device, dtype=torch.float32)
         t = time.to(device=self.device, dtype=torch.float32)
         x_t = (1 - t[:, None, None]) * noise + t[:, None, None] * target
