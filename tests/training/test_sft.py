@@ -214,6 +214,40 @@ def test_gr00t_supervised_time_follows_each_release(version):
     torch.testing.assert_close(seen[0].float(), expected, rtol=0, atol=1e-7)
 
 
+def test_gr00t_supervised_loss_covers_the_whole_horizon():
+    """As Isaac-GR00T, the loss averages over every given horizon step (sft gives the whole horizon), not only
+    the C steps an env executes: an error at the last horizon step counts with a full-horizon chunk only."""
+    from vlarl_cli.policies.flow_matching import VelocityOutput
+    from vlarl_cli.policies.gr00t.config import ModelSettings, preset
+    from vlarl_cli.policies.gr00t.modality import default_modality
+    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
+
+    torch.manual_seed(0)
+    s = ModelSettings(model_type="gr00t_n1d6", preset="tiny", num_action_chunks=3)
+    cfg = preset("tiny", "n1.6")
+    policy = Gr00tPolicy(cfg, s, default_modality(s.effective_embodiment_tag, cfg)).eval()
+    h = cfg.action_horizon
+    assert policy.supervised_chunk == h > 3
+
+    def velocity_fn(enc: Any, embodiment_id: Any) -> Any:
+        def fn(x_t: torch.Tensor, t: torch.Tensor) -> VelocityOutput:
+            out = x_t.clone()
+            out[:, -1] += 1.0  # wrong only at the last horizon step
+            return VelocityOutput(velocity=out)
+
+        return fn
+
+    policy._velocity_fn = velocity_fn  # type: ignore[method-assign]
+    zeros, ones = torch.zeros(2, h, cfg.action_dim), torch.ones(2)
+    obs = _libero_obs(2)
+    executed = policy.supervised_loss(obs, _libero_actions(2, 3), noise=zeros, time=ones)
+    whole = policy.supervised_loss(obs, _libero_actions(2, h), noise=zeros, time=ones)
+    assert executed.item() == 0.0
+    torch.testing.assert_close(whole, torch.tensor(1.0 / h))
+    with pytest.raises(ValueError, match="T <= "):
+        policy.supervised_loss(obs, _libero_actions(2, h + 1), noise=zeros, time=ones)
+
+
 def test_oft_token_targets_decode_to_the_demonstrated_actions(monkeypatch):
     from vlarl_cli.policies.openvla_oft.config import preset
     from vlarl_cli.policies.openvla_oft.policy import OftPolicy

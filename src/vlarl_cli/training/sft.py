@@ -29,7 +29,7 @@ What it does (:func:`train_sft`):
    ``sft.weights`` each dataset its own epochs), a pure function of the step, so a resumed run continues the
    uninterrupted order on any number of processes; ``sft.num_workers`` DataLoader workers decode the
    micro-batches (``actor.micro_batch_size``) of this rank's share, ``sft.prefetch`` each ahead; the loss is
-   the family's ``policy.supervised_loss(obs, actions [B, C, A] env-space) -> scalar mean`` (flow matching in
+   the family's ``policy.supervised_loss(obs, actions [B, T, A] env-space) -> scalar mean`` (T: the family's ``supervised_chunk`` where it has one, GR00T's whole horizon; else the C steps it executes) (flow matching in
    the family's own normalised action space for pi0 / GR00T / toy flow, token cross-entropy for OpenVLA-OFT
    / toy token, NLL for toy Gaussian; flow losses also take ``generator=`` for their noise and times);
    AdamW (``actor.optim``; the value head, untouched by the loss, keeps its weights), gradient-norm clipping
@@ -424,8 +424,10 @@ class _Learner:
         self.policy = policy = build_policy(self.model_cfg, ctx.device)
         dist.broadcast_module_(policy)
         self.stats_note = self._statistics(demos, say)
-        # chunks as long as the policy executes (C of the loaded model, normally actor.model.num_action_chunks)
-        chunk = int(getattr(policy, "num_action_chunks", config.actor.model.num_action_chunks))
+        # chunks as long as the family trains on (GR00T: its whole action horizon, as Isaac-GR00T), else as long as
+        # the policy executes (C of the loaded model, normally actor.model.num_action_chunks)
+        chunk = int(getattr(policy, "supervised_chunk", getattr(policy, "num_action_chunks",
+                                                                config.actor.model.num_action_chunks)))
         self.dataset = FrameDataset(demos.sources, chunk, video_backend=video_backend(config.sft.video_backend))
         check_dataset(self.dataset, policy, config, demos.name)
         # eval mode: dropout off (the families disable it for RL too) and frozen backbones stay frozen

@@ -114,6 +114,9 @@ class Gr00tPolicy(nn.Module):
         self.settings = settings
         self.modality = modality
         self.num_action_chunks = settings.num_action_chunks
+        # vlarl sft's demonstration chunks: Isaac-GR00T trains on the whole action horizon (steps past an
+        # episode's end repeat its last action), not only the C steps an env executes
+        self.supervised_chunk = config.action_horizon
         self.action_dim = settings.action_dim
         self.flow_cfg = FlowConfig(num_steps=settings.denoising_steps, method=settings.noise_method,
                                    noise_level=settings.noise_level, noise_at=0.0,
@@ -324,7 +327,7 @@ class Gr00tPolicy(nn.Module):
 
     def supervised_loss(self, obs: Observation, actions: Tensor, *, generator: torch.Generator | None = None,
                         noise: Tensor | None = None, time: Tensor | None = None) -> Tensor:
-        """Flow-matching behaviour-cloning loss (scalar) of env-space demonstration chunks ``actions [B, C, A]``.
+        """Flow-matching behaviour-cloning loss (scalar) of env-space demonstration chunks ``actions [B, T, A]``.
 
         The env actions go the reverse way of :meth:`sample`: the LIBERO gripper convention is undone
         (``-1 open / +1 close -> 1 open / 0 close``), min-max normalised with the embodiment's action
@@ -333,15 +336,18 @@ class Gr00tPolicy(nn.Module):
         ``flow_matching_action_head.py`` (``forward`` / ``sample_time``), in GR00T time (0 = noise):
         ``t = (s - u) / s`` (N1.5; N1.6: ``t = (1 - u) * s``) with ``u ~ Beta(1.5, 1)`` and ``s = noise_s = 0.999``,
         ``x_t = (1 - t) noise + t actions``, velocity target ``actions - noise``, squared error averaged
-        over the real entries only (upstream's ``action_mask``: the executed ``C`` steps and the ``A``
-        real dims). ``noise [B, action_horizon, model action_dim]`` / ``time [B]`` fix the draws.
+        over the real entries only (upstream's ``action_mask``: the ``A`` real dims of the ``T`` given steps;
+        ``vlarl sft`` gives the whole horizon, :attr:`supervised_chunk`, as upstream trains).
+        ``noise [B, action_horizon, model action_dim]`` / ``time [B]`` fix the draws.
         """
         cfg = self.config
         inputs = self.prepare_inputs(obs)
         b = inputs["state"].shape[0]
-        c, a = self.num_action_chunks, self.action_dim
-        if tuple(actions.shape) != (b, c, a):
-            raise ValueError(f"actions must be [B={b}, C={c}, A={a}], got {tuple(actions.shape)}")
+        c, a = actions.shape[1], self.action_dim
+        if actions.ndim != 3 or (actions.shape[0], actions.shape[2]) != (b, a) or not (
+                self.num_action_chunks <= c <= cfg.action_horizon):
+            raise ValueError(f"actions must be [B={b}, T, A={a}] with {self.num_action_chunks} <= T <= "
+                             f"{cfg.action_horizon}, got {tuple(actions.shape)}")
         x = actions.detach().float().cpu().clone()
         x[..., -1] = gripper_from_env(self.modality.gripper_convention, x[..., -1])
         x = self.modality.normalize_action(x)
