@@ -44,15 +44,18 @@ def command(
 
     if dist.launch_world_size(nnodes, nproc_per_node) > 1 and not dist.launched():
         from vlarl_cli.config.loading import load_config
+        from vlarl_cli.training import run_folder
 
-        load_config(config, list(overrides or []))  # a broken config is reported once, before any process starts
+        loaded = load_config(config, list(overrides or []))  # a broken config is reported once, before any process starts
+        log_path = loaded.config.runner.logger.log_path
         args = ["sft", "--config", config, *[a for d in demos or [] for a in ("--demos", str(d))],
                 *(["--record", str(record)] if record is not None else []),
                 *(["--steps", str(steps)] if steps is not None else []),
                 *(["-o", str(output)] if output is not None else []),
                 *(["--resume", resume] if resume else []), *(overrides or [])]
-        dist.relaunch("vlarl_cli.cli.main", args, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                      master_addr=master_addr, master_port=master_port)
+        with run_folder.claim(log_path, command="sft", main=node_rank == 0), run_folder.shared_with_children(log_path):
+            dist.relaunch("vlarl_cli.cli.main", args, nproc_per_node=nproc_per_node, nnodes=nnodes,
+                          node_rank=node_rank, master_addr=master_addr, master_port=master_port)
         return
     run_sft(config=config, demos=list(demos or []), overrides=list(overrides or []), steps=steps, output=output,
             record=record, resume=resume)

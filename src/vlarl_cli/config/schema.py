@@ -127,6 +127,16 @@ class LoggerConfig(Section):
         description="Metric sinks besides the always-written metrics.jsonl: tensorboard, wandb, swanlab.",
     )
 
+    @field_validator("log_path")
+    @classmethod
+    def _named_folder(cls, value: str) -> str:
+        # '' is the current directory to pathlib: a run would write its files (config.yaml, checkpoints/)
+        # among the user's own
+        if not value.strip():
+            raise ValueError("log_path must name a folder for the run (an empty value would write the run into "
+                             "the current directory); e.g. runner.logger.log_path=runs/my_run")
+        return value
+
 
 class RunnerConfig(Section):
     task_type: Literal["embodied"] = Field("embodied", description="Only embodied RL is supported.")

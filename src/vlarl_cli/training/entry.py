@@ -44,18 +44,25 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
 
         plan(loaded.config, world_size=world_size)
         return
-    if world_size > 1 and not dist.launched():
-        args = ["--config", str(loaded.source), *(["--resume", resume] if resume else []), *overrides]
-        dist.relaunch(RANK_ENTRY, args, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                      master_addr=master_addr, master_port=master_port)
-        return
     from vlarl_cli.checkpoints.atomic import check_writable_folder
-    from vlarl_cli.training.rl import train
+    from vlarl_cli.training import run_folder
 
-    # before any simulator or model is started: a run folder under a file or on a read-only mount
-    check_writable_folder(loaded.config.runner.logger.log_path, "The run folder (runner.logger.log_path)")
+    # before any simulator or model is started: a run folder under a file or on a read-only mount, or one that
+    # another process writes / that holds a run this command would replace
+    log_path = loaded.config.runner.logger.log_path
+    check_writable_folder(log_path, "The run folder (runner.logger.log_path)")
+    owner = node_rank == 0 and dist.env_world()[0] == 0
+    with run_folder.claim(log_path, command="rl-train", resuming=bool(resume or loaded.config.runner.resume_dir),
+                          main=owner):
+        if world_size > 1 and not dist.launched():
+            args = ["--config", str(loaded.source), *(["--resume", resume] if resume else []), *overrides]
+            with run_folder.shared_with_children(log_path):
+                dist.relaunch(RANK_ENTRY, args, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+                              master_addr=master_addr, master_port=master_port)
+            return
+        from vlarl_cli.training.rl import train
 
-    train(loaded, resume=resume)
+        train(loaded, resume=resume)
     dist.leave_together()
 
 

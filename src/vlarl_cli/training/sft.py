@@ -383,14 +383,13 @@ class _Demos:
 def _load_demos(config: VlarlConfig, demos: list[Path], record: int | None, run_dir: Path, *, resuming: bool,
                 is_main: bool, say: Any) -> _Demos:
     """Rank 0 writes the run's config and records the demonstrations when asked; everyone waits and indexes."""
-    from vlarl_cli.checkpoints.atomic import atomic_write_text
     from vlarl_cli.config.loading import to_yaml
     from vlarl_cli.datasets.stream import open_source
+    from vlarl_cli.training.run_folder import write_own_text
 
     sft = config.sft
     if is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run_dir / "config.yaml", to_yaml(config))
+        write_own_text(run_dir, "config.yaml", to_yaml(config))
     folders = _demonstrations(config, demos, record, run_dir, resuming=resuming, is_main=is_main, say=say)
     if sft.weights is not None and len(sft.weights) != len(folders):
         raise ConfigError(f"sft.weights has {len(sft.weights)} entries for {len(folders)} dataset(s) ({folders}).",
@@ -719,7 +718,11 @@ def run_sft(*, config: str, demos: Path | list[Path] | None, overrides: list[str
 
     # validated as a 1-process run: the RL placement rules (env ranks, pipeline stages) do not apply to SFT,
     # whose only multi-process rule (global batch split over the processes) train_sft checks itself
+    from vlarl_cli.training import run_folder
+
     loaded = load_config(config, overrides)  # validate first: a broken config is reported as such
     if record is not None and record < 1:
         raise ConfigError(f"--record must be >= 1, got {record}.", "Pass --record N with N >= 1, or leave it out.")
-    return train_sft(loaded, demos=demos, record=record, steps=steps, output=output, resume=resume)
+    # one writer per run folder (train_sft refuses a new run over an old one with its own message)
+    with run_folder.claim(loaded.config.runner.logger.log_path, command="sft", main=dist.env_world()[0] == 0):
+        return train_sft(loaded, demos=demos, record=record, steps=steps, output=output, resume=resume)

@@ -1,0 +1,133 @@
+"""A run folder is a record nobody else can spoil: one writer at a time (an OS lock the kernel drops on any
+exit), no new run over an old one without ``--resume``, no file replaced that vlarl did not write, and
+``convert --overwrite`` never deletes a run. Commands run in-process through the real entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vlarl_cli.cli.main import run
+from vlarl_cli.training import run_folder
+
+TOY = ("rl-train", "-c", "toy_reach_ppo", "runner.max_epochs=1", "env.train.total_num_envs=8",
+       "actor.global_batch_size=32", "actor.micro_batch_size=32",
+       "runner.val_check_interval=-1")
+
+
+def _toy(folder: Path, *extra: str) -> list[str]:
+    return [*TOY, f"runner.logger.log_path={folder}", *extra]
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(autouse=True)
+def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "300")
+    monkeypatch.delenv(run_folder.OWNER_ENV, raising=False)
+
+
+def test_a_second_writer_is_refused_naming_the_owner(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "run"
+    with run_folder.claim(folder, command="rl-train", resuming=False):
+        # flock conflicts between two open descriptions even inside one process: this is a second writer
+        assert run(_toy(folder)) == 2
+        assert run(["sft", "-c", "sft_toy_reach", f"runner.logger.log_path={folder}", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("is in use by `vlarl rl-train`") == 2, err
+    assert f"pid {os.getpid()} on host {socket.gethostname()}" in err and "Traceback" not in err
+    assert not (folder / "metrics.jsonl").exists() and not (folder / "config.yaml").exists()
+
+
+def test_the_kernel_releases_the_lock_of_a_killed_owner(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    code = ("import sys, time; from vlarl_cli.training import run_folder\n"
+            f"with run_folder.claim({str(folder)!r}, command='rl-train'):\n"
+            "    print('held', flush=True); time.sleep(120)\n")
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "held"
+        with pytest.raises(run_folder.FolderInUse, match=f"pid {owner.pid} on host"):
+            with run_folder.claim(folder, command="sft"):
+                pass
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=30)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+    with run_folder.claim(folder, command="sft"):  # nobody holds it any more: the stale lock file is no obstacle
+        info = json.loads((folder / run_folder.LOCK_FILE).read_text())
+    assert info["pid"] == os.getpid() and info["command"] == "vlarl sft"
+
+
+def test_a_new_run_never_replaces_an_old_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "run"
+    assert run(_toy(folder)) == 0, capsys.readouterr().err
+    assert json.loads((folder / run_folder.MANIFEST_FILE).read_text())["files"] == ["config.yaml"]
+    before = _snapshot(folder)
+    capsys.readouterr()
+    assert run(_toy(folder)) == 2  # the same command again, without --resume
+    err = capsys.readouterr().err
+    assert "already holds a run (checkpoints/, metrics.jsonl)" in err and "--resume auto" in err
+    assert _snapshot(folder) == before
+    t0 = time.monotonic()
+    assert run(_toy(folder, "runner.max_epochs=2", "--resume", "auto")) == 0  # the lock was released on exit
+    assert (folder / "checkpoints" / "global_step_2").is_dir() and time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize("body", ["my: own\n", "actor: {}\n"])
+def test_a_file_vlarl_did_not_write_is_never_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     body: str) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(body)
+    assert run(_toy(folder)) == 2
+    err = capsys.readouterr().err
+    assert "config.yaml exists and vlarl did not write it" in err and "Traceback" not in err
+    assert (folder / "config.yaml").read_text() == body
+    assert sorted(p.name for p in folder.iterdir()) == ["config.yaml"]
+
+
+def test_a_folder_from_before_the_manifest_counts_its_vlarl_config_as_vlarl_s(tmp_path: Path) -> None:
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "config.yaml").write_text("actor: {}\nrunner: {}\n")
+    run_folder.write_own_text(folder, "config.yaml", "actor: {seed: 1}\nrunner: {}\n")
+    assert json.loads((folder / run_folder.MANIFEST_FILE).read_text())["files"] == ["config.yaml"]
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(run_folder.ConfigError, match=r"notes\.txt exists and vlarl did not write it"):
+        run_folder.write_own_text(folder, "notes.txt", "theirs")
+    assert (folder / "notes.txt").read_text() == "mine"
+
+
+def test_convert_overwrite_never_deletes_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    (runs / "a" / "checkpoints" / "global_step_1").mkdir(parents=True)
+    (runs / "a" / "checkpoints" / "global_step_1" / "trainer_state.json").write_text("{}")
+    (runs / "a" / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "model.safetensors").write_bytes(b"x")
+    before = _snapshot(runs)
+    for dst in (runs, runs / "a", runs / "a" / "checkpoints" / "global_step_1"):
+        assert run(["convert", str(tmp_path / "src"), str(dst), "--to", "openpi", "--overwrite"]) == 2
+        err = capsys.readouterr().err
+        assert "holds the record of a run" in err and "trainer_state.json" in err, err
+    assert _snapshot(runs) == before
+
+
+def test_an_empty_log_path_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("mine")
+    assert run([*TOY, "runner.logger.log_path="]) == 2
+    assert "log_path must name a folder" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
