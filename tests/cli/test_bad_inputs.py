@@ -175,6 +175,44 @@ CASES: dict[str, Case] = {
     "episode line not json": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"), ("line 1 is not JSON",),
                                   files={"r/episodes.jsonl": "{oops\n" + EP_LINE + "\n"}),
     "no episode log": Case(("video", "{tmp}/nowhere", "--episode", "0"), ("No episode log",)),
+    # ---- values bounded by what they mean, checked at validation -------------------------------------------
+    "infinite learning rate": Case((*DRY, "actor.optim.lr=inf"), ("actor.optim.lr", "finite number")),
+    "nan learning rate": Case((*DRY, "actor.optim.value_lr=nan"), ("actor.optim.value_lr", "finite number")),
+    "seed beyond the generators": Case((*DRY, "actor.seed=99999999999999999999"), ("actor.seed", "2147483647")),
+    "negative env seed": Case((*DRY, "env.train.seed=-1"), ("env.train.seed", "greater than or equal to 0")),
+    "dual clip below one": Case((*DRY, "algorithm.clip_ratio_c=0.5"), ("clip_ratio_c", "greater than 1")),
+    "eval seed beyond the generators": Case(("eval", "--config", "libero_tiny_ppo", "--seed", "99999999999999999999"),
+                                            ("--seed", "2147483647")),
+    "yaml nested too deep": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("nests deeper than 64",),
+                                 files={"c.yaml": "a: " + "[" * 5000 + "]" * 5000 + "\n"}),
+    "yaml alias bomb": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("YAML aliases",), setup="alias_bomb"),
+    "yaml too big": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("at most 1048576",),
+                         files={"c.yaml": "runner: {}\n" + "# padding\n" * 120_000}),
+    # ---- a run folder is one run's, written by one process, holding only vlarl's files -----------------
+    "empty run folder name": Case((*QUICK, "runner.logger.log_path="), ("log_path must name a folder",)),
+    "new run over an old one": Case((*QUICK, "runner.logger.log_path={tmp}/run"), ("already holds a run", "--resume auto"),
+                                    files={"run/metrics.jsonl": EP_LINE + "\n", "run/checkpoints/latest": "global_step_1\n"},
+                                    kept=("run/metrics.jsonl", "run/checkpoints/latest")),
+    "a user's config.yaml in the run folder": Case((*QUICK, "runner.logger.log_path={tmp}/run"),
+                                                   ("config.yaml exists and vlarl did not write it",),
+                                                   files={"run/config.yaml": "my: own\n"}, kept=("run/config.yaml",)),
+    "latest points out of its folder": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto"),
+                                            ("not a checkpoint folder inside",),
+                                            files={"run/checkpoints/latest": "../../elsewhere\n",
+                                                   "elsewhere/trainer_state.json": "{}"}),
+    "resume override the checkpoint decides": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto",
+                                                    "actor.optim.lr=1e-3"), ("actor.optim.lr", "would be ignored"),
+                                                   setup="tiny_run"),
+    "eval damaged checkpoint": Case(("eval", "--checkpoint", "{tmp}/ck", "--out", "{tmp}/res"),
+                                    ("model.safetensors is damaged",), setup="damaged_ckpt"),
+    "convert damaged checkpoint": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"),
+                                       ("model.safetensors is damaged",), setup="damaged_ckpt"),
+    "convert overwrite a run": Case(("convert", "{tmp}/p/src", "{tmp}/runs", "--to", "openpi", "--overwrite"),
+                                    ("holds the record of a run", "metrics.jsonl"), setup="good_folder_in_p",
+                                    files={"runs/a/metrics.jsonl": EP_LINE + "\n"}, kept=("runs/a/metrics.jsonl",)),
+    "convert overwrite a checkpoint": Case(("convert", "{tmp}/p/src", "{tmp}/ck", "--to", "openpi", "--overwrite"),
+                                           ("holds the record of a run", "trainer_state.json"), setup="good_folder_in_p",
+                                           files={"ck/trainer_state.json": "{}"}, kept=("ck/trainer_state.json",)),
     # ---- convert: arguments first (no torch import), and never lose the source ---------------------------
     "convert into the parent": Case(("convert", "{tmp}/p/src", "{tmp}/p", "--to", "openpi", "--overwrite"),
                                     ("contains the source",), setup="good_folder_in_p",
@@ -242,9 +280,38 @@ def _good_folder_in_p(tmp: Path) -> None:
     (tmp / "p" / "keep.txt").write_text("the user's file")
 
 
+def _alias_bomb(tmp: Path) -> None:
+    rows = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    rows += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 40)]
+    (tmp / "c.yaml").write_text("\n".join(rows) + "\n")
+
+
+def _damaged_ckpt(tmp: Path) -> None:
+    from vlarl_cli.checkpoints.integrity import write_checksums
+
+    _ckpt(tmp, _safetensors_bytes())
+    write_checksums(tmp / "ck")
+    data = bytearray((tmp / "ck" / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (tmp / "ck" / "model.safetensors").write_bytes(bytes(data))
+
+
+def _tiny_run(tmp: Path) -> None:
+    """A run folder whose latest checkpoint's config is libero_tiny_ppo's (what --resume auto compares with)."""
+    from vlarl_cli.config.loading import load_config, to_yaml
+
+    folder = tmp / "run" / "checkpoints" / "global_step_1"
+    folder.mkdir(parents=True)
+    config = load_config("libero_tiny_ppo", [f"runner.logger.log_path={tmp / 'run'}"]).config
+    (folder / "config.yaml").write_text(to_yaml(config))
+    (folder / "trainer_state.json").write_text('{"iteration": 1}')
+    (tmp / "run" / "checkpoints" / "latest").write_text("global_step_1\n")
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "truncated_ckpt": _truncated_ckpt, "lying_header_ckpt": _lying_header_ckpt, "bad_json_ckpt": _bad_json_ckpt,
-    "good_folder_in_p": _good_folder_in_p,
+    "good_folder_in_p": _good_folder_in_p, "alias_bomb": _alias_bomb, "damaged_ckpt": _damaged_ckpt,
+    "tiny_run": _tiny_run,
 }
 
 

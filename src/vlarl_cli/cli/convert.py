@@ -35,9 +35,11 @@ def command(
 ) -> None:
     """Convert a checkpoint between vlarl's layout and the upstream layouts of its family."""
     from vlarl_cli.checkpoints.convert import convert
+    from vlarl_cli.checkpoints.integrity import verify_checksums
 
     if overwrite and dst.is_dir():
         _refuse_replacing_a_record(dst)
+    verify_checksums(src)  # a vlarl checkpoint's files against its checksums.json (other folders have none)
     convert(src, dst, to, dtype=dtype, merge_lora=merge_lora, allow_pickle=allow_pickle,
             overwrite=overwrite, check=not skip_check, verbose=True)
 

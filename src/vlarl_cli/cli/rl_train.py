@@ -35,7 +35,7 @@ def command(
     master_port: int = typer.Option(29500, "--master-port", min=1, max=65535, help="Rendezvous port."),
     world_size: int | None = typer.Option(None, "--world-size", min=1, help="With --dry-run: plan for this many "
                                           "devices instead of nnodes x nproc-per-node."),
-    env_seed: int | None = typer.Option(None, "--env-seed", min=0, help="Env seed of the train and eval envs (RLinf "
+    env_seed: int | None = typer.Option(None, "--env-seed", min=0, max=2**31 - 1, help="Env seed of the train and eval envs (RLinf "
                                         "env.*.seed: seed + rank offset, applied before every reset)."),
 ) -> None:
     """Train a policy with online RL (PPO or GRPO) in LIBERO."""

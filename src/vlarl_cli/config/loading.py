@@ -98,6 +98,7 @@ def read_primary(source: Path) -> dict[str, Any]:
                           "Check the path and its permissions.") from None
     if b"\x00" in data:
         raise ConfigError(f"Config {source} is a binary file, not YAML.", "Pass a YAML config file or a preset name.")
+    check_yaml_limits(source, data)
     try:
         loaded = yaml.safe_load(data.decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -118,6 +119,41 @@ def read_primary(source: Path) -> dict[str, Any]:
                           "A config file maps section names (cluster, runner, algorithm, env, rollout, actor) "
                           "to their settings.")
     return loaded
+
+
+#: what a config file may be: far above any real config (the presets: < 10 KiB, depth < 8, no aliases), far
+#: below what exhausts memory or the stack (a "billion laughs" file of nested aliases, 10^5 nested brackets)
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_DEPTH = 64
+MAX_CONFIG_ALIASES = 256
+
+
+def check_yaml_limits(source: Path, data: bytes) -> None:
+    """Refuse a config file over the size, nesting or alias limits, from the YAML event stream (nothing is
+    built); a syntax error is left to the parser's own report."""
+    import yaml
+
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"Config {source} is {len(data)} bytes; a config file holds at most {MAX_CONFIG_BYTES} "
+                          "(is it a data file?).", "Pass the run's YAML config (a few KiB).")
+    depth = aliases = 0
+    try:
+        for event in yaml.parse(data.decode("utf-8", errors="replace")):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_CONFIG_DEPTH:
+                    raise ConfigError(f"Config {source} nests deeper than {MAX_CONFIG_DEPTH} levels.",
+                                      "A config nests sections a few levels deep; flatten the file.")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            elif isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if aliases > MAX_CONFIG_ALIASES:
+                    raise ConfigError(f"Config {source} uses more than {MAX_CONFIG_ALIASES} YAML aliases (*name); "
+                                      "expanded, they could exhaust the memory.",
+                                      "Write the values out, or use ${a.b} interpolation.")
+    except yaml.YAMLError:
+        return
 
 
 def check_fragments(source: Path, data: dict[str, Any]) -> None:

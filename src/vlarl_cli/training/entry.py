@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vlarl_cli.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vlarl_cli.config.schema import VlarlConfig
 
 #: the module torchrun starts on every rank of a multi-process ``rl-train`` (its ``rank_main``)
 RANK_ENTRY = "vlarl_cli.cli.rl_train"
@@ -54,6 +58,8 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
     owner = node_rank == 0 and dist.env_world()[0] == 0
     with run_folder.claim(log_path, command="rl-train", resuming=bool(resume or loaded.config.runner.resume_dir),
                           main=owner):
+        if owner and not run_folder.held_by_launcher(Path(log_path).expanduser()):
+            _check_resume(loaded.config, resume)
         if world_size > 1 and not dist.launched():
             args = ["--config", str(loaded.source), *(["--resume", resume] if resume else []), *overrides]
             with run_folder.shared_with_children(log_path):
@@ -64,6 +70,17 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
 
         train(loaded, resume=resume)
     dist.leave_together()
+
+
+def _check_resume(config: VlarlConfig, resume: str | None) -> None:
+    """Overrides given with --resume: applied and recorded in the run's config history, or refused."""
+    resume = resume or config.runner.resume_dir
+    if resume:
+        from vlarl_cli.training.checkpoint import locate_checkpoint
+        from vlarl_cli.training.run_folder import check_resume_config
+
+        run_dir = Path(config.runner.logger.log_path).expanduser()
+        check_resume_config(run_dir, locate_checkpoint(run_dir, resume), config)
 
 
 def _report_ignored(ignored: list[str], main: bool, deviations: tuple[str, ...] | list[str] = ()) -> None:

@@ -226,3 +226,64 @@ def record_config_change(folder: Path, *, iteration: int, changes: dict[str, tup
     manifest["config_history"].append({"iteration": iteration, "at": time.strftime("%Y-%m-%d %H:%M:%S %z"),
                                        "changes": {k: [old, new] for k, (old, new) in changes.items()}})
     _write_manifest(folder, manifest)
+
+
+# ---- a resumed run's config against its checkpoint's
+
+#: keys whose checkpointed value wins on resume (the optimizer's param groups, the weights' shapes, the random
+#: streams): a changed value would be silently ignored, so it is refused instead
+RESUME_FROZEN = ("actor.model.", "actor.optim.lr", "actor.optim.value_lr", "actor.optim.adam_", "actor.optim.weight_decay",
+                 "actor.seed")
+#: keys that differ between a run's config and its checkpoint's by design (SFT saves model_path = the checkpoint)
+RESUME_IGNORED = ("actor.model.model_path", "runner.resume_dir")
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix.removesuffix("."): tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}{key}."))
+    return out
+
+
+def config_changes(saved: dict[str, Any], now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{key: (checkpoint's value, this run's value)}`` for the keys both configs have and that differ."""
+    old, new = _flat(saved), _flat(now)
+    return {k: (old[k], new[k]) for k in sorted(old.keys() & new.keys())
+            if old[k] != new[k] and not k.startswith(RESUME_IGNORED)}
+
+
+def _saved_config(checkpoint: Path) -> tuple[dict[str, Any], int]:
+    import yaml
+
+    try:
+        saved = yaml.safe_load((checkpoint / "config.yaml").read_text(encoding="utf-8"))
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        iteration = int(state["iteration"])
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as err:
+        from vlarl_cli.errors import CheckpointError
+
+        raise CheckpointError(f"Checkpoint {checkpoint}: its config.yaml or trainer_state.json cannot be read ({err}).",
+                              "Resume from another checkpoint of the run (see its checkpoints folder).") from None
+    return (saved if isinstance(saved, dict) else {}), iteration
+
+
+def check_resume_config(run_dir: Path, checkpoint: Path, config: Any, *, say: Any = print) -> dict[str, tuple[Any, Any]]:
+    """Compare this run's config with the one saved in ``checkpoint``: a change to a key the checkpoint's state
+    decides (:data:`RESUME_FROZEN`) is refused; every other change applies, is printed, and is recorded in
+    the run's config history. Returns the applied changes."""
+    saved, iteration = _saved_config(checkpoint)
+    changes = config_changes(saved, config.model_dump(mode="json"))
+    frozen = {k: v for k, v in changes.items() if k.startswith(RESUME_FROZEN)}
+    if frozen:
+        listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in list(frozen.items())[:4])
+        raise ConfigError(f"--resume continues the checkpoint {checkpoint}, whose saved state decides {listed} (the "
+                          "optimizer's settings, the model's shapes, the random streams); the new value would be "
+                          "ignored.",
+                          "Drop that override to continue the run, or start a new run in a new folder.")
+    if changes:
+        say(f"resume with a changed config (recorded in {run_dir / MANIFEST_FILE}): "
+            + "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items()))
+        record_config_change(run_dir, iteration=iteration, changes=changes)
+    return changes

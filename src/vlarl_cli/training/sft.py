@@ -277,10 +277,12 @@ def export_policy(policy: torch.nn.Module, config: VlarlConfig, folder: Path, st
                   ema: Any = None) -> Path:
     """Write the policy atomically into the NEW folder ``folder`` (``-o``; an existing path is refused)."""
     from vlarl_cli.checkpoints.atomic import atomic_directory
+    from vlarl_cli.checkpoints.integrity import write_checksums
 
     check_output(folder)
     with atomic_directory(folder, overwrite=False) as tmp:
         _write_policy(policy, config, tmp, folder, state, ema)
+        write_checksums(tmp)
     return folder
 
 
@@ -724,5 +726,10 @@ def run_sft(*, config: str, demos: Path | list[Path] | None, overrides: list[str
     if record is not None and record < 1:
         raise ConfigError(f"--record must be >= 1, got {record}.", "Pass --record N with N >= 1, or leave it out.")
     # one writer per run folder (train_sft refuses a new run over an old one with its own message)
-    with run_folder.claim(loaded.config.runner.logger.log_path, command="sft", main=dist.env_world()[0] == 0):
+    run_dir, main = Path(loaded.config.runner.logger.log_path).expanduser(), dist.env_world()[0] == 0
+    with run_folder.claim(run_dir, command="sft", main=main):
+        if resume and main and not run_folder.held_by_launcher(run_dir):  # overrides: applied and recorded, or refused
+            from vlarl_cli.training.checkpoint import locate_checkpoint
+
+            run_folder.check_resume_config(run_dir, locate_checkpoint(run_dir, resume), loaded.config)
         return train_sft(loaded, demos=demos, record=record, steps=steps, output=output, resume=resume)
