@@ -189,6 +189,8 @@ CASES: dict[str, Case] = {
     "yaml too big": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("at most 1048576",),
                          files={"c.yaml": "runner: {}\n" + "# padding\n" * 120_000}),
     # ---- a run folder is one run's, written by one process, holding only vlarl's files -----------------
+    "unresolvable master address": Case((*QUICK, "--nnodes", "2", "--master-addr", "no-such-host.invalid"),
+                                        ("--master-addr no-such-host.invalid cannot be resolved",)),
     "empty run folder name": Case((*QUICK, "runner.logger.log_path="), ("log_path must name a folder",)),
     "new run over an old one": Case((*QUICK, "runner.logger.log_path={tmp}/run"), ("already holds a run", "--resume auto"),
                                     files={"run/metrics.jsonl": EP_LINE + "\n", "run/checkpoints/latest": "global_step_1\n"},
@@ -418,3 +420,43 @@ def test_os_errors_name_the_file_and_the_fix(monkeypatch: pytest.MonkeyPatch, ca
     assert run(["rl-train", "-c", "libero_tiny_ppo"]) == 2
     err = capsys.readouterr().err
     assert words in err and "/data/runs/x/model.safetensors" in err and "fix: " in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("raised", "words", "code"), [
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 55360 vs 55252"), "ulimit -f", 2),
+    (RuntimeError("saving failed"), "no space is left", 2),  # raised from an OSError(ENOSPC): its cause counts
+    (RuntimeError("unexpected value"), "bug in vlarl", 1),  # not a write: a bug keeps its traceback
+])
+def test_a_write_that_failed_part_way_names_the_disk(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                    raised: RuntimeError, words: str, code: int) -> None:
+    import errno
+
+    import vlarl_cli.training.entry as entry
+
+    def failing(**_: object) -> None:
+        if str(raised) == "saving failed":
+            raise raised from OSError(errno.ENOSPC, "No space left on device", "/data/runs/x/optimizer.pt")
+        raise raised
+
+    monkeypatch.setattr(entry, "launch", failing)
+    assert run(["rl-train", "-c", "libero_tiny_ppo"]) == code
+    assert words in capsys.readouterr().err
+
+
+def test_sigterm_in_process_exits_143_with_the_resume_note(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import signal
+
+    import vlarl_cli.training.entry as entry
+
+    def terminated(**_: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # what `kill PID` or a scheduler's pre-emption sends
+        raise AssertionError("SIGTERM did not stop the command")
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(entry, "launch", terminated)
+    assert run(["rl-train", "-c", "libero_tiny_ppo"]) == 143
+    err = capsys.readouterr().err
+    assert "Terminated (SIGTERM)" in err and "--resume auto" in err and "Traceback" not in err
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is the command's only

@@ -25,7 +25,7 @@ RANK_ENTRY = "vlarl_cli.cli.rl_train"
 def launch(*, config: str, overrides: list[str], print_config: bool = False, dry_run: bool = False,
            resume: str | None = None, nproc_per_node: int = 1, nnodes: int = 1, node_rank: int = 0,
            master_addr: str = "127.0.0.1", master_port: int = 29500, plan_world_size: int | None = None,
-           output: Path | None = None) -> None:
+           output: Path | None = None, rendezvous_timeout_s: int = 180) -> None:
     """Load and validate the config, then print / dry-run / train (re-launching for several processes)."""
     from vlarl_cli.config.loading import load_config, to_yaml
     from vlarl_cli.distributed import dist
@@ -64,7 +64,8 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
             args = ["--config", str(loaded.source), *(["--resume", resume] if resume else []), *overrides]
             with run_folder.shared_with_children(log_path):
                 dist.relaunch(RANK_ENTRY, args, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                              master_addr=master_addr, master_port=master_port)
+                              master_addr=master_addr, master_port=master_port,
+                              rendezvous_timeout_s=rendezvous_timeout_s)
             return
         from vlarl_cli.training.rl import train
 

@@ -134,11 +134,16 @@ def holds_run(folder: Path) -> list[str]:
 
 def refuse_existing_run(folder: Path) -> None:
     taken = holds_run(folder)
-    if taken:
-        raise ConfigError(f"The run folder {folder} already holds a run ({', '.join(taken)}); starting a new run "
-                          "there would replace its checkpoints and mix its metrics.",
-                          "Continue it with --resume auto, or start the new run in another folder "
+    if not taken:
+        return
+    problem = (f"The run folder {folder} already holds a run ({', '.join(taken)}); starting a new run there would "
+               "replace its checkpoints and mix its metrics.")
+    if (folder / "checkpoints" / "latest").is_file():
+        raise ConfigError(problem, "Continue it with --resume auto, or start the new run in another folder "
                           "(runner.logger.log_path=...); vlarl never replaces an earlier run.")
+    raise ConfigError(problem + " It saved no checkpoint, so there is nothing to resume.",
+                      "Start the new run in another folder (runner.logger.log_path=...), or move the old folder "
+                      "away yourself; vlarl never deletes an earlier run.")
 
 
 #: names that mark a folder as a record of a run: a training run, a training checkpoint, eval results
