@@ -141,6 +141,7 @@ CASES: dict[str, Case] = {
                                    "actor.micro_batch_size=100"), ("fits on no machine", "host memory"), code=0),
     "eval out is a file": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_spatial", "--out", "{tmp}/f"),
                                ("results folder", "is a file"), files={"f": "mine"}, kept=("f",)),
+    "eval empty task list": Case(("eval", "--config", "libero_tiny_ppo", "--tasks", ""), ("names no task",)),
     "eval out in /proc": Case(("eval", "--config", "libero_tiny_ppo", "--out", "/proc/vlarl-eval"), ("cannot be written",)),
     # ---- broken files --------------------------------------------------------------------------------
     "convert truncated weights": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"),

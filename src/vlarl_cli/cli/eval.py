@@ -71,9 +71,11 @@ def command(
     if deterministic and temperature is not None:
         raise ConfigError("--deterministic and --temperature exclude each other.", "Pass only one of them.")
     try:
-        task_ids = tuple(int(t) for t in tasks.split(",") if t.strip()) if tasks else None
+        task_ids = tuple(int(t) for t in tasks.split(",") if t.strip()) if tasks is not None else None
     except ValueError:
         raise ConfigError(f'--tasks "{tasks}" is not a comma-separated list of integers.', "Use e.g. --tasks 0,1,5.") from None
+    if task_ids == ():  # an empty value is a mistake (an unset shell variable), not "all tasks"
+        raise ConfigError(f'--tasks "{tasks}" names no task.', "Use e.g. --tasks 0,1,5, or leave --tasks out for all.")
     from vlarl_cli.envs.maniskill.tasks import BUILTIN_TASKS
 
     if task is None and suite in BUILTIN_TASKS:
