@@ -98,8 +98,8 @@ def follow_latest(folder: Path) -> Path:
         raise CheckpointError(f"{pointer} cannot be read ({err}).",
                               "Pass the checkpoint folder itself, e.g. .../checkpoints/global_step_<k>.") from None
     target = folder / name
-    inside = bool(name) and Path(name).name == name and name not in (".", "..")
-    if not inside or not target.resolve().is_relative_to(folder.resolve()):
+    plain = 0 < len(name) <= 255 and "\x00" not in name and Path(name).name == name and name not in (".", "..")
+    if not plain or not target.resolve().is_relative_to(folder.resolve()):
         raise CheckpointError(f'{pointer} points at "{name}", which is not a checkpoint folder inside {folder}.',
                               "Pass the checkpoint folder itself (e.g. .../checkpoints/global_step_<k>), or "
                               "write that folder's name into the latest file.")

@@ -73,6 +73,13 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     source = find_config(name_or_path)
     check_fragments(source, read_primary(source))
     raw = compose_raw(source, list(overrides))
+    return validate_tree(raw, source, overrides=list(overrides), world_size=world_size)
+
+
+def validate_tree(raw: dict[str, Any], source: Path, *, overrides: list[str] | None = None,
+                  world_size: int = 1) -> LoadedConfig:
+    """Steps 5 and 6 on a composed, resolved tree: RLinf keys dropped and reported, unknown keys and invalid
+    values a :class:`ConfigError`."""
     cleaned, ignored = check_keys(VlarlConfig, raw)
     deviations = unsupported.deviations(raw)
     deviating = {d.split(" = ", 1)[0] for d in deviations}
@@ -83,7 +90,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
         raise ConfigError(f"Invalid config {source.name}: {format_validation_error(err)}",
                           "Correct the value(s) in the file or with a KEY=VALUE override.") from None
     return LoadedConfig(config=config, source=source, ignored=ignored, deviations=deviations,
-                        overrides=list(overrides))
+                        overrides=list(overrides or []))
 
 
 def read_primary(source: Path) -> dict[str, Any]:

@@ -73,6 +73,9 @@ def parse_device_set(spec: str | int, world_size: int) -> list[int]:
             hi = int(m.group(2)) if m.group(2) is not None else lo
             if hi < lo:
                 raise ValueError(f'range "{part.strip()}" in "{spec}" runs backwards')
+            if hi >= world_size:  # before the range is built: "0-4000000000" must not fill the memory
+                ranks.append(hi)
+                break
             ranks.extend(range(lo, hi + 1))
     bad = [r for r in ranks if r >= world_size]
     if bad:
@@ -107,7 +110,8 @@ class ClusterConfig(Section):
         if missing:
             raise ValueError(f"component_placement does not place {missing}; every component needs devices")
         for spec in value.values():
-            parse_device_set(spec, 1 << 20)  # syntax check only; ranges are checked against the world later
+            if not (isinstance(spec, str) and spec.strip() == "all"):  # ("all" would list 2^20 ranks for nothing)
+                parse_device_set(spec, 1 << 20)  # syntax check only; ranges are checked against the world later
         return value
 
     def placement(self, world_size: int) -> dict[str, list[int]]:
