@@ -145,3 +145,24 @@ def test_an_empty_log_path_is_refused(capsys: pytest.CaptureFixture[str], tmp_pa
     assert run([*TOY, "runner.logger.log_path="]) == 2
     assert "log_path must name a folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+
+
+def test_resume_overrides_apply_and_are_recorded_or_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from vlarl_cli.config.loading import load_config, to_yaml
+
+    run, ckpt = tmp_path / "run", tmp_path / "run" / "checkpoints" / "global_step_4"
+    ckpt.mkdir(parents=True)
+    (ckpt / "config.yaml").write_text(to_yaml(load_config("toy_reach_ppo").config))
+    (ckpt / "trainer_state.json").write_text('{"iteration": 4}')
+    for refused in ("actor.optim.lr=1e-2", "actor.optim.adam_beta2=0.9", "actor.seed=7", "actor.model.denoising_steps=2"):
+        with pytest.raises(run_folder.ConfigError, match="would be ignored") as err:
+            run_folder.check_resume_config(run, ckpt, load_config("toy_reach_ppo", [refused]).config)
+        assert refused.split("=")[0] in err.value.problem
+    assert not (run / run_folder.MANIFEST_FILE).exists()  # nothing recorded for a refused resume
+    # the schedule's shape and everything outside the checkpoint's state apply (read from the config each step)
+    applied = ["actor.optim.lr_scheduler=cosine", "actor.optim.clip_grad=0.5", "runner.max_epochs=9"]
+    changes = run_folder.check_resume_config(run, ckpt, load_config("toy_reach_ppo", applied).config)
+    assert set(changes) == {"actor.optim.lr_scheduler", "actor.optim.clip_grad", "runner.max_epochs"}
+    assert "resume with a changed config" in capsys.readouterr().out
+    history = json.loads((run / run_folder.MANIFEST_FILE).read_text())["config_history"]
+    assert history[0]["iteration"] == 4 and history[0]["changes"]["actor.optim.lr_scheduler"] == ["constant", "cosine"]

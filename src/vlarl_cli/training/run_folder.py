@@ -236,9 +236,14 @@ def record_config_change(folder: Path, *, iteration: int, changes: dict[str, tup
 # ---- a resumed run's config against its checkpoint's
 
 #: keys whose checkpointed value wins on resume (the optimizer's param groups, the weights' shapes, the random
-#: streams): a changed value would be silently ignored, so it is refused instead
+#: streams): a changed value would be silently ignored, so it is refused instead. An entry ending in "." or "_"
+#: is a prefix, the others are whole keys (actor.optim.lr_scheduler is read from the config: it applies)
 RESUME_FROZEN = ("actor.model.", "actor.optim.lr", "actor.optim.value_lr", "actor.optim.adam_", "actor.optim.weight_decay",
                  "actor.seed")
+
+
+def _frozen(key: str) -> bool:
+    return any(key.startswith(f) if f.endswith((".", "_")) else key == f for f in RESUME_FROZEN)
 #: keys that differ between a run's config and its checkpoint's by design (SFT saves model_path = the checkpoint)
 RESUME_IGNORED = ("actor.model.model_path", "runner.resume_dir")
 
@@ -280,7 +285,7 @@ def check_resume_config(run_dir: Path, checkpoint: Path, config: Any, *, say: An
     the run's config history. Returns the applied changes."""
     saved, iteration = _saved_config(checkpoint)
     changes = config_changes(saved, config.model_dump(mode="json"))
-    frozen = {k: v for k, v in changes.items() if k.startswith(RESUME_FROZEN)}
+    frozen = {k: v for k, v in changes.items() if _frozen(k)}
     if frozen:
         listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in list(frozen.items())[:4])
         raise ConfigError(f"--resume continues the checkpoint {checkpoint}, whose saved state decides {listed} (the "

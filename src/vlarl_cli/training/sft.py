@@ -713,6 +713,20 @@ def _train_steps(learner: _Learner, data: _Demos, run_dir: Path, total: int, don
     return losses, last_saved
 
 
+def _check_resume(run_dir: Path, resume: str, config: VlarlConfig) -> None:
+    """Before any work: the checkpoint is an SFT one, and the overrides either apply (recorded) or are refused."""
+    from vlarl_cli.training import run_folder
+    from vlarl_cli.training.checkpoint import locate_checkpoint
+
+    path = locate_checkpoint(run_dir, resume)
+    if not (path / STATE_FILE).is_file():
+        raise ConfigError(f"--resume {resume}: {path} is not an SFT checkpoint (no {STATE_FILE}; an rl-train "
+                          "checkpoint holds RL state that `vlarl sft` does not continue).",
+                          "Resume a checkpoint of an SFT run, or start a new SFT run in a new folder (a model "
+                          "family's rl-train checkpoint can be its actor.model.model_path).")
+    run_folder.check_resume_config(run_dir, path, config)
+
+
 def run_sft(*, config: str, demos: Path | list[Path] | None, overrides: list[str], steps: int | None,
             output: Path | None, record: int | None = None, resume: str | None = None) -> SftResult:
     """``vlarl sft``: load and validate the config, then :func:`train_sft`."""
@@ -729,7 +743,5 @@ def run_sft(*, config: str, demos: Path | list[Path] | None, overrides: list[str
     run_dir, main = Path(loaded.config.runner.logger.log_path).expanduser(), dist.env_world()[0] == 0
     with run_folder.claim(run_dir, command="sft", main=main):
         if resume and main and not run_folder.held_by_launcher(run_dir):  # overrides: applied and recorded, or refused
-            from vlarl_cli.training.checkpoint import locate_checkpoint
-
-            run_folder.check_resume_config(run_dir, locate_checkpoint(run_dir, resume), loaded.config)
+            _check_resume(run_dir, resume, loaded.config)
         return train_sft(loaded, demos=demos, record=record, steps=steps, output=output, resume=resume)
