@@ -175,6 +175,17 @@ CASES: dict[str, Case] = {
                                files={"r/episodes.jsonl": b"\x89PNG\r\n\x1a\n\xff\xfe" + b"\x00" * 20}),
     "episode line not json": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"), ("line 1 is not JSON",),
                                   files={"r/episodes.jsonl": "{oops\n" + EP_LINE + "\n"}),
+    "episode data path out of its folder": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"),
+                                                ("data path names '../../outside.npz'", "not a path inside"),
+                                                files={"r/episodes.jsonl": json.dumps({**EP, "reset_state_id": 0, "seed": 0,
+                                                                                       "data": "../../outside.npz"}) + "\n",
+                                                       "r/card.json": "{}"}),
+    "lerobot data_path out of its folder": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds",
+                                                 "runner.logger.log_path={tmp}/run"),
+                                                ("data_path names '../outside/episode_000000.parquet'",),
+                                                setup="lerobot_escaping"),
+    "lerobot fps 0": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds", "runner.logger.log_path={tmp}/run"),
+                          ("gives fps 0", "positive"), setup="lerobot_fps0"),
     "no episode log": Case(("video", "{tmp}/nowhere", "--episode", "0"), ("No episode log",)),
     # ---- values bounded by what they mean, checked at validation -------------------------------------------
     "infinite learning rate": Case((*DRY, "actor.optim.lr=inf"), ("actor.optim.lr", "finite number")),
@@ -314,7 +325,21 @@ def _tiny_run(tmp: Path) -> None:
     (tmp / "run" / "checkpoints" / "latest").write_text("global_step_1\n")
 
 
+def _lerobot_v21(tmp: Path, *, fps: float = 10, data_path: str = "data/episode_{episode_index:06d}.parquet") -> None:
+    """The metadata of a LeRobot v2.1 dataset (no data files: the rows below fail before reading any)."""
+    vec = {"dtype": "float32", "shape": [2], "names": None}
+    info = {"codebase_version": "v2.1", "fps": fps, "chunks_size": 1000, "data_path": data_path,
+            "features": {"observation.state": vec, "action": vec,
+                         "observation.images.image": {"dtype": "image", "shape": [8, 8, 3], "names": None}}}
+    (tmp / "ds" / "meta").mkdir(parents=True)
+    (tmp / "ds" / "meta" / "info.json").write_text(json.dumps(info))
+    (tmp / "ds" / "meta" / "episodes.jsonl").write_text(json.dumps({"episode_index": 0, "tasks": ["t"], "length": 2}))
+    (tmp / "ds" / "meta" / "tasks.jsonl").write_text(json.dumps({"task_index": 0, "task": "t"}))
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
+    "lerobot_escaping": lambda tmp: _lerobot_v21(tmp, data_path="../outside/episode_{episode_index:06d}.parquet"),
+    "lerobot_fps0": lambda tmp: _lerobot_v21(tmp, fps=0),
     "truncated_ckpt": _truncated_ckpt, "lying_header_ckpt": _lying_header_ckpt, "bad_json_ckpt": _bad_json_ckpt,
     "good_folder_in_p": _good_folder_in_p, "alias_bomb": _alias_bomb, "damaged_ckpt": _damaged_ckpt,
     "tiny_run": _tiny_run,

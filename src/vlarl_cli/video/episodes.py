@@ -117,12 +117,19 @@ class EpisodeRecord:
         if not self.data or self.root is None:
             raise ResultsError(f"Episode {self.label} has no recorded actions.",
                                "Re-run the evaluation with this version of vlarl.")
-        return EpisodeData.load(self.root / self.data)
+        from vlarl_cli.checkpoints.integrity import contained
+
+        return EpisodeData.load(contained(self.root, self.data, f"Episode {self.label}'s data path"))
 
     def load_frames(self) -> dict[str, np.ndarray] | None:
-        if not self.frames or self.root is None or not (self.root / self.frames).is_file():
+        from vlarl_cli.checkpoints.integrity import contained
+
+        if not self.frames or self.root is None:
             return None
-        with np.load(self.root / self.frames) as f:
+        frames = contained(self.root, self.frames, f"Episode {self.label}'s frames path")
+        if not frames.is_file():
+            return None
+        with np.load(frames) as f:
             return {k: f[k] for k in f.files}
 
 
