@@ -220,6 +220,9 @@ CASES: dict[str, Case] = {
     "sft resumes an rl-train checkpoint": Case(("sft", "-c", "sft_toy_reach", "--resume", "{tmp}/ck",
                                                 "runner.logger.log_path={tmp}/run"), ("is not an SFT checkpoint",),
                                                files={"ck/trainer_state.json": '{"iteration": 4}', "ck/config.yaml": "a: 1\n"}),
+    "eval a toy checkpoint in libero": Case(("eval", "--checkpoint", "{tmp}/run", "--suite", "libero_spatial", "--tasks", "0",
+                                             "--trials", "1", "--out", "{tmp}/res"), ("toy_flow policy", "LIBERO"),
+                                            setup="toy_run"),
     "eval damaged checkpoint": Case(("eval", "--checkpoint", "{tmp}/ck", "--out", "{tmp}/res"),
                                     ("model.safetensors is damaged",), setup="damaged_ckpt"),
     "convert damaged checkpoint": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"),
@@ -337,7 +340,23 @@ def _lerobot_v21(tmp: Path, *, fps: float = 10, data_path: str = "data/episode_{
     (tmp / "ds" / "meta" / "tasks.jsonl").write_text(json.dumps({"task_index": 0, "task": "t"}))
 
 
+def _toy_run(tmp: Path) -> None:
+    """A real toy_reach checkpoint (what `vlarl rl-train -c toy_reach_ppo` writes), without training."""
+    import torch
+
+    from vlarl_cli.config.loading import load_config, to_yaml
+    from vlarl_cli.policies.registry import build_policy
+    from vlarl_cli.training import checkpoint as ckpt
+
+    config = load_config("toy_reach_ppo").config
+    policy = build_policy(config.actor.model)
+    ckpt.save_checkpoint(tmp / "run", model_state=policy.state_dict(), optimizer_state={}, scheduler=None,
+                         generators={}, trainer_state=ckpt.TrainerState(iteration=1), config_yaml=to_yaml(config))
+    assert isinstance(policy, torch.nn.Module)
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
+    "toy_run": _toy_run,
     "lerobot_escaping": lambda tmp: _lerobot_v21(tmp, data_path="../outside/episode_{episode_index:06d}.parquet"),
     "lerobot_fps0": lambda tmp: _lerobot_v21(tmp, fps=0),
     "truncated_ckpt": _truncated_ckpt, "lying_header_ckpt": _lying_header_ckpt, "bad_json_ckpt": _bad_json_ckpt,
