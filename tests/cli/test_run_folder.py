@@ -42,13 +42,14 @@ def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_second_writer_is_refused_naming_the_owner(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "run"
     with run_folder.claim(folder, command="rl-train", resuming=False):
+        (folder / "metrics.jsonl").write_text('{"step": 1}\n')  # the owner is running: that, not its metrics, is said
         # flock conflicts between two open descriptions even inside one process: this is a second writer
         assert run(_toy(folder)) == 2
         assert run(["sft", "-c", "sft_toy_reach", f"runner.logger.log_path={folder}", "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("is in use by `vlarl rl-train`") == 2, err
     assert f"pid {os.getpid()} on host {socket.gethostname()}" in err and "Traceback" not in err
-    assert not (folder / "metrics.jsonl").exists() and not (folder / "config.yaml").exists()
+    assert (folder / "metrics.jsonl").read_text() == '{"step": 1}\n' and not (folder / "config.yaml").exists()
 
 
 def test_the_kernel_releases_the_lock_of_a_killed_owner(tmp_path: Path) -> None:

@@ -63,12 +63,18 @@ def claim(folder: Path | str, *, command: str, resuming: bool = True, main: bool
     if not main or held_by_launcher(path):
         yield path
         return
-    if not resuming:
-        refuse_existing_run(path)
-    for name in writes:
-        check_own_file(path, name)
-    handle = _lock(path, command, what)
+
+    def check() -> None:
+        if not resuming:
+            refuse_existing_run(path)
+        for name in writes:
+            check_own_file(path, name)
+
+    if not (path / LOCK_FILE).exists():
+        check()  # a refused folder gets no lock file of ours
+    handle = _lock(path, command, what)  # a folder in use is refused as such, before what it holds is judged
     try:
+        check()  # again under the lock: a run that started in between
         yield path
     finally:
         handle.close()  # closing the descriptor releases the flock

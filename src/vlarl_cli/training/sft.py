@@ -740,7 +740,10 @@ def run_sft(*, config: str, demos: Path | list[Path] | None, overrides: list[str
     if record is not None and record < 1:
         raise ConfigError(f"--record must be >= 1, got {record}.", "Pass --record N with N >= 1, or leave it out.")
     # one writer per run folder (train_sft refuses a new run over an old one with its own message)
+    from vlarl_cli.checkpoints.atomic import check_writable_folder
+
     run_dir, main = Path(loaded.config.runner.logger.log_path).expanduser(), dist.env_world()[0] == 0
+    check_writable_folder(run_dir, "The run folder (runner.logger.log_path)")  # before demos are recorded
     with run_folder.claim(run_dir, command="sft", main=main):
         if resume and main and not run_folder.held_by_launcher(run_dir):  # overrides: applied and recorded, or refused
             _check_resume(run_dir, resume, loaded.config)

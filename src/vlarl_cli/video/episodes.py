@@ -111,6 +111,11 @@ class EpisodeRecord:
         if missing:
             raise ResultsError(f"Episode line lacks {sorted(missing)}: {str(d)[:200]}",
                                "The file is not a vlarl episode log (episodes.jsonl from `vlarl eval`).")
+        for f in dataclasses.fields(cls):
+            if f.name in d and not _of_type(d[f.name], str(f.type)):
+                raise ResultsError(f"Episode line has {f.name} = {str(d[f.name])[:80]!r}, not a {f.type}: "
+                                   f"{str(d)[:200]}", "The file is not a vlarl episode log (episodes.jsonl from "
+                                   "`vlarl eval`), or it was edited by hand.")
         return cls(**{k: v for k, v in d.items() if k in names}, root=root)
 
     def load_data(self) -> EpisodeData:
@@ -131,6 +136,20 @@ class EpisodeRecord:
             return None
         with np.load(frames) as f:
             return {k: f[k] for k in f.files}
+
+
+def _of_type(value: Any, annotation: str) -> bool:
+    """Whether a JSON value fits a field annotated ``str`` / ``int`` / ``bool`` / ``float`` (JSON has no int
+    vs bool distinction that Python keeps: True is not an int here)."""
+    if annotation == "bool":
+        return isinstance(value, bool)
+    if annotation == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation == "str":
+        return isinstance(value, str)
+    return True
 
 
 @dataclass
