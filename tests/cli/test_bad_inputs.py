@@ -205,6 +205,8 @@ CASES: dict[str, Case] = {
     "yaml nested too deep": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("nests deeper than 64",),
                                  files={"c.yaml": "a: " + "[" * 5000 + "]" * 5000 + "\n"}),
     "yaml alias bomb": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("YAML aliases",), setup="alias_bomb"),
+    "interpolation bomb": Case(("rl-train", "-c", "{tmp}/c.yaml", "--print-config"), ("would expand to more than",),
+                               setup="interpolation_bomb"),
     "yaml too big": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("at most 1048576",),
                          files={"c.yaml": "runner: {}\n" + "# padding\n" * 120_000}),
     # ---- a run folder is one run's, written by one process, holding only vlarl's files -----------------
@@ -313,6 +315,12 @@ def _alias_bomb(tmp: Path) -> None:
     (tmp / "c.yaml").write_text("\n".join(rows) + "\n")
 
 
+def _interpolation_bomb(tmp: Path) -> None:
+    rows = ["runner: {}", "a0: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
+    rows += [f"a{i}: [{', '.join([repr('${a' + str(i - 1) + '}')] * 10)}]" for i in range(1, 12)]
+    (tmp / "c.yaml").write_text("\n".join(rows) + "\n")
+
+
 def _damaged_ckpt(tmp: Path) -> None:
     from vlarl_cli.checkpoints.integrity import write_checksums
 
@@ -367,7 +375,7 @@ BUILDERS: dict[str, Callable[[Path], None]] = {
     "lerobot_escaping": lambda tmp: _lerobot_v21(tmp, data_path="../outside/episode_{episode_index:06d}.parquet"),
     "lerobot_fps0": lambda tmp: _lerobot_v21(tmp, fps=0),
     "truncated_ckpt": _truncated_ckpt, "lying_header_ckpt": _lying_header_ckpt, "bad_json_ckpt": _bad_json_ckpt,
-    "good_folder_in_p": _good_folder_in_p, "alias_bomb": _alias_bomb, "damaged_ckpt": _damaged_ckpt,
+    "good_folder_in_p": _good_folder_in_p, "alias_bomb": _alias_bomb, "interpolation_bomb": _interpolation_bomb, "damaged_ckpt": _damaged_ckpt,
     "tiny_run": _tiny_run,
 }
 

@@ -20,6 +20,7 @@ Every failure is a :class:`~vlarl_cli.errors.ConfigError` with one paragraph nam
 from __future__ import annotations
 
 import os
+import re
 import types
 import typing
 import warnings
@@ -163,6 +164,49 @@ def check_yaml_limits(source: Path, data: bytes) -> None:
         return
 
 
+#: what the resolved config may grow to (units: scalars and characters); real configs are < 10^4
+MAX_CONFIG_EXPANSION = 10**6
+_INTERPOLATION = re.compile(r"\$\{([^${}]*)\}")
+
+
+def check_expansion(tree: Any, source: Path) -> None:
+    """Refuse a config whose ``${a.b}`` interpolations would expand beyond :data:`MAX_CONFIG_EXPANSION` when
+    resolved (``b: [${a}, ${a}]``, ``c: [${b}, ${b}]``, ... doubles at each level), from the unresolved tree."""
+    sizes: dict[str, int] = {}
+
+    def lookup(path: str) -> Any:
+        node = tree
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
+
+    def size(node: Any, stack: tuple[str, ...]) -> int:
+        if isinstance(node, dict):
+            return 1 + sum(size(v, stack) for v in node.values())
+        if isinstance(node, list):
+            return 1 + sum(size(v, stack) for v in node)
+        if not isinstance(node, str):
+            return 1
+        total = len(node)
+        for path in _INTERPOLATION.findall(node):
+            if path in stack:  # a cycle: OmegaConf reports it itself
+                continue
+            if path not in sizes:
+                sizes[path] = size(lookup(path), (*stack, path))
+            total += sizes[path]
+            if total > MAX_CONFIG_EXPANSION:
+                break
+        return total
+
+    if size(tree, ()) > MAX_CONFIG_EXPANSION:
+        raise ConfigError(f"Config {source} would expand to more than {MAX_CONFIG_EXPANSION} values when its ${{...}} "
+                          "interpolations are resolved (interpolations of interpolations multiply).",
+                          "Interpolate scalar values (e.g. ${actor.model.num_action_chunks}), not whole sections "
+                          "nested into each other.")
+
+
 def check_fragments(source: Path, data: dict[str, Any]) -> None:
     """An ``env/...`` or ``model/...`` entry of the ``defaults:`` list that no folder holds is an RLinf simulator
     or policy vlarl does not ship; say so (and what it ships) instead of Hydra's "Could not load"."""
@@ -236,6 +280,7 @@ def compose_raw(source: Path, overrides: list[str]) -> dict[str, Any]:
             OmegaConf.update(cfg, key, value, merge=merge, force_add=True)
         except OmegaConfBaseException as err:
             raise ConfigError(f'Cannot apply override "{key}={value}": {_first_line(err)}') from None
+    check_expansion(OmegaConf.to_container(cfg, resolve=False), source)
     try:
         data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except OmegaConfBaseException as err:
