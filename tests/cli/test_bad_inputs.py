@@ -212,6 +212,8 @@ CASES: dict[str, Case] = {
     # ---- a run folder is one run's, written by one process, holding only vlarl's files -----------------
     "unresolvable master address": Case((*QUICK, "--nnodes", "2", "--master-addr", "no-such-host.invalid"),
                                         ("--master-addr no-such-host.invalid cannot be resolved",)),
+    "unresolvable master address on one node": Case((*QUICK, "--nproc-per-node", "2", "--master-addr", "no-such-host.invalid"),
+                                                    ("--master-addr no-such-host.invalid cannot be resolved",)),
     "empty run folder name": Case((*QUICK, "runner.logger.log_path="), ("log_path must name a folder",)),
     "new run over an old one": Case((*QUICK, "runner.logger.log_path={tmp}/run"), ("already holds a run", "--resume auto"),
                                     files={"run/metrics.jsonl": EP_LINE + "\n", "run/checkpoints/latest": "global_step_1\n"},

@@ -65,8 +65,7 @@ def relaunch(module: str, args: list[str], *, nproc_per_node: int, nnodes: int, 
 
     from vlarl_cli.errors import ConfigError
 
-    if nnodes > 1:
-        _check_master_addr(master_addr, master_port)
+    _check_master_addr(master_addr, master_port)  # the rendezvous binds or connects there, even on one node
     launch = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", f"--node-rank={node_rank}",
               f"--master-addr={master_addr}", f"--master-port={master_port}",
               f"--rdzv-conf=timeout={rendezvous_timeout_s}", "-m", module]
