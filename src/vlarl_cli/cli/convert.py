@@ -34,9 +34,10 @@ def command(
                                     "(useful for full-size models on a small machine)."),
 ) -> None:
     """Convert a checkpoint between vlarl's layout and the upstream layouts of its family."""
-    from vlarl_cli.checkpoints.convert import convert
+    from vlarl_cli.checkpoints.convert import check_paths, convert
     from vlarl_cli.checkpoints.integrity import verify_checksums
 
+    check_paths(src.expanduser(), dst.expanduser(), overwrite=overwrite)  # (a destination holding the source first)
     if overwrite and dst.is_dir():
         _refuse_replacing_a_record(dst)
     verify_checksums(src)  # a vlarl checkpoint's files against its checksums.json (other folders have none)

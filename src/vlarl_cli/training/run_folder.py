@@ -95,9 +95,12 @@ def shared_with_children(folder: Path | str) -> Iterator[None]:
 
 
 def _lock(folder: Path, command: str, what: str) -> IO[str]:
-    import fcntl
-
     folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX (Windows): no flock
+        print(f"warning: {folder} cannot be locked on this system; nothing stops a second writer there.", flush=True)
+        return open(os.devnull, encoding="utf-8")
     handle = open(folder / LOCK_FILE, "a+", encoding="utf-8")  # held (and so locked) for the run's life
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
