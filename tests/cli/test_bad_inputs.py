@@ -141,6 +141,7 @@ CASES: dict[str, Case] = {
                                    "actor.micro_batch_size=100"), ("fits on no machine", "host memory"), code=0),
     "eval out is a file": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_spatial", "--out", "{tmp}/f"),
                                ("results folder", "is a file"), files={"f": "mine"}, kept=("f",)),
+    "eval empty task list": Case(("eval", "--config", "libero_tiny_ppo", "--tasks", ""), ("names no task",)),
     "eval out in /proc": Case(("eval", "--config", "libero_tiny_ppo", "--out", "/proc/vlarl-eval"), ("cannot be written",)),
     # ---- broken files --------------------------------------------------------------------------------
     "convert truncated weights": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"),
@@ -174,7 +175,75 @@ CASES: dict[str, Case] = {
                                files={"r/episodes.jsonl": b"\x89PNG\r\n\x1a\n\xff\xfe" + b"\x00" * 20}),
     "episode line not json": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"), ("line 1 is not JSON",),
                                   files={"r/episodes.jsonl": "{oops\n" + EP_LINE + "\n"}),
+    "episode data path out of its folder": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"),
+                                                ("data path names '../../outside.npz'", "not a path inside"),
+                                                files={"r/episodes.jsonl": json.dumps({**EP, "reset_state_id": 0, "seed": 0,
+                                                                                       "data": "../../outside.npz"}) + "\n",
+                                                       "r/card.json": "{}"}),
+    "sft run folder under a file": Case(("sft", "-c", "sft_toy_reach", "runner.logger.log_path={tmp}/f/run"),
+                                        ("which is a file",), files={"f": "mine"}, kept=("f",)),
+    "episode line with a wrong type": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"),
+                                           ("has task = 'zero', not a int",),
+                                           files={"r/episodes.jsonl": json.dumps({**EP, "reset_state_id": 0, "seed": 0,
+                                                                                  "task": "zero"}) + "\n",
+                                                  "r/card.json": "{}"}),
+    "lerobot data_path out of its folder": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds",
+                                                 "runner.logger.log_path={tmp}/run"),
+                                                ("data_path names '../outside/episode_000000.parquet'",),
+                                                setup="lerobot_escaping"),
+    "lerobot fps 0": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds", "runner.logger.log_path={tmp}/run"),
+                          ("gives fps 0", "positive"), setup="lerobot_fps0"),
     "no episode log": Case(("video", "{tmp}/nowhere", "--episode", "0"), ("No episode log",)),
+    # ---- values bounded by what they mean, checked at validation -------------------------------------------
+    "infinite learning rate": Case((*DRY, "actor.optim.lr=inf"), ("actor.optim.lr", "finite number")),
+    "nan learning rate": Case((*DRY, "actor.optim.value_lr=nan"), ("actor.optim.value_lr", "finite number")),
+    "seed beyond the generators": Case((*DRY, "actor.seed=99999999999999999999"), ("actor.seed", "2147483647")),
+    "negative env seed": Case((*DRY, "env.train.seed=-1"), ("env.train.seed", "greater than or equal to 0")),
+    "dual clip below one": Case((*DRY, "algorithm.clip_ratio_c=0.5"), ("clip_ratio_c", "greater than 1")),
+    "eval seed beyond the generators": Case(("eval", "--config", "libero_tiny_ppo", "--seed", "99999999999999999999"),
+                                            ("--seed", "2147483647")),
+    "yaml nested too deep": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("nests deeper than 64",),
+                                 files={"c.yaml": "a: " + "[" * 5000 + "]" * 5000 + "\n"}),
+    "yaml alias bomb": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("YAML aliases",), setup="alias_bomb"),
+    "interpolation bomb": Case(("rl-train", "-c", "{tmp}/c.yaml", "--print-config"), ("would expand to more than",),
+                               setup="interpolation_bomb"),
+    "yaml too big": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("at most 1048576",),
+                         files={"c.yaml": "runner: {}\n" + "# padding\n" * 120_000}),
+    # ---- a run folder is one run's, written by one process, holding only vlarl's files -----------------
+    "unresolvable master address": Case((*QUICK, "--nnodes", "2", "--master-addr", "no-such-host.invalid"),
+                                        ("--master-addr no-such-host.invalid cannot be resolved",)),
+    "unresolvable master address on one node": Case((*QUICK, "--nproc-per-node", "2", "--master-addr", "no-such-host.invalid"),
+                                                    ("--master-addr no-such-host.invalid cannot be resolved",)),
+    "empty run folder name": Case((*QUICK, "runner.logger.log_path="), ("log_path must name a folder",)),
+    "new run over an old one": Case((*QUICK, "runner.logger.log_path={tmp}/run"), ("already holds a run", "--resume auto"),
+                                    files={"run/metrics.jsonl": EP_LINE + "\n", "run/checkpoints/latest": "global_step_1\n"},
+                                    kept=("run/metrics.jsonl", "run/checkpoints/latest")),
+    "a user's config.yaml in the run folder": Case((*QUICK, "runner.logger.log_path={tmp}/run"),
+                                                   ("config.yaml exists and vlarl did not write it",),
+                                                   files={"run/config.yaml": "my: own\n"}, kept=("run/config.yaml",)),
+    "latest points out of its folder": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto"),
+                                            ("not a checkpoint folder inside",),
+                                            files={"run/checkpoints/latest": "../../elsewhere\n",
+                                                   "elsewhere/trainer_state.json": "{}"}),
+    "resume override the checkpoint decides": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto",
+                                                    "actor.optim.lr=1e-3"), ("actor.optim.lr", "would be ignored"),
+                                                   setup="tiny_run"),
+    "sft resumes an rl-train checkpoint": Case(("sft", "-c", "sft_toy_reach", "--resume", "{tmp}/ck",
+                                                "runner.logger.log_path={tmp}/run"), ("is not an SFT checkpoint",),
+                                               files={"ck/trainer_state.json": '{"iteration": 4}', "ck/config.yaml": "a: 1\n"}),
+    "eval a toy checkpoint in libero": Case(("eval", "--checkpoint", "{tmp}/run", "--suite", "libero_spatial", "--tasks", "0",
+                                             "--trials", "1", "--out", "{tmp}/res"), ("toy_flow policy", "LIBERO"),
+                                            setup="toy_run"),
+    "eval damaged checkpoint": Case(("eval", "--checkpoint", "{tmp}/ck", "--out", "{tmp}/res"),
+                                    ("model.safetensors is damaged",), setup="damaged_ckpt"),
+    "convert damaged checkpoint": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"),
+                                       ("model.safetensors is damaged",), setup="damaged_ckpt"),
+    "convert overwrite a run": Case(("convert", "{tmp}/p/src", "{tmp}/runs", "--to", "openpi", "--overwrite"),
+                                    ("holds the record of a run", "metrics.jsonl"), setup="good_folder_in_p",
+                                    files={"runs/a/metrics.jsonl": EP_LINE + "\n"}, kept=("runs/a/metrics.jsonl",)),
+    "convert overwrite a checkpoint": Case(("convert", "{tmp}/p/src", "{tmp}/ck", "--to", "openpi", "--overwrite"),
+                                           ("holds the record of a run", "trainer_state.json"), setup="good_folder_in_p",
+                                           files={"ck/trainer_state.json": "{}"}, kept=("ck/trainer_state.json",)),
     # ---- convert: arguments first (no torch import), and never lose the source ---------------------------
     "convert into the parent": Case(("convert", "{tmp}/p/src", "{tmp}/p", "--to", "openpi", "--overwrite"),
                                     ("contains the source",), setup="good_folder_in_p",
@@ -242,9 +311,74 @@ def _good_folder_in_p(tmp: Path) -> None:
     (tmp / "p" / "keep.txt").write_text("the user's file")
 
 
+def _alias_bomb(tmp: Path) -> None:
+    rows = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    rows += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 40)]
+    (tmp / "c.yaml").write_text("\n".join(rows) + "\n")
+
+
+def _interpolation_bomb(tmp: Path) -> None:
+    rows = ["runner: {}", "a0: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
+    rows += [f"a{i}: [{', '.join([repr('${a' + str(i - 1) + '}')] * 10)}]" for i in range(1, 12)]
+    (tmp / "c.yaml").write_text("\n".join(rows) + "\n")
+
+
+def _damaged_ckpt(tmp: Path) -> None:
+    from vlarl_cli.checkpoints.integrity import write_checksums
+
+    _ckpt(tmp, _safetensors_bytes())
+    write_checksums(tmp / "ck")
+    data = bytearray((tmp / "ck" / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (tmp / "ck" / "model.safetensors").write_bytes(bytes(data))
+
+
+def _tiny_run(tmp: Path) -> None:
+    """A run folder whose latest checkpoint's config is libero_tiny_ppo's (what --resume auto compares with)."""
+    from vlarl_cli.config.loading import load_config, to_yaml
+
+    folder = tmp / "run" / "checkpoints" / "global_step_1"
+    folder.mkdir(parents=True)
+    config = load_config("libero_tiny_ppo", [f"runner.logger.log_path={tmp / 'run'}"]).config
+    (folder / "config.yaml").write_text(to_yaml(config))
+    (folder / "trainer_state.json").write_text('{"iteration": 1}')
+    (tmp / "run" / "checkpoints" / "latest").write_text("global_step_1\n")
+
+
+def _lerobot_v21(tmp: Path, *, fps: float = 10, data_path: str = "data/episode_{episode_index:06d}.parquet") -> None:
+    """The metadata of a LeRobot v2.1 dataset (no data files: the rows below fail before reading any)."""
+    vec = {"dtype": "float32", "shape": [2], "names": None}
+    info = {"codebase_version": "v2.1", "fps": fps, "chunks_size": 1000, "data_path": data_path,
+            "features": {"observation.state": vec, "action": vec,
+                         "observation.images.image": {"dtype": "image", "shape": [8, 8, 3], "names": None}}}
+    (tmp / "ds" / "meta").mkdir(parents=True)
+    (tmp / "ds" / "meta" / "info.json").write_text(json.dumps(info))
+    (tmp / "ds" / "meta" / "episodes.jsonl").write_text(json.dumps({"episode_index": 0, "tasks": ["t"], "length": 2}))
+    (tmp / "ds" / "meta" / "tasks.jsonl").write_text(json.dumps({"task_index": 0, "task": "t"}))
+
+
+def _toy_run(tmp: Path) -> None:
+    """A real toy_reach checkpoint (what `vlarl rl-train -c toy_reach_ppo` writes), without training."""
+    import torch
+
+    from vlarl_cli.config.loading import load_config, to_yaml
+    from vlarl_cli.policies.registry import build_policy
+    from vlarl_cli.training import checkpoint as ckpt
+
+    config = load_config("toy_reach_ppo").config
+    policy = build_policy(config.actor.model)
+    ckpt.save_checkpoint(tmp / "run", model_state=policy.state_dict(), optimizer_state={}, scheduler=None,
+                         generators={}, trainer_state=ckpt.TrainerState(iteration=1), config_yaml=to_yaml(config))
+    assert isinstance(policy, torch.nn.Module)
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
+    "toy_run": _toy_run,
+    "lerobot_escaping": lambda tmp: _lerobot_v21(tmp, data_path="../outside/episode_{episode_index:06d}.parquet"),
+    "lerobot_fps0": lambda tmp: _lerobot_v21(tmp, fps=0),
     "truncated_ckpt": _truncated_ckpt, "lying_header_ckpt": _lying_header_ckpt, "bad_json_ckpt": _bad_json_ckpt,
-    "good_folder_in_p": _good_folder_in_p,
+    "good_folder_in_p": _good_folder_in_p, "alias_bomb": _alias_bomb, "interpolation_bomb": _interpolation_bomb, "damaged_ckpt": _damaged_ckpt,
+    "tiny_run": _tiny_run,
 }
 
 
@@ -351,3 +485,43 @@ def test_os_errors_name_the_file_and_the_fix(monkeypatch: pytest.MonkeyPatch, ca
     assert run(["rl-train", "-c", "libero_tiny_ppo"]) == 2
     err = capsys.readouterr().err
     assert words in err and "/data/runs/x/model.safetensors" in err and "fix: " in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("raised", "words", "code"), [
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 55360 vs 55252"), "ulimit -f", 2),
+    (RuntimeError("saving failed"), "no space is left", 2),  # raised from an OSError(ENOSPC): its cause counts
+    (RuntimeError("unexpected value"), "bug in vlarl", 1),  # not a write: a bug keeps its traceback
+])
+def test_a_write_that_failed_part_way_names_the_disk(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                    raised: RuntimeError, words: str, code: int) -> None:
+    import errno
+
+    import vlarl_cli.training.entry as entry
+
+    def failing(**_: object) -> None:
+        if str(raised) == "saving failed":
+            raise raised from OSError(errno.ENOSPC, "No space left on device", "/data/runs/x/optimizer.pt")
+        raise raised
+
+    monkeypatch.setattr(entry, "launch", failing)
+    assert run(["rl-train", "-c", "libero_tiny_ppo"]) == code
+    assert words in capsys.readouterr().err
+
+
+def test_sigterm_in_process_exits_143_with_the_resume_note(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import signal
+
+    import vlarl_cli.training.entry as entry
+
+    def terminated(**_: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # what `kill PID` or a scheduler's pre-emption sends
+        raise AssertionError("SIGTERM did not stop the command")
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(entry, "launch", terminated)
+    assert run(["rl-train", "-c", "libero_tiny_ppo"]) == 143
+    err = capsys.readouterr().err
+    assert "Terminated (SIGTERM)" in err and "--resume auto" in err and "Traceback" not in err
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is the command's only

@@ -90,3 +90,15 @@ def test_setup_libero_on_an_installed_environment_only_verifies(monkeypatch: pyt
     monkeypatch.setattr(install.subprocess, "run", lambda cmd: pytest.fail(f"ran {cmd}"))
     line = install.setup_libero(hashes=False)
     assert line.startswith(f"LIBERO assets OK: {len(setup.load_manifest())} files")
+
+
+def test_doctor_fails_when_the_configured_backend_cannot_render() -> None:
+    """EGL and OSMesa may both render while the simulators are told to use something else: the configured
+    MUJOCO_GL renders one frame too, and a failure is a problem (exit 1) with the fix."""
+    out = _run("doctor", MUJOCO_GL="nonsense")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "configured backend (MUJOCO_GL=nonsense) renders: no (" in out.stdout
+    problems = out.stdout.split("### Problems", 1)[1]
+    assert "MUJOCO_GL=nonsense cannot render a frame" in problems and "unset MUJOCO_GL" in problems
+    ok = _run("doctor", MUJOCO_GL="egl")
+    assert "configured backend (MUJOCO_GL=egl) renders: yes" in ok.stdout, ok.stdout + ok.stderr

@@ -68,3 +68,66 @@ def test_convert_refuses_bad_arguments_before_importing_torch(tmp_path: Path) ->
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[2, 2, 2, 2] False", out.stdout + out.stderr
     assert (tmp_path / "src").is_dir()
+
+
+def _small(run: Path, *extra: str) -> list[str]:
+    return [*_toy(run, *extra), "env.train.total_num_envs=8", "actor.global_batch_size=32", "actor.micro_batch_size=32"]
+
+
+def test_sigterm_is_treated_as_ctrl_c(tmp_path: Path) -> None:
+    """A scheduler's pre-emption (SIGTERM): exit 143 with the same note of what was kept, the lock released."""
+    from vlarl_cli.training import run_folder
+
+    run = tmp_path / "run"
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(_small(run), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (run / "checkpoints" / "global_step_1").is_dir():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, (out, err)
+    assert "Traceback" not in err and "Terminated (SIGTERM)" in err and "--resume auto" in err
+    assert (run / "checkpoints" / "global_step_1" / "model.safetensors").is_file()
+    assert not [p for p in run.rglob("*") if p.name.startswith(TMP_PREFIX)]
+    with run_folder.claim(run, command="rl-train"):  # released: the next command may take the folder
+        pass
+
+
+def test_a_file_size_limit_during_a_checkpoint_is_one_paragraph(tmp_path: Path) -> None:
+    """``ulimit -f`` between the weights (41 KB) and the optimizer state (92 KB): torch's writer fails with
+    "unexpected pos"; the user reads that the disk or the limit is the cause, and nothing half-written stays."""
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (60 * 1024, 60 * 1024))
+
+    run = tmp_path / "run"
+    out = subprocess.run(_small(run), cwd=tmp_path, capture_output=True, text=True, timeout=300, preexec_fn=limited,
+                         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "300", "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and "ulimit -f" in out.stderr and "unexpected pos" in out.stderr
+    assert not (run / "checkpoints" / "global_step_1").exists()
+    assert not [p for p in run.rglob("*") if p.name.startswith(TMP_PREFIX)]
+
+
+def test_a_node_that_never_arrives_is_named(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [sys.executable, "-m", "vlarl_cli.cli.main", "rl-train", "-c", "toy_reach_ppo", "--nnodes", "2",
+            "--node-rank", "0", "--master-port", str(port), "--rendezvous-timeout", "3",
+            f"runner.logger.log_path={tmp_path / 'run'}"]
+    t0 = time.monotonic()
+    out = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "300"})
+    assert out.returncode == 2, out.stderr
+    assert "timed out after 3 s: 1 of 2 nodes joined" in out.stderr and "--rendezvous-timeout" in out.stderr
+    assert time.monotonic() - t0 < 90

@@ -358,8 +358,8 @@ def test_toy_sft_lifts_deterministic_success(tmp_path):
     ckpt = run / "checkpoints" / "global_step_200"
     assert result.checkpoint == ckpt and (run / "checkpoints" / "latest").read_text().strip() == "global_step_200"
     # rl-train's resumable checkpoint: weights + optimizer + RNG + trainer state, and the SFT record
-    assert sorted(p.name for p in ckpt.iterdir()) == ["config.yaml", "model.safetensors", "optimizer.pt", "rng.pt",
-                                                      "sft_state.json", "trainer_state.json"]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["checksums.json", "config.yaml", "model.safetensors", "optimizer.pt",
+                                                      "rng.pt", "sft_state.json", "trainer_state.json"]
     policy, _, _ = load_policy(ckpt, None)  # what `vlarl eval --checkpoint` does
     after = _toy_success(policy)
     # the loss never touches the critic: the value head leaves SFT exactly as it was initialised

@@ -13,8 +13,11 @@ unknown subcommand, bad int, out of range)           read
 (ENOSPC, EFBIG, EACCES, EROFS, EISDIR, ...)          permission, a file where a folder is wanted) and a fix
 a corrupt file (JSON, UTF-8, safetensors,      2     that a file is corrupt, and ``--debug`` to name it
 zip, pickle) that no caller named
+a write that failed part-way (torch's          2     that the disk is full or a file-size limit was reached
+"unexpected pos", safetensors' I/O errors)
 out of memory (host or device)                 2     which memory, and what to make smaller
 ``KeyboardInterrupt`` (Ctrl-C)                 130   what was kept and how to resume
+SIGTERM (``kill``, a scheduler's pre-emption)  143   the same: what was kept and how to resume
 anything else (a bug in vlarl)                 1     the traceback, and where to report it
 ============================================  ====  ========================================================
 
@@ -26,7 +29,9 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any, cast
@@ -36,6 +41,7 @@ from vlarl_cli.errors import VlarlError
 USAGE_EXIT = 2
 BUG_EXIT = 1
 INTERRUPT_EXIT = 130
+TERMINATED_EXIT = 128 + signal.SIGTERM  # 143, what a shell reports for a process SIGTERM ended
 DEBUG_ENV = "VLARL_DEBUG"
 REPORT_TO = ("please report it to the vlarl maintainers (the project's issue tracker) with the command you ran, "
              "the output of `vlarl --version` and the traceback above")
@@ -53,6 +59,32 @@ RESUME_HINTS: dict[str, str] = {
     "eval": "Finished episodes are kept in the results folder; run the same command again and they are skipped.",
     "video": "Videos already written are kept; run the same command again for the rest.",
 }
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, so it unwinds like Ctrl-C (files closed, locks released)."""
+
+
+def _sigterm_as_interrupt() -> Callable[[], None]:
+    """Make SIGTERM raise :class:`Terminated` in this process (not in its forked workers, which keep the default
+    and die); returns what restores the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    owner = os.getpid()
+
+    def handler(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:  # a forked simulator / data worker: die as it would have
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Terminated("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 def debug_requested(argv: list[str]) -> bool:
@@ -75,18 +107,22 @@ def print_error(problem: str, fix: str | None = None, *, heading: str = "error")
 
 def guarded(work: Callable[[], Any], *, command: str | None, debug: bool) -> int:
     """Run ``work()`` and turn whatever it raises into an exit code (see the module table)."""
+    restore = _sigterm_as_interrupt()
     try:
         work()
     except SystemExit as ex:
         return _system_exit_code(ex)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as ex:
         if debug:
             traceback.print_exc()
         hint = RESUME_HINTS.get(command or "", "Run the same command again to continue.")
-        print_error(f"Interrupted (Ctrl-C). {hint}", heading="stopped")
-        return INTERRUPT_EXIT
+        terminated = isinstance(ex, Terminated)
+        print_error(f"{'Terminated (SIGTERM)' if terminated else 'Interrupted (Ctrl-C)'}. {hint}", heading="stopped")
+        return TERMINATED_EXIT if terminated else INTERRUPT_EXIT
     except BaseException as ex:  # the boundary: everything else is classified here
         return _report(ex, debug=debug)
+    finally:
+        restore()
     return 0
 
 
@@ -136,9 +172,41 @@ def describe(ex: BaseException) -> tuple[str, str | None, int] | None:
                 "Use fewer environments (env.train.total_num_envs), a smaller micro_batch_size, offloading "
                 "(actor.enable_offload) or a bigger machine; `vlarl rl-train --dry-run` estimates the memory.",
                 USAGE_EXIT)
+    cause = _os_error_in_chain(ex)
+    if cause is not None:
+        return describe_os_error(cause)
+    if _failed_write(ex):
+        return (f"Writing a file failed part-way ({type(ex).__name__}: {_first_line(ex)}): the disk is full, or the "
+                "file reached the file system's or the process's size limit (ulimit -f).",
+                "Free some space or write to another disk (or raise the limit); what was finished is kept and "
+                "running the same command again resumes.", USAGE_EXIT)
     corrupt = _corrupt_file(ex)
     if corrupt is not None:
         return corrupt, "Run again with --debug to see which file, then re-create or re-download it.", USAGE_EXIT
+    return None
+
+
+#: what torch's and safetensors' writers say when the disk filled up or ``ulimit -f`` stopped a write
+_WRITE_FAILURES = ("unexpected pos", "PytorchStreamWriter failed", "file write failed", "No space left on device",
+                   "File too large", "Disk quota exceeded")
+
+
+def _failed_write(ex: BaseException) -> bool:
+    text = str(ex)
+    return (isinstance(ex, RuntimeError) or type(ex).__name__ == "SafetensorError") and any(
+        w in text for w in _WRITE_FAILURES)
+
+
+def _os_error_in_chain(ex: BaseException) -> OSError | None:
+    """A full disk or a size limit that a library wrapped (``raise RuntimeError(...) from err``); only explicit
+    causes count (an error raised while handling another may be a bug of its own)."""
+    seen: set[int] = set()
+    link = ex.__cause__
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return link
+        link = link.__cause__
     return None
 
 

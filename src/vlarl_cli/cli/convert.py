@@ -34,7 +34,25 @@ def command(
                                     "(useful for full-size models on a small machine)."),
 ) -> None:
     """Convert a checkpoint between vlarl's layout and the upstream layouts of its family."""
-    from vlarl_cli.checkpoints.convert import convert
+    from vlarl_cli.checkpoints.convert import check_paths, convert
+    from vlarl_cli.checkpoints.integrity import verify_checksums
 
+    check_paths(src.expanduser(), dst.expanduser(), overwrite=overwrite)  # (a destination holding the source first)
+    if overwrite and dst.is_dir():
+        _refuse_replacing_a_record(dst)
+    verify_checksums(src)  # a vlarl checkpoint's files against its checksums.json (other folders have none)
     convert(src, dst, to, dtype=dtype, merge_lora=merge_lora, allow_pickle=allow_pickle,
             overwrite=overwrite, check=not skip_check, verbose=True)
+
+
+def _refuse_replacing_a_record(dst: Path) -> None:
+    """--overwrite replaces DST as a whole: never when it holds a training run, a training checkpoint or eval
+    results (one mistyped path would delete weeks of training)."""
+    from vlarl_cli.errors import CheckpointError
+    from vlarl_cli.training.run_folder import records_inside
+
+    found = records_inside(dst)
+    if found:
+        raise CheckpointError(f"Destination {dst} holds the record of a run ({', '.join(str(p) for p in found)}); "
+                              "--overwrite would delete it.",
+                              "Write the converted checkpoint to a new folder; vlarl never deletes a run.")

@@ -55,8 +55,8 @@ def command(
     resolution: int = typer.Option(256, "--resolution", help="Camera render size: 128, 224 or 256."),
     live_video: int = typer.Option(0, "--live-video", min=0, help="Also record the first K episodes' frames "
                                    "live (renders every step; `vlarl video` can re-simulate any episode instead)."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the policy's sampling noise."),
-    env_seed: int | None = typer.Option(None, "--env-seed", min=0, help="Env seed (default: the protocol's for the "
+    seed: int = typer.Option(0, "--seed", min=0, max=2**31 - 1, help="Seed of the policy's sampling noise."),
+    env_seed: int | None = typer.Option(None, "--env-seed", min=0, max=2**31 - 1, help="Env seed (default: the protocol's for the "
                                         "policy family: standard 7 openpi / 0 OFT; rlinf 0). A change from "
                                         "the standard protocol's is recorded as a deviation."),
     task: str | None = typer.Option(None, "--task", help="Evaluate on this ManiSkill3 built-in task (e.g. "
@@ -78,9 +78,11 @@ def command(
     if deterministic and temperature is not None:
         raise ConfigError("--deterministic and --temperature exclude each other.", "Pass only one of them.")
     try:
-        task_ids = tuple(int(t) for t in tasks.split(",") if t.strip()) if tasks else None
+        task_ids = tuple(int(t) for t in tasks.split(",") if t.strip()) if tasks is not None else None
     except ValueError:
         raise ConfigError(f'--tasks "{tasks}" is not a comma-separated list of integers.', "Use e.g. --tasks 0,1,5.") from None
+    if task_ids == ():  # an empty value is a mistake (an unset shell variable), not "all tasks"
+        raise ConfigError(f'--tasks "{tasks}" names no task.', "Use e.g. --tasks 0,1,5, or leave --tasks out for all.")
     from vlarl_cli.envs.maniskill.tasks import BUILTIN_TASKS
 
     if task is None and suite in BUILTIN_TASKS:

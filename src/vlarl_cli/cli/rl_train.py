@@ -33,9 +33,11 @@ def command(
     node_rank: int = typer.Option(0, "--node-rank", min=0, help="Rank of this node."),
     master_addr: str = typer.Option("127.0.0.1", "--master-addr", help="Rendezvous host."),
     master_port: int = typer.Option(29500, "--master-port", min=1, max=65535, help="Rendezvous port."),
+    rendezvous_timeout: int = typer.Option(180, "--rendezvous-timeout", min=1, help="Seconds a multi-node launch "
+                                           "waits for every node to join before it names the ones missing."),
     world_size: int | None = typer.Option(None, "--world-size", min=1, help="With --dry-run: plan for this many "
                                           "devices instead of nnodes x nproc-per-node."),
-    env_seed: int | None = typer.Option(None, "--env-seed", min=0, help="Env seed of the train and eval envs (RLinf "
+    env_seed: int | None = typer.Option(None, "--env-seed", min=0, max=2**31 - 1, help="Env seed of the train and eval envs (RLinf "
                                         "env.*.seed: seed + rank offset, applied before every reset)."),
 ) -> None:
     """Train a policy with online RL (PPO or GRPO) in LIBERO."""
@@ -44,7 +46,7 @@ def command(
     seeds = [f"env.train.seed={env_seed}", f"env.eval.seed={env_seed}"] if env_seed is not None else []
     launch(config=config, overrides=list(overrides or []) + seeds, print_config=print_config, dry_run=dry_run,
            resume=resume, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-           master_addr=master_addr, master_port=master_port,
+           master_addr=master_addr, master_port=master_port, rendezvous_timeout_s=rendezvous_timeout,
            plan_world_size=world_size, output=Path.cwd())
 
 

@@ -37,6 +37,8 @@ def command(
     node_rank: int = typer.Option(0, "--node-rank", min=0, help="Rank of this node."),
     master_addr: str = typer.Option("127.0.0.1", "--master-addr", help="Rendezvous host."),
     master_port: int = typer.Option(29500, "--master-port", min=1, max=65535, help="Rendezvous port."),
+    rendezvous_timeout: int = typer.Option(180, "--rendezvous-timeout", min=1, help="Seconds a multi-node launch "
+                                           "waits for every node to join before it names the ones missing."),
 ) -> None:
     """Supervised fine-tuning (behaviour cloning) of a policy on demonstration episodes."""
     from vlarl_cli.distributed import dist
@@ -44,16 +46,19 @@ def command(
 
     if dist.launch_world_size(nnodes, nproc_per_node) > 1 and not dist.launched():
         from vlarl_cli.config.loading import load_config
+        from vlarl_cli.training import run_folder
 
-        # a broken config is reported once, before any process starts
-        run_dir = Path(load_config(config, list(overrides or [])).config.runner.logger.log_path)
+        loaded = load_config(config, list(overrides or []))  # a broken config is reported once, before any process starts
+        log_path = loaded.config.runner.logger.log_path
         args = ["sft", "--config", config, *[a for d in demos or [] for a in ("--demos", str(d))],
                 *(["--record", str(record)] if record is not None else []),
                 *(["--steps", str(steps)] if steps is not None else []),
                 *(["-o", str(output)] if output is not None else []),
                 *(["--resume", resume] if resume else []), *(overrides or [])]
-        dist.relaunch("vlarl_cli.cli.main", args, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                      master_addr=master_addr, master_port=master_port, log_dir=run_dir / "logs")
+        with run_folder.claim(log_path, command="sft", main=node_rank == 0), run_folder.shared_with_children(log_path):
+            dist.relaunch("vlarl_cli.cli.main", args, nproc_per_node=nproc_per_node, nnodes=nnodes,
+                          node_rank=node_rank, master_addr=master_addr, master_port=master_port,
+                          rendezvous_timeout_s=rendezvous_timeout, log_dir=Path(log_path) / "logs")
         return
     run_sft(config=config, demos=list(demos or []), overrides=list(overrides or []), steps=steps, output=output,
             record=record, resume=resume)

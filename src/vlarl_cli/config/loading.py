@@ -20,6 +20,7 @@ Every failure is a :class:`~vlarl_cli.errors.ConfigError` with one paragraph nam
 from __future__ import annotations
 
 import os
+import re
 import types
 import typing
 import warnings
@@ -73,6 +74,13 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     source = find_config(name_or_path)
     check_fragments(source, read_primary(source))
     raw = compose_raw(source, list(overrides))
+    return validate_tree(raw, source, overrides=list(overrides), world_size=world_size)
+
+
+def validate_tree(raw: dict[str, Any], source: Path, *, overrides: list[str] | None = None,
+                  world_size: int = 1) -> LoadedConfig:
+    """Steps 5 and 6 on a composed, resolved tree: RLinf keys dropped and reported, unknown keys and invalid
+    values a :class:`ConfigError`."""
     cleaned, ignored = check_keys(VlarlConfig, raw)
     deviations = unsupported.deviations(raw)
     deviating = {d.split(" = ", 1)[0] for d in deviations}
@@ -83,7 +91,7 @@ def load_config(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
         raise ConfigError(f"Invalid config {source.name}: {format_validation_error(err)}",
                           "Correct the value(s) in the file or with a KEY=VALUE override.") from None
     return LoadedConfig(config=config, source=source, ignored=ignored, deviations=deviations,
-                        overrides=list(overrides))
+                        overrides=list(overrides or []))
 
 
 def read_primary(source: Path) -> dict[str, Any]:
@@ -98,6 +106,7 @@ def read_primary(source: Path) -> dict[str, Any]:
                           "Check the path and its permissions.") from None
     if b"\x00" in data:
         raise ConfigError(f"Config {source} is a binary file, not YAML.", "Pass a YAML config file or a preset name.")
+    check_yaml_limits(source, data)
     try:
         loaded = yaml.safe_load(data.decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -118,6 +127,84 @@ def read_primary(source: Path) -> dict[str, Any]:
                           "A config file maps section names (cluster, runner, algorithm, env, rollout, actor) "
                           "to their settings.")
     return loaded
+
+
+#: what a config file may be: far above any real config (the presets: < 10 KiB, depth < 8, no aliases), far
+#: below what exhausts memory or the stack (a "billion laughs" file of nested aliases, 10^5 nested brackets)
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_DEPTH = 64
+MAX_CONFIG_ALIASES = 256
+
+
+def check_yaml_limits(source: Path, data: bytes) -> None:
+    """Refuse a config file over the size, nesting or alias limits, from the YAML event stream (nothing is
+    built); a syntax error is left to the parser's own report."""
+    import yaml
+
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"Config {source} is {len(data)} bytes; a config file holds at most {MAX_CONFIG_BYTES} "
+                          "(is it a data file?).", "Pass the run's YAML config (a few KiB).")
+    depth = aliases = 0
+    try:
+        for event in yaml.parse(data.decode("utf-8", errors="replace")):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_CONFIG_DEPTH:
+                    raise ConfigError(f"Config {source} nests deeper than {MAX_CONFIG_DEPTH} levels.",
+                                      "A config nests sections a few levels deep; flatten the file.")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            elif isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if aliases > MAX_CONFIG_ALIASES:
+                    raise ConfigError(f"Config {source} uses more than {MAX_CONFIG_ALIASES} YAML aliases (*name); "
+                                      "expanded, they could exhaust the memory.",
+                                      "Write the values out, or use ${a.b} interpolation.")
+    except yaml.YAMLError:
+        return
+
+
+#: what the resolved config may grow to (units: scalars and characters); real configs are < 10^4
+MAX_CONFIG_EXPANSION = 10**6
+_INTERPOLATION = re.compile(r"\$\{([^${}]*)\}")
+
+
+def check_expansion(tree: Any, source: Path) -> None:
+    """Refuse a config whose ``${a.b}`` interpolations would expand beyond :data:`MAX_CONFIG_EXPANSION` when
+    resolved (``b: [${a}, ${a}]``, ``c: [${b}, ${b}]``, ... doubles at each level), from the unresolved tree."""
+    sizes: dict[str, int] = {}
+
+    def lookup(path: str) -> Any:
+        node = tree
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
+
+    def size(node: Any, stack: tuple[str, ...]) -> int:
+        if isinstance(node, dict):
+            return 1 + sum(size(v, stack) for v in node.values())
+        if isinstance(node, list):
+            return 1 + sum(size(v, stack) for v in node)
+        if not isinstance(node, str):
+            return 1
+        total = len(node)
+        for path in _INTERPOLATION.findall(node):
+            if path in stack:  # a cycle: OmegaConf reports it itself
+                continue
+            if path not in sizes:
+                sizes[path] = size(lookup(path), (*stack, path))
+            total += sizes[path]
+            if total > MAX_CONFIG_EXPANSION:
+                break
+        return total
+
+    if size(tree, ()) > MAX_CONFIG_EXPANSION:
+        raise ConfigError(f"Config {source} would expand to more than {MAX_CONFIG_EXPANSION} values when its ${{...}} "
+                          "interpolations are resolved (interpolations of interpolations multiply).",
+                          "Interpolate scalar values (e.g. ${actor.model.num_action_chunks}), not whole sections "
+                          "nested into each other.")
 
 
 def check_fragments(source: Path, data: dict[str, Any]) -> None:
@@ -193,6 +280,7 @@ def compose_raw(source: Path, overrides: list[str]) -> dict[str, Any]:
             OmegaConf.update(cfg, key, value, merge=merge, force_add=True)
         except OmegaConfBaseException as err:
             raise ConfigError(f'Cannot apply override "{key}={value}": {_first_line(err)}') from None
+    check_expansion(OmegaConf.to_container(cfg, resolve=False), source)
     try:
         data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except OmegaConfBaseException as err:

@@ -36,10 +36,16 @@ _NOISE_ALIASES = {"reinflow": "flow_noise", "flow-sde": "flow_sde", "flow-noise"
 _NESTED_TO_FLAT = {"num_steps": "denoising_steps", "use_vlm_value": "value_after_vlm"}
 
 
+#: the largest seed: numpy's legacy generator and many simulators take 32-bit seeds, and vlarl adds rank and
+#: episode offsets to the configured one (2^31 - 1 leaves room for them)
+SEED_MAX = 2**31 - 1
+
+
 class Section(BaseModel):
     """Base for every config section: frozen, unknown keys rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # allow_inf_nan=False: every float is finite (lr=inf would skip every step, a NaN compares false)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
     #: RLinf keys accepted and ignored in this section (reported once by the loader)
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset()
 
@@ -67,6 +73,9 @@ def parse_device_set(spec: str | int, world_size: int) -> list[int]:
             hi = int(m.group(2)) if m.group(2) is not None else lo
             if hi < lo:
                 raise ValueError(f'range "{part.strip()}" in "{spec}" runs backwards')
+            if hi >= world_size:  # before the range is built: "0-4000000000" must not fill the memory
+                ranks.append(hi)
+                break
             ranks.extend(range(lo, hi + 1))
     bad = [r for r in ranks if r >= world_size]
     if bad:
@@ -101,7 +110,8 @@ class ClusterConfig(Section):
         if missing:
             raise ValueError(f"component_placement does not place {missing}; every component needs devices")
         for spec in value.values():
-            parse_device_set(spec, 1 << 20)  # syntax check only; ranges are checked against the world later
+            if not (isinstance(spec, str) and spec.strip() == "all"):  # ("all" would list 2^20 ranks for nothing)
+                parse_device_set(spec, 1 << 20)  # syntax check only; ranges are checked against the world later
         return value
 
     def placement(self, world_size: int) -> dict[str, list[int]]:
@@ -127,18 +137,28 @@ class LoggerConfig(Section):
         description="Metric sinks besides the always-written metrics.jsonl: tensorboard, wandb, swanlab.",
     )
 
+    @field_validator("log_path")
+    @classmethod
+    def _named_folder(cls, value: str) -> str:
+        # '' is the current directory to pathlib: a run would write its files (config.yaml, checkpoints/)
+        # among the user's own
+        if not value.strip():
+            raise ValueError("log_path must name a folder for the run (an empty value would write the run into "
+                             "the current directory); e.g. runner.logger.log_path=runs/my_run")
+        return value
+
 
 class RunnerConfig(Section):
     task_type: Literal["embodied"] = Field("embodied", description="Only embodied RL is supported.")
     logger: LoggerConfig = Field(default_factory=LoggerConfig, description="Logging destinations.")
     max_epochs: int = Field(1000, ge=1, description="Number of RL iterations (collect + update).")
-    max_steps: int = Field(-1, description="Stop after this many optimizer steps (-1: no limit).")
+    max_steps: int = Field(-1, ge=-1, description="Stop after this many optimizer steps (-1: no limit).")
     only_eval: bool = Field(False, description="Run evaluation only, no training.")
-    val_check_interval: int = Field(-1, description="Evaluate every N iterations (-1: never).")
+    val_check_interval: int = Field(-1, ge=-1, description="Evaluate every N iterations (-1: never).")
     val_before_train: bool = Field(False, description="Also evaluate before the first iteration (verl's "
                                    "trainer.val_before_train); the run then ends by printing the evaluation "
                                    "success before and after training. Not on a resumed run.")
-    save_interval: int = Field(-1, description="Save a checkpoint every N iterations (-1: only at the end).")
+    save_interval: int = Field(-1, ge=-1, description="Save a checkpoint every N iterations (-1: only at the end).")
     resume_dir: str | None = Field(None, description="Checkpoint folder to resume training from.")
     ckpt_path: str | None = Field(None, description="Weights to load after the model is built (eval).")
 
@@ -172,10 +192,10 @@ class AlgorithmConfig(Section):
     gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
     clip_ratio_low: float = Field(0.2, gt=0, lt=1, description="PPO clip below: ratio >= 1 - clip_ratio_low.")
     clip_ratio_high: float = Field(0.2, gt=0, description="PPO clip above: ratio <= 1 + clip_ratio_high.")
-    clip_ratio_c: float | None = Field(3.0, description="Dual-clip constant for negative advantages (>1; null: off).")
+    clip_ratio_c: float | None = Field(3.0, gt=1, description="Dual-clip constant for negative advantages (>1; null: off).")
     clip_log_ratio_min: float = Field(-20.0, description="Lower clamp of log(ratio) before exp.")
     clip_log_ratio_max: float = Field(20.0, description="Upper clamp of log(ratio) before exp.")
-    value_clip: float | None = Field(0.2, description="Value clipping range around the old value (null: off).")
+    value_clip: float | None = Field(0.2, gt=0, description="Value clipping range around the old value (null: off).")
     huber_delta: float = Field(10.0, gt=0, description="Huber delta of the value loss.")
     entropy_bonus: float = Field(0.0, ge=0, description="Weight of the entropy bonus.")
     kl_beta: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen reference policy.")
@@ -276,8 +296,8 @@ class InitParams(Section):
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
         {"camera_names", "control_freq", "num_envs", "obs_mode", "sim_config", "max_episode_steps",
          "sensor_configs", "render_mode", "obj_set", "use_multiple_plates", "reward_mode", "use_sparse_reward"})
-    camera_heights: int = Field(256, description="Rendered camera height in pixels.")
-    camera_widths: int = Field(256, description="Rendered camera width in pixels.")
+    camera_heights: int = Field(256, ge=1, description="Rendered camera height in pixels.")
+    camera_widths: int = Field(256, ge=1, description="Rendered camera width in pixels.")
     # ManiSkill (env_type maniskill): RLinf's env/train/PickCube.yaml keys under init_params.
     id: str = Field("PickCube-v1", description="ManiSkill task id (env_type maniskill): a built-in task, or one "
                     "of RLinf's digital-twin ids (accepted in configs, refused when the env is created).")
@@ -330,7 +350,7 @@ class EnvSplitConfig(Section):
     hard_reset: bool = Field(False, description="Rebuild the simulator model on every reset (+~2.5 s). The "
                              "default soft reset gives bit-identical episodes (tests/envs, tests/training).")
     is_eval: bool = Field(False, description="This split is used for evaluation.")
-    seed: int = Field(0, description="Seed of the env and of the init-state assignment.")
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="Seed of the env and of the init-state assignment.")
     group_size: int = Field(1, ge=1, description="Consecutive envs sharing one init state (GRPO).")
     use_fixed_reset_state_ids: bool = Field(True, description="Start from LIBERO's fixed init states.")
     use_ordered_reset_state_ids: bool = Field(False, description="Assign init states in order instead of randomly.")
@@ -718,7 +738,7 @@ class ActorConfig(Section):
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset({"group_name", "training_backend", "num_gpus"})
     micro_batch_size: int = Field(32, ge=1, description="Samples per forward/backward pass per rank.")
     global_batch_size: int = Field(256, ge=1, description="Samples per optimizer step (all ranks).")
-    seed: int = Field(1234, description="Seed of model init, sampling and shuffling.")
+    seed: int = Field(1234, ge=0, le=SEED_MAX, description="Seed of model init, sampling and shuffling.")
     enable_offload: bool = Field(False, description="Move actor weights and optimizer state to the host "
                                  "while envs and rollout run.")
     model: ModelConfig = Field(default_factory=lambda: ModelConfig(preset="tiny"), description="The policy.")
@@ -731,7 +751,7 @@ class SftConfig(Section):
     ``actor.global_batch_size`` / ``actor.micro_batch_size`` / ``actor.optim``, as for rl-train)."""
 
     steps: int | None = Field(None, ge=1, description="Optimizer steps (null: runner.max_steps; --steps wins).")
-    save_interval: int = Field(-1, description="Write a resumable checkpoint every N steps (-1: only at the end).")
+    save_interval: int = Field(-1, ge=-1, description="Write a resumable checkpoint every N steps (-1: only at the end).")
     trainable: Literal["full", "head", "lora"] | None = Field(
         None, description="What trains: full (every weight), head (pi0: the action expert; the VLM frozen), "
         "lora (LoRA adapters on the VLM); null: as actor.model says (train_expert_only / is_lora).")

@@ -164,7 +164,12 @@ class ImageColumnReader:
         cell = cells[row]
         data = cell.get("bytes") if isinstance(cell, dict) else None
         if not data and isinstance(cell, dict) and cell.get("path"):
-            data = (self.root / cell["path"]).read_bytes()
+            from vlarl_cli.checkpoints.integrity import contained
+
+            try:
+                data = contained(self.root, cell["path"], f"Image column {column!r} of {file}").read_bytes()
+            except VlarlError as err:  # a bad frame like any other (sft.skip_bad_frames decides)
+                raise FrameError(err.problem, err.fix) from None
         if not data:
             raise FrameError(f"Image column {column!r} of {file} has an empty cell at row {row}.", "Re-export the dataset.")
         try:

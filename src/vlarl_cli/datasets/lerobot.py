@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from vlarl_cli import keys
+from vlarl_cli.checkpoints.integrity import contained
 from vlarl_cli.datasets.video import decode_frames, encode_frames, frames_at
 from vlarl_cli.errors import VlarlError
 
@@ -104,6 +105,10 @@ def read_info(root: Path) -> dict[str, Any]:
     for field in ("fps", "features", "data_path"):
         if field not in info:
             raise VlarlError(f"{root / INFO_PATH} has no {field!r}.", "Check that the dataset is complete.")
+    fps = info["fps"]
+    if isinstance(fps, bool) or not isinstance(fps, int | float) or not 0 < fps < float("inf"):
+        raise VlarlError(f"{root / INFO_PATH} gives fps {fps!r}; frames per second must be a positive number.",
+                         "Fix meta/info.json's fps (the rate the episodes were recorded at).")
     return info
 
 
@@ -183,7 +188,7 @@ def _decode_image_column(table: Any, name: str, root: Path) -> np.ndarray:
     for cell in table.column(name).to_pylist():
         data = cell.get("bytes") if isinstance(cell, dict) else None
         if not data and isinstance(cell, dict) and cell.get("path"):
-            data = (root / cell["path"]).read_bytes()
+            data = contained(root, cell["path"], f"Image column {name!r}").read_bytes()
         if not data:
             raise VlarlError(f"Image column {name!r} of {root} has an empty cell.", "Re-export the dataset.")
         out.append(np.asarray(Image.open(BytesIO(data)).convert("RGB"), dtype=np.uint8))
@@ -216,9 +221,9 @@ def _episode_refs_v2(root: Path, info: dict[str, Any], cams: Sequence[str]) -> l
     for row in sorted(_read_jsonl(episodes_file), key=lambda r: r["episode_index"]):
         ep = int(row["episode_index"])
         chunk = ep // chunk_size
-        data = root / info["data_path"].format(episode_chunk=chunk, episode_index=ep)
-        videos = {c: root / info["video_path"].format(episode_chunk=chunk, video_key=c, episode_index=ep)
-                  for c in cams}
+        data = contained(root, info["data_path"].format(episode_chunk=chunk, episode_index=ep), "data_path")
+        videos = {c: contained(root, info["video_path"].format(episode_chunk=chunk, video_key=c, episode_index=ep),
+                               "video_path") for c in cams}
         refs.append(_EpisodeRef(ep, data, videos, dict.fromkeys(cams)))
     return refs
 
@@ -245,12 +250,13 @@ def _episode_refs_v3(root: Path, info: dict[str, Any], cams: Sequence[str]) -> l
     rows = table.to_pylist()
     refs = []
     for row in sorted(rows, key=lambda r: r["episode_index"]):
-        data = root / info["data_path"].format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
+        data = contained(root, info["data_path"].format(chunk_index=row["data/chunk_index"],
+                                                        file_index=row["data/file_index"]), "data_path")
         videos: dict[str, Path] = {}
         windows: dict[str, tuple[float, float] | None] = {}
         for c in cams:
-            videos[c] = root / info["video_path"].format(video_key=c, chunk_index=row[f"videos/{c}/chunk_index"],
-                                                         file_index=row[f"videos/{c}/file_index"])
+            videos[c] = contained(root, info["video_path"].format(video_key=c, chunk_index=row[f"videos/{c}/chunk_index"],
+                                                                  file_index=row[f"videos/{c}/file_index"]), "video_path")
             windows[c] = (float(row[f"videos/{c}/from_timestamp"]), float(row[f"videos/{c}/to_timestamp"]))
         refs.append(_EpisodeRef(int(row["episode_index"]), data, videos, windows, bool(row.get("vlarl/success", True))))
     return refs

@@ -54,9 +54,14 @@ def launch_world_size(nnodes: int, nproc_per_node: int) -> int:
     return env_world()[1] if launched() else nnodes * nproc_per_node
 
 
+#: how long a multi-node launch waits for every node to join before it says which did not (torch's own: 600 s)
+RENDEZVOUS_TIMEOUT_S = 180
+
+
 def relaunch(module: str, args: list[str], *, nproc_per_node: int, nnodes: int, node_rank: int, master_addr: str,
-             master_port: int, log_dir: Path | None = None) -> None:
-    """Run ``python -m module *args`` on every rank of a new job through ``torch.distributed.run``.
+             master_port: int, rendezvous_timeout_s: int = RENDEZVOUS_TIMEOUT_S, log_dir: Path | None = None) -> None:
+    """Run ``python -m module *args`` on every rank of a new job through ``torch.distributed.run``; a node that
+    does not arrive within ``rendezvous_timeout_s`` ends the launch with a message naming it.
 
     With ``log_dir`` (``<run>/logs``) every rank's stdout and stderr also go to files (torchrun's
     ``--log-dir`` / ``--tee 3``): ``<log_dir>/node<R>/<job id>/attempt_0/<local rank>/{stdout,stderr}.log``;
@@ -66,8 +71,10 @@ def relaunch(module: str, args: list[str], *, nproc_per_node: int, nnodes: int, 
 
     from vlarl_cli.errors import ConfigError
 
+    _check_master_addr(master_addr, master_port)  # the rendezvous binds or connects there, even on one node
     launch = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", f"--node-rank={node_rank}",
-              f"--master-addr={master_addr}", f"--master-port={master_port}"]
+              f"--master-addr={master_addr}", f"--master-port={master_port}",
+              f"--rdzv-conf=timeout={rendezvous_timeout_s}"]
     logs = ""
     if log_dir is not None:
         from vlarl_cli.checkpoints.atomic import check_writable_folder
@@ -80,8 +87,44 @@ def relaunch(module: str, args: list[str], *, nproc_per_node: int, nnodes: int, 
     try:
         torch_run.main([*launch, "-m", module, *args])
     except Exception as err:  # ChildFailedError: the child printed its own message
+        if type(err).__name__ == "SignalException":  # SIGTERM / SIGHUP to the launcher: forwarded to the ranks
+            from vlarl_cli.cli.boundary import Terminated
+
+            raise Terminated(str(err)) from None
+        if isinstance(err, RuntimeError) and type(err).__name__ in ("DistStoreError", "DistNetworkError"):
+            raise _rendezvous_error(err, nnodes=nnodes, node_rank=node_rank, master=f"{master_addr}:{master_port}",
+                                    timeout_s=rendezvous_timeout_s) from None
         raise ConfigError(f"The distributed job failed: {type(err).__name__}.{logs}",
                           "Read the per-rank output above; rank 0's message names the problem.") from None
+
+
+def _check_master_addr(master_addr: str, master_port: int) -> None:
+    import socket
+
+    from vlarl_cli.errors import ConfigError
+
+    try:
+        socket.getaddrinfo(master_addr, master_port)
+    except (OSError, UnicodeError) as err:
+        raise ConfigError(f"--master-addr {master_addr} cannot be resolved ({err}); the nodes could never meet.",
+                          "Pass the address (or a resolvable host name) of the machine that runs --node-rank 0.") from None
+
+
+def _rendezvous_error(err: RuntimeError, *, nnodes: int, node_rank: int, master: str, timeout_s: int) -> Exception:
+    import re
+
+    from vlarl_cli.errors import ConfigError
+
+    fix = (f"Start the same command on each of the {nnodes} nodes with its own --node-rank (0..{nnodes - 1}) within "
+           f"{timeout_s} s of each other, check that every node reaches {master} (address, firewall), or give "
+           "them longer with --rendezvous-timeout.")
+    joined = re.search(r"(\d+)/(\d+) clients joined", str(err))
+    if node_rank == 0:
+        count = f"{joined.group(1)} of {joined.group(2)}" if joined else "not all"
+        return ConfigError(f"The rendezvous at {master} timed out after {timeout_s} s: {count} nodes joined (this one, "
+                           f"node rank 0, among them); the other node ranks (1..{nnodes - 1}) did not all arrive.", fix)
+    return ConfigError(f"This node (node rank {node_rank}) did not reach the rendezvous at {master} within {timeout_s} s "
+                       f"(node rank 0 serves it there): {str(err).splitlines()[0]}", fix)
 
 
 def init_distributed(timeout_s: int = 1800) -> DistContext:

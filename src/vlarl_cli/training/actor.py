@@ -137,8 +137,10 @@ class Actor:
         try:
             fsdp.load_full_model_state(self.policy, loaded.model_state)
         except RuntimeError as err:
-            raise CheckpointError(f"Checkpoint {path} does not match the model: {str(err).splitlines()[0]}",
-                                  "Resume with the config the run was started with.") from None
+            detail = " ".join(line.strip() for line in str(err).splitlines()[:3])
+            raise CheckpointError(f"Checkpoint {path} does not match the model: {detail[:400]}",
+                                  "Resume with the config the run was started with (its config.yaml); if that is "
+                                  "the config, the weight file is damaged: resume from an earlier checkpoint.") from None
         fsdp.load_full_optimizer_state(self.policy, self.optimizer, loaded.optimizer_state)
         if loaded.scheduler_state is not None:
             self.scheduler.load_state_dict(loaded.scheduler_state)

@@ -10,10 +10,12 @@ Layout of ``<log_path>/checkpoints/global_step_<k>/``::
     rng.pt                 torch / numpy / python RNG states and the trainer's generators
     trainer_state.json     iteration, optimizer steps, skipped steps, logger run ids, vlarl version
     config.yaml            the resolved config of the run
+    checksums.json         sha256 of every other file, written last (checkpoints/integrity.py)
 
 The folder is built under a temporary name and renamed into place (``atomic_directory``), then the
 ``latest`` file next to it is replaced atomically, so a crash at any point leaves either the previous
-checkpoint or the new one, never a partial one.
+checkpoint or the new one, never a partial one. A resume verifies every file against ``checksums.json``
+(a flipped byte names the file) and follows ``latest`` only to a folder next to it.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from vlarl_cli.checkpoints.integrity import LATEST, follow_latest, verify_checksums, write_checksums
 from vlarl_cli.errors import CheckpointError
 
-LATEST = "latest"
+__all__ = ["LATEST", "TrainerState", "load_checkpoint", "locate_checkpoint", "resolve_checkpoint", "save_checkpoint"]
 
 
 @dataclass
@@ -101,6 +104,7 @@ def save_checkpoint(run_dir: Path, *, model_state: dict[str, torch.Tensor], opti
         torch.save(_rng_state(generators), tmp / "rng.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(asdict(trainer_state), indent=2))
         (tmp / "config.yaml").write_text(config_yaml)
+        write_checksums(tmp)  # last: a folder with its checksums was complete when written
     atomic_write_text(final.parent / LATEST, final.name + "\n")
     return final
 
@@ -117,16 +121,26 @@ def _untie(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def resolve_checkpoint(run_dir: Path, resume: str) -> Path:
+    """:func:`locate_checkpoint`, verified against its ``checksums.json`` (a checkpoint from before checksums
+    existed is used with a note)."""
+    path = locate_checkpoint(run_dir, resume)
+    if not verify_checksums(path):
+        print(f"note: {path} has no checksums.json (written before vlarl kept them); its files are not verified.",
+              flush=True)
+    return path
+
+
+def locate_checkpoint(run_dir: Path, resume: str) -> Path:
     """``auto`` -> the run's latest checkpoint; otherwise the given folder (or its ``latest``)."""
     if resume == "auto":
-        pointer = run_dir / "checkpoints" / LATEST
-        if not pointer.is_file():
+        if not (run_dir / "checkpoints" / LATEST).is_file():
             raise CheckpointError(f"--resume auto: no checkpoint under {run_dir / 'checkpoints'}.",
                                   "Start without --resume, or pass the checkpoint folder explicitly.")
-        return pointer.parent / pointer.read_text().strip()
-    path = Path(resume).expanduser()
-    if (path / LATEST).is_file():
-        path = path / (path / LATEST).read_text().strip()
+        path = follow_latest(run_dir / "checkpoints")
+    else:
+        path = Path(resume).expanduser()
+        if (path / LATEST).is_file():
+            path = follow_latest(path)
     if not (path / "trainer_state.json").is_file():
         raise CheckpointError(f"{path} is not a vlarl training checkpoint (no trainer_state.json).",
                               "Pass a folder like runs/<name>/checkpoints/global_step_<k>, or 'auto'.")

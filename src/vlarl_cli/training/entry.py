@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vlarl_cli.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vlarl_cli.config.schema import VlarlConfig
 
 #: the module torchrun starts on every rank of a multi-process ``rl-train`` (its ``rank_main``)
 RANK_ENTRY = "vlarl_cli.cli.rl_train"
@@ -21,7 +25,7 @@ RANK_ENTRY = "vlarl_cli.cli.rl_train"
 def launch(*, config: str, overrides: list[str], print_config: bool = False, dry_run: bool = False,
            resume: str | None = None, nproc_per_node: int = 1, nnodes: int = 1, node_rank: int = 0,
            master_addr: str = "127.0.0.1", master_port: int = 29500, plan_world_size: int | None = None,
-           output: Path | None = None) -> None:
+           output: Path | None = None, rendezvous_timeout_s: int = 180) -> None:
     """Load and validate the config, then print / dry-run / train (re-launching for several processes)."""
     from vlarl_cli.config.loading import load_config, to_yaml
     from vlarl_cli.distributed import dist
@@ -44,20 +48,40 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
 
         plan(loaded.config, world_size=world_size)
         return
-    if world_size > 1 and not dist.launched():
-        run_dir = loaded.config.runner.logger.log_path
-        args = ["--config", str(loaded.source), *(["--resume", resume] if resume else []), *overrides]
-        dist.relaunch(RANK_ENTRY, args, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                      master_addr=master_addr, master_port=master_port, log_dir=Path(run_dir) / "logs")
-        return
     from vlarl_cli.checkpoints.atomic import check_writable_folder
-    from vlarl_cli.training.rl import train
+    from vlarl_cli.training import run_folder
 
-    # before any simulator or model is started: a run folder under a file or on a read-only mount
-    check_writable_folder(loaded.config.runner.logger.log_path, "The run folder (runner.logger.log_path)")
+    # before any simulator or model is started: a run folder under a file or on a read-only mount, or one that
+    # another process writes / that holds a run this command would replace
+    log_path = loaded.config.runner.logger.log_path
+    check_writable_folder(log_path, "The run folder (runner.logger.log_path)")
+    owner = node_rank == 0 and dist.env_world()[0] == 0
+    with run_folder.claim(log_path, command="rl-train", resuming=bool(resume or loaded.config.runner.resume_dir),
+                          main=owner):
+        if owner and not run_folder.held_by_launcher(Path(log_path).expanduser()):
+            _check_resume(loaded.config, resume)
+        if world_size > 1 and not dist.launched():
+            args = ["--config", str(loaded.source), *(["--resume", resume] if resume else []), *overrides]
+            with run_folder.shared_with_children(log_path):
+                dist.relaunch(RANK_ENTRY, args, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+                              master_addr=master_addr, master_port=master_port,
+                              rendezvous_timeout_s=rendezvous_timeout_s, log_dir=Path(log_path) / "logs")
+            return
+        from vlarl_cli.training.rl import train
 
-    train(loaded, resume=resume)
+        train(loaded, resume=resume)
     dist.leave_together()
+
+
+def _check_resume(config: VlarlConfig, resume: str | None) -> None:
+    """Overrides given with --resume: applied and recorded in the run's config history, or refused."""
+    resume = resume or config.runner.resume_dir
+    if resume:
+        from vlarl_cli.training.checkpoint import locate_checkpoint
+        from vlarl_cli.training.run_folder import check_resume_config
+
+        run_dir = Path(config.runner.logger.log_path).expanduser()
+        check_resume_config(run_dir, locate_checkpoint(run_dir, resume), config)
 
 
 def _report_ignored(ignored: list[str], main: bool, deviations: tuple[str, ...] | list[str] = ()) -> None:

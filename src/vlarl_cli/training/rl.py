@@ -224,10 +224,9 @@ class Trainer:
                                           resume_step=self.state.iteration + 1 if self.resumed else None,
                                           main_process=ctx.is_main)
         if ctx.is_main:
-            from vlarl_cli.checkpoints.atomic import atomic_write_text
+            from vlarl_cli.training.run_folder import write_own_text
 
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.run_dir / "config.yaml", to_yaml(config))
+            write_own_text(self.run_dir, "config.yaml", to_yaml(config))
         if self.actor is not None and self.cluster.is_actor_source:
             _print_plan(config, ctx.world_size, self.actor.policy, self.run_dir, len(self.cluster.roles.actor))
         self.progress = Progress(total=config.runner.max_epochs, start=self.state.iteration, enabled=ctx.is_main)

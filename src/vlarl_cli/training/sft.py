@@ -277,10 +277,12 @@ def export_policy(policy: torch.nn.Module, config: VlarlConfig, folder: Path, st
                   ema: Any = None) -> Path:
     """Write the policy atomically into the NEW folder ``folder`` (``-o``; an existing path is refused)."""
     from vlarl_cli.checkpoints.atomic import atomic_directory
+    from vlarl_cli.checkpoints.integrity import write_checksums
 
     check_output(folder)
     with atomic_directory(folder, overwrite=False) as tmp:
         _write_policy(policy, config, tmp, folder, state, ema)
+        write_checksums(tmp)
     return folder
 
 
@@ -383,14 +385,13 @@ class _Demos:
 def _load_demos(config: VlarlConfig, demos: list[Path], record: int | None, run_dir: Path, *, resuming: bool,
                 is_main: bool, say: Any) -> _Demos:
     """Rank 0 writes the run's config and records the demonstrations when asked; everyone waits and indexes."""
-    from vlarl_cli.checkpoints.atomic import atomic_write_text
     from vlarl_cli.config.loading import to_yaml
     from vlarl_cli.datasets.stream import open_source
+    from vlarl_cli.training.run_folder import write_own_text
 
     sft = config.sft
     if is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run_dir / "config.yaml", to_yaml(config))
+        write_own_text(run_dir, "config.yaml", to_yaml(config))
     folders = _demonstrations(config, demos, record, run_dir, resuming=resuming, is_main=is_main, say=say)
     if sft.weights is not None and len(sft.weights) != len(folders):
         raise ConfigError(f"sft.weights has {len(sft.weights)} entries for {len(folders)} dataset(s) ({folders}).",
@@ -714,6 +715,20 @@ def _train_steps(learner: _Learner, data: _Demos, run_dir: Path, total: int, don
     return losses, last_saved
 
 
+def _check_resume(run_dir: Path, resume: str, config: VlarlConfig) -> None:
+    """Before any work: the checkpoint is an SFT one, and the overrides either apply (recorded) or are refused."""
+    from vlarl_cli.training import run_folder
+    from vlarl_cli.training.checkpoint import locate_checkpoint
+
+    path = locate_checkpoint(run_dir, resume)
+    if not (path / STATE_FILE).is_file():
+        raise ConfigError(f"--resume {resume}: {path} is not an SFT checkpoint (no {STATE_FILE}; an rl-train "
+                          "checkpoint holds RL state that `vlarl sft` does not continue).",
+                          "Resume a checkpoint of an SFT run, or start a new SFT run in a new folder (a model "
+                          "family's rl-train checkpoint can be its actor.model.model_path).")
+    run_folder.check_resume_config(run_dir, path, config)
+
+
 def run_sft(*, config: str, demos: Path | list[Path] | None, overrides: list[str], steps: int | None,
             output: Path | None, record: int | None = None, resume: str | None = None) -> SftResult:
     """``vlarl sft``: load and validate the config, then :func:`train_sft`."""
@@ -721,7 +736,17 @@ def run_sft(*, config: str, demos: Path | list[Path] | None, overrides: list[str
 
     # validated as a 1-process run: the RL placement rules (env ranks, pipeline stages) do not apply to SFT,
     # whose only multi-process rule (global batch split over the processes) train_sft checks itself
+    from vlarl_cli.training import run_folder
+
     loaded = load_config(config, overrides)  # validate first: a broken config is reported as such
     if record is not None and record < 1:
         raise ConfigError(f"--record must be >= 1, got {record}.", "Pass --record N with N >= 1, or leave it out.")
-    return train_sft(loaded, demos=demos, record=record, steps=steps, output=output, resume=resume)
+    # one writer per run folder (train_sft refuses a new run over an old one with its own message)
+    from vlarl_cli.checkpoints.atomic import check_writable_folder
+
+    run_dir, main = Path(loaded.config.runner.logger.log_path).expanduser(), dist.env_world()[0] == 0
+    check_writable_folder(run_dir, "The run folder (runner.logger.log_path)")  # before demos are recorded
+    with run_folder.claim(run_dir, command="sft", main=main):
+        if resume and main and not run_folder.held_by_launcher(run_dir):  # overrides: applied and recorded, or refused
+            _check_resume(run_dir, resume, loaded.config)
+        return train_sft(loaded, demos=demos, record=record, steps=steps, output=output, resume=resume)

@@ -111,19 +111,45 @@ class EpisodeRecord:
         if missing:
             raise ResultsError(f"Episode line lacks {sorted(missing)}: {str(d)[:200]}",
                                "The file is not a vlarl episode log (episodes.jsonl from `vlarl eval`).")
+        for f in dataclasses.fields(cls):
+            if f.name in d and not _of_type(d[f.name], str(f.type)):
+                raise ResultsError(f"Episode line has {f.name} = {str(d[f.name])[:80]!r}, not a {f.type}: "
+                                   f"{str(d)[:200]}", "The file is not a vlarl episode log (episodes.jsonl from "
+                                   "`vlarl eval`), or it was edited by hand.")
         return cls(**{k: v for k, v in d.items() if k in names}, root=root)
 
     def load_data(self) -> EpisodeData:
         if not self.data or self.root is None:
             raise ResultsError(f"Episode {self.label} has no recorded actions.",
                                "Re-run the evaluation with this version of vlarl.")
-        return EpisodeData.load(self.root / self.data)
+        from vlarl_cli.checkpoints.integrity import contained
+
+        return EpisodeData.load(contained(self.root, self.data, f"Episode {self.label}'s data path"))
 
     def load_frames(self) -> dict[str, np.ndarray] | None:
-        if not self.frames or self.root is None or not (self.root / self.frames).is_file():
+        from vlarl_cli.checkpoints.integrity import contained
+
+        if not self.frames or self.root is None:
             return None
-        with np.load(self.root / self.frames) as f:
+        frames = contained(self.root, self.frames, f"Episode {self.label}'s frames path")
+        if not frames.is_file():
+            return None
+        with np.load(frames) as f:
             return {k: f[k] for k in f.files}
+
+
+def _of_type(value: Any, annotation: str) -> bool:
+    """Whether a JSON value fits a field annotated ``str`` / ``int`` / ``bool`` / ``float`` (JSON has no int
+    vs bool distinction that Python keeps: True is not an int here)."""
+    if annotation == "bool":
+        return isinstance(value, bool)
+    if annotation == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if annotation == "str":
+        return isinstance(value, str)
+    return True
 
 
 @dataclass

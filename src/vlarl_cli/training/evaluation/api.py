@@ -69,6 +69,27 @@ def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | N
     return summary
 
 
+def _check_libero_policy(config: Any, info: PolicyInfo) -> None:
+    """A toy policy (toy_reach's 2-d actions, a state-only observation) cannot act in LIBERO: refused before the
+    first simulator step, not a shape error inside it."""
+    from vlarl_cli.errors import ConfigError
+    from vlarl_cli.model_types import MODEL_TYPES
+
+    model_type = config.actor.model.model_type
+    if MODEL_TYPES[model_type].family == "toy":
+        raise ConfigError(f"{info.path} is a {model_type} policy for the {config.env.train.env_type} toy env; "
+                          "`vlarl eval --suite` evaluates in LIBERO, where it cannot act.",
+                          "Evaluate a LIBERO policy (pi0, pi0.5, OpenVLA-OFT, GR00T checkpoint or config); a toy "
+                          "run's own evaluation is runner.val_check_interval during rl-train.")
+
+
+def _claim(out_dir: Path, rank: int) -> Any:
+    """One writer per results folder: two evals into one folder would run (and log) episodes twice."""
+    from vlarl_cli.training import run_folder
+
+    return run_folder.claim(out_dir, command="eval", main=rank == 0, what="The results folder", writes=())
+
+
 def _prepare_folder(out_dir: Path, card: dict[str, Any], resume: bool) -> None:
     import shutil
 
@@ -101,16 +122,21 @@ def evaluate(checkpoint: Path | None = None, config: str | None = None, override
 
     ``out_dir`` defaults to ``eval/<checkpoint or config name>/<suite>_<protocol>``.
     """
+    import contextlib
+
     from vlarl_cli.distributed import dist
 
     settings.validate()
-    if out_dir is not None:  # before the policy is built (seconds to minutes): a file in the way, read-only
+    held = contextlib.ExitStack()
+    if out_dir is not None:  # before the policy is built (seconds to minutes): a file in the way, read-only, in use
         from vlarl_cli.checkpoints.atomic import check_writable_folder
 
         check_writable_folder(out_dir, "The results folder (--out)")
+        held.enter_context(_claim(out_dir, dist.env_world()[0]))
     ctx = dist.init_distributed()
     try:
-        policy, info, _ = load_policy(checkpoint, config, overrides or [], ctx.device)
+        policy, info, loaded = load_policy(checkpoint, config, overrides or [], ctx.device)
+        _check_libero_policy(loaded, info)
         if settings.model_type is None:
             settings = dataclasses.replace(settings, model_type=info.model_type)
         if out_dir is None:
@@ -119,7 +145,9 @@ def evaluate(checkpoint: Path | None = None, config: str | None = None, override
             name = (f"{path.parent.parent.name}_{path.name}" if path.parent.name == "checkpoints" else path.name) \
                 if info.source == "checkpoint" else Path(info.config).stem
             out_dir = Path("eval") / name / f"{settings.suite}_{settings.protocol}"
+            held.enter_context(_claim(out_dir, ctx.rank))
         return evaluate_policy(policy, settings, info=info, out_dir=Path(out_dir), resume=resume,
                                rank=ctx.rank, world_size=ctx.world_size)
     finally:
+        held.close()
         dist.shutdown()

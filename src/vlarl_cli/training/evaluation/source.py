@@ -47,14 +47,14 @@ def state_dict_sha256(module: torch.nn.Module) -> str:
 def resolve_checkpoint_folder(path: Path) -> Path:
     """A training checkpoint folder from itself, a folder with ``latest``, a run folder or ``builtin:<name>``."""
     from vlarl_cli.checkpoints.builtin import PREFIX, builtin_checkpoint
-    from vlarl_cli.training.checkpoint import LATEST
+    from vlarl_cli.checkpoints.integrity import LATEST, follow_latest, verify_checksums
 
     if str(path).startswith(PREFIX):
         path = builtin_checkpoint(str(path))
     path = Path(path).expanduser()
     for pointer in (path / LATEST, path / "checkpoints" / LATEST):
         if pointer.is_file():
-            path = pointer.parent / pointer.read_text().strip()
+            path = follow_latest(pointer.parent)  # refused when it leaves its folder
             break
     if not path.is_dir():
         raise CheckpointError(f"Checkpoint folder {path} does not exist.",
@@ -67,6 +67,7 @@ def resolve_checkpoint_folder(path: Path) -> Path:
         raise CheckpointError(f"{path} is not a vlarl training checkpoint (missing {', '.join(missing)}).",
                               "Pass a folder written by `vlarl rl-train` (it holds model.safetensors and "
                               "config.yaml), or use --config to build the policy from a config.")
+    verify_checksums(path)  # a flipped byte names the file (a folder without checksums.json: nothing to verify)
     return path
 
 
