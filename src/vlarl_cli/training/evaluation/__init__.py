@@ -138,7 +138,8 @@ def training_eval_metrics(policy: Any, config: Any, *, rank: int = 0, world_size
     policy.eval()
     try:
         summary = evaluate_policy(policy, settings, out_dir=out_dir, rank=rank, world_size=world_size, show=False,
-                                  log_episodes=False, resume=False, group=group)
+                                  log_episodes=False, resume=False, group=group,
+                                  cpu_budget=config.cluster.cpu_budget.model_dump())
     finally:
         if was_training:
             policy.train()
