@@ -40,14 +40,17 @@ def _version(name: str) -> str:
 
 def machine() -> dict[str, Any]:
     """Versions, cores and load average (1, 5, 15 min) at the start of the process and now."""
-    from vlarl_cli.distributed.cpu_budget import usable_cores
+    try:  # a reference venv (benchmarks/lerobot_loader.py) may not have vlarl
+        from vlarl_cli.distributed.cpu_budget import usable_cores
 
-    cores = usable_cores()
+        cores = usable_cores()
+        affinity, quota, count = cores.affinity, cores.quota, cores.count
+    except ImportError:
+        affinity, quota, count = len(os.sched_getaffinity(0)), None, None
     return {
         "python": platform.python_version(), "platform": platform.platform(),
         "versions": {name: _version(name) for name in VERSIONED},
-        "cpu_count": os.cpu_count(), "affinity_cpus": cores.affinity, "cgroup_cpu_quota": cores.quota,
-        "rank_cores": cores.count,
+        "cpu_count": os.cpu_count(), "affinity_cpus": affinity, "cgroup_cpu_quota": quota, "rank_cores": count,
         "load_avg_start": [round(x, 2) for x in _START_LOAD],
         "load_avg_end": [round(x, 2) for x in os.getloadavg()],
     }
