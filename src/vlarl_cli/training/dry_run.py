@@ -209,6 +209,10 @@ def dry_run(config: VlarlConfig, world_size: int) -> None:
                   f"optimizer steps per iteration: "
                   f"{config.algorithm.update_epoch * config.samples_per_iteration() // config.actor.global_batch_size}")
     console.print(cpu_plan(config, world_size).describe("rank 0 if run on this machine"), soft_wrap=True, markup=False)
+    from vlarl_cli.training.envs import render_deviations
+
+    for line in render_deviations(config):
+        _warn(f"deviation: {line}")
     policy = build_meta_policy(config)
     params = count_parameters(policy)
     console.print(f"[bold]Model[/] {config.actor.model.model_type} ({config.actor.model.preset or 'full'} size): "

@@ -59,6 +59,15 @@ def rank_budget(config: VlarlConfig, device_type: str, num_envs: int, machine: A
                   **config.cluster.cpu_budget.model_dump())
 
 
+def render_deviations(config: VlarlConfig) -> list[str]:
+    """``env.<split>.render_quality`` other than exact, one line per LIBERO split (run plan, dry-run)."""
+    from vlarl_cli.training.evaluation.plan import render_quality_deviation
+
+    return [f"env.{name}.{render_quality_deviation(split.render_quality)}"
+            for name, split in (("train", config.env.train), ("eval", config.env.eval))
+            if split.env_type == "libero" and split.render_quality != "exact"]
+
+
 def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank: int, group_size: int,
              cameras: tuple[str, ...], record_video: bool, stages: int, obs_mode: str = "rgb",
              workers: int | None = None) -> VectorEnv:

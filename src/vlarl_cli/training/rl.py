@@ -64,7 +64,14 @@ from vlarl_cli.training.common import (
     resolve_model_path,
     seed_everything,
 )
-from vlarl_cli.training.envs import draw_reset_ids, make_env, rank_budget, sampling_generator, write_videos
+from vlarl_cli.training.envs import (
+    draw_reset_ids,
+    make_env,
+    rank_budget,
+    render_deviations,
+    sampling_generator,
+    write_videos,
+)
 from vlarl_cli.training.rollout import Rollout, collect
 from vlarl_cli.training.sampling import SampledEpoch, fill_with_signal, group_signal, sampling_metrics
 
@@ -235,6 +242,8 @@ class Trainer:
         if self.actor is not None and self.cluster.is_actor_source:
             _print_plan(config, ctx.world_size, self.actor.policy, self.run_dir, len(self.cluster.roles.actor))
             print(self.cpu.describe(), flush=True)
+            for line in render_deviations(config):
+                print(f"deviation: {line}", flush=True)
         self.progress = Progress(total=config.runner.max_epochs, start=self.state.iteration, enabled=ctx.is_main)
 
     def open_envs(self) -> None:

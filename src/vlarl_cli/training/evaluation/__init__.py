@@ -132,7 +132,7 @@ def training_eval_metrics(policy: Any, config: Any, *, rank: int = 0, world_size
         protocol=split.protocol, deterministic=True, num_envs=max(1, total // world_size),
         num_workers=split.num_workers, resolution=split.resolution, max_steps=split.max_episode_steps,
         settle_steps=split.settle_steps, policy_seed=config.actor.seed, env_seed=split.seed,
-        model_type=config.actor.model.model_type,
+        model_type=config.actor.model.model_type, render_quality=split.render_quality,
     )
     was_training = bool(getattr(policy, "training", False))
     policy.eval()

@@ -128,7 +128,7 @@ def _vector_spec(policy: Any, settings: EvalSettings, n: int, workers: int | Non
         resolution=settings.resolution, cameras=keys.policy_cameras(policy), obs_mode=keys.policy_obs_mode(policy),
         max_episode_steps=settings.max_steps, settle_steps=settings.settle_steps, protocol=settings.protocol,
         env_seed=settings.effective_env_seed, auto_reset=False, record_video=settings.live_video > 0,
-        hard_reset=settings.effective_hard_reset,
+        hard_reset=settings.effective_hard_reset, render_quality=settings.render_quality,
     )
 
 
