@@ -294,7 +294,6 @@ class LiberoEnv:
         self.task: suites.TaskInfo | None = None
         self._frames: dict[str, list[np.ndarray]] = {}
         self._episode_active = False
-        self._tuned_context: Any = None  # the render context render_quality was applied to
         self.timings = {"construct_s": 0.0, "reset_s": 0.0}
         self.set_task(task_id)
 
@@ -452,9 +451,14 @@ class LiberoEnv:
 
     def _apply_render_quality(self) -> None:
         """``render_quality`` on the simulator's render context; a hard reset builds a new context (and
-        reloads the model, whose ``offsamples`` is back to the XML's), so each new one is set once."""
+        reloads the model, whose ``offsamples`` is back to the XML's), so each new one is set once.
+
+        The context is marked, not referenced: a reference would keep a replaced context alive until it
+        is dropped later, and robosuite's ``__del__`` then frees its GL objects in whichever context is
+        current, the new one (measured: images 3.4 / 255 off after the second hard reset)."""
         ctx = getattr(self._env.env.sim, "_render_context_offscreen", None)
-        if self.options.render_quality == "exact" or ctx is None or ctx is self._tuned_context:
+        quality = self.options.render_quality
+        if quality == "exact" or ctx is None or getattr(ctx, "_vlarl_render_quality", None) == quality:
             return
         import mujoco
 
@@ -465,7 +469,7 @@ class LiberoEnv:
             ctx.model.vis.quality.offsamples = 0
             ctx.con.free()
             ctx._set_mujoco_context_and_buffers()
-        self._tuned_context = ctx
+        ctx._vlarl_render_quality = quality
 
     def _replay_stream(self, trial_id: int) -> None:
         """Bring numpy's stream to where openpi's evaluator has it before trial ``trial_id``'s reset.
