@@ -145,8 +145,10 @@ class CpuBudget:
     def describe(self, who: str = "this rank") -> str:
         """One line for the run plan, the dry-run and the evaluation header."""
         set_by = f"; set by cluster.cpu_budget: {', '.join(self.overridden)}" if self.overridden else ""
+        workers = (f"{self.env_workers} env worker process(es)" if self.env_workers
+                   else "no env worker process (envs step in this process, or on other ranks)")
         return (f"CPU budget: {self.cores.count} core(s) for {who} ({self.cores.why()}): "
-                f"{self.env_workers} env worker process(es), {self.inference_threads} inference thread(s) "
+                f"{workers}, {self.inference_threads} inference thread(s) "
                 f"({self.device_type}), {self.trainer_threads} trainer thread(s){set_by}")
 
     def apply_trainer(self) -> None:
