@@ -15,7 +15,9 @@ The sample budget is the number of trajectories collected, ``--budget`` (480 = 3
 sampling run stops at the last iteration that stays within it (``rollout/drawn_trajectories``). Each result
 is the final checkpoint evaluated on all 50 init states (standard protocol, deterministic), with 95% Wilson
 intervals. Resumable: run the command again (training resumes with ``--resume auto``, evaluations skip
-finished episodes); ``--piece-s`` bounds one training command (the machine is shared). Prints ONE JSON line.
+finished episodes); ``--piece-s`` bounds one training command and ``--lock FILE`` runs each heavy command under
+``flock FILE`` (the machine is shared). Prints ONE JSON line. ``--smoke``: GRPO only, 2 envs, one iteration,
+one evaluation episode (the code path, in minutes).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 import learning_run
+from _bench import add_smoke, emit
 
 SFT = "builtin:pi0_state_libero_spatial_t0_sft"
 ALGORITHMS: dict[str, list[str]] = {
@@ -73,7 +76,7 @@ def train(name: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
         cmd = [*learning_run._cli("rl-train", "--config", "libero_tiny_ppo", *base, f"runner.max_epochs={target}")]
         if (run / "checkpoints" / "latest").is_file():
             cmd += ["--resume", "auto"]
-        piece = ["flock", "/work/locks/heavy", "timeout", "-s", "INT", str(args.piece_s), "nice", "-n", "10", *cmd]
+        piece = [*_lock(args), "timeout", "-s", "INT", str(args.piece_s), "nice", "-n", "10", *cmd]
         log = out / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a") as f:
@@ -88,6 +91,10 @@ def train(name: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
             "checkpoint": str(run / "checkpoints" / f"global_step_{n}")}
 
 
+def _lock(args: argparse.Namespace) -> list[str]:
+    return ["flock", args.lock] if args.lock else []
+
+
 def evaluate(name: str, out: Path, args: argparse.Namespace, checkpoint: str) -> dict[str, Any]:
     results = out / f"eval_{name}"
     cmd = learning_run._cli("eval", "--suite", args.suite, "--tasks", ",".join(map(str, args.tasks)), "--trials",
@@ -96,7 +103,7 @@ def evaluate(name: str, out: Path, args: argparse.Namespace, checkpoint: str) ->
     log = out / "logs" / f"eval_{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as f:
-        code = subprocess.run(["flock", "/work/locks/heavy", "nice", "-n", "10", *cmd], stdout=f,
+        code = subprocess.run([*_lock(args), "nice", "-n", "10", *cmd], stdout=f,
                               stderr=subprocess.STDOUT).returncode
     if code:
         raise SystemExit(f"evaluation of {name} failed ({code}), see {log}")
@@ -113,7 +120,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--budget", type=int, default=480, help="Trajectories collected per run.")
     ap.add_argument("--piece-s", type=int, default=1140, help="Wall-clock bound of one training command.")
     ap.add_argument("--no-sft-eval", action="store_true", help="Skip evaluating the SFT checkpoint itself.")
+    ap.add_argument("--lock", default=None, help="Run each training / evaluation command under `flock LOCK`.")
+    add_smoke(ap)
     args, rest = ap.parse_known_args(argv)
+    if args.smoke:
+        args.only, args.budget, args.no_sft_eval = "grpo", 2, True
+        rest = [*rest, "--smoke"]
     lr = learning_run.parse(rest)
     for k, v in vars(args).items():
         setattr(lr, k, v)
@@ -137,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "results": state, "versions": learning_run._versions()}
     if args.docs:
         Path(args.docs, "algorithms.json").write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps({k: v.get("eval") for k, v in state.items()}))
+    emit({"benchmark": "algorithm_comparison", **{k: v.get("eval") for k, v in state.items()}}, smoke=args.smoke)
     return report
 
 

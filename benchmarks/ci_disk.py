@@ -2,6 +2,7 @@
 
     python benchmarks/ci_disk.py                       # runs `bash .ci/run` from the repository root
     python benchmarks/ci_disk.py -- bash scripts/reference/openpi.sh
+    python benchmarks/ci_disk.py --smoke               # a one-step python command: the sampler only (CI)
 
 Samples the used bytes of the filesystem holding the repository (and of the temporary folder's, when it is
 another) every --every seconds while the command runs; the command's output goes through unchanged. A
@@ -13,7 +14,6 @@ Stdlib only.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -23,6 +23,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from _bench import add_smoke, emit
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"^\[ci\] disk after (.+?):")
@@ -67,7 +69,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--every", type=float, default=5.0, help="seconds between samples")
     parser.add_argument("command", nargs="*", default=["bash", ".ci/run"], help="default: bash .ci/run")
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.every = 0.05
+        args.command = [sys.executable, "-c", "import time; print('[ci] disk after smoke: 0'); time.sleep(0.2)"]
     sampler = Sampler([ROOT, Path(tempfile.gettempdir())], args.every)
     sampler.start()
     began = time.monotonic()
@@ -85,9 +91,9 @@ def main() -> int:
     peak, end = sampler.close_step()
     steps.append({"step": "(to the end)", "peak_mib": peak // MIB, "end_mib": end // MIB,
                   "at_s": round(time.monotonic() - began)})
-    print(json.dumps({"command": " ".join(args.command), "rc": proc.returncode,
-                      "wall_s": round(time.monotonic() - began), "peak_mib": sampler.peak // MIB,
-                      "end_mib": end // MIB, "steps": steps}))
+    emit({"benchmark": "ci_disk", "command": " ".join(args.command), "rc": proc.returncode,
+          "wall_s": round(time.monotonic() - began), "peak_mib": sampler.peak // MIB,
+          "end_mib": end // MIB, "steps": steps}, smoke=args.smoke)
     return proc.returncode
 
 

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _bench import add_smoke, emit
+
 SUITE, TASK, TRIAL = "libero_spatial", 0, 0
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / ".reference" / "rlinf_env"
@@ -290,7 +292,10 @@ def main() -> None:
     parser.add_argument("--rlinf", action="store_true", help="add RLinf's LiberoEnv beside vlarl's vector env")
     parser.add_argument("--rlinf-only", action="store_true", help="with --rlinf: only that table")
     parser.add_argument("--rlinf-side", action="store_true", help=argparse.SUPPRESS)  # inside the reference env
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.chunks, args.workers, args.resolutions = 5, [5], 1, [128]
     if args.rlinf_side:
         res = (args.resolutions or [128])[0]
         print(json.dumps(rlinf_side_table(res, args.chunks or [1, 5], args.steps, args.workers)))
@@ -365,7 +370,7 @@ def main() -> None:
     result["loadavg_start"] = round(load_start, 2)
     result["loadavg_end"] = round(os.getloadavg()[0], 2)
     result["wall_s"] = round(time.perf_counter() - t0, 1)
-    print(json.dumps(result))
+    emit(result, smoke=args.smoke)
 
 
 if __name__ == "__main__":

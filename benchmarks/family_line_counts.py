@@ -1,6 +1,6 @@
 """Line counts of the family checkpoint modules, split by what each function does (docs/adding_a_family.md).
 
-Run from the repository root:  python benchmarks/family_line_counts.py [REV]
+Run from the repository root:  python benchmarks/family_line_counts.py [REV]   (--smoke: REV = HEAD)
 REV (default f015285~1, the last commit before checkpoints/pipeline.py) gives the "before" columns; "now"
 is the working tree. A function is counted from its first decorator to its last line; everything outside
 functions (docstring, imports, constants, blank lines between functions) is the "module" row. A function
@@ -9,11 +9,12 @@ name missing from BUCKETS is an error, so a new function must be classified befo
 
 from __future__ import annotations
 
+import argparse
 import ast
-import json
 import subprocess
-import sys
 from pathlib import Path
+
+from _bench import add_smoke, emit
 
 FILES = {"pi0": "src/vlarl_cli/policies/pi0/checkpoint.py",
          "openvla_oft": "src/vlarl_cli/policies/openvla_oft/checkpoint.py",
@@ -23,7 +24,8 @@ OWN = ("keys", "detect", "config", "fresh", "side")
 BUCKETS = {  # what each top-level function of the four modules, then and now, is
     "keys": {"_rules", "from_external", "to_external", "_is_known_unused", "_legacy_value_key", "_is_tied",
              "export_state_dict", "Rule", "import_rules", "_rule_for", "_build", "_expected_shape", "_ignorable",
-             "_vision_prefix", "to_upstream_key", "from_upstream_key"},
+             "_vision_prefix", "to_upstream_key", "from_upstream_key",
+             "stage_orbax"},  # openpi JAX checkpoints restaged into the PyTorch layout (a key map)
     "detect": {"detect_format", "_detect_external"},
     "config": {"_variant_from_keys", "_value_head_arch", "_layer_count", "_arch_from_shapes", "_config_from_checkpoint",
                "_count_blocks", "_resolve_config", "_check_route", "infer_backbone_fields", "processor_image_fields",
@@ -55,7 +57,7 @@ def split(text: str) -> dict[str, int]:
     return lines
 
 
-def main(rev: str) -> None:
+def main(rev: str, smoke: bool = False) -> None:
     rows = [*BUCKETS, "module", "own", "total"]
     cols = {}
     for fam, path in FILES.items():
@@ -71,9 +73,13 @@ def main(rev: str) -> None:
     families = [fam for fam in FILES if fam != "fakefam"]
     ratio = {row: round(sum(cols[f"{f} now"][row] for f in families) / sum(cols[f"{f} before"][row] for f in families), 3)
              for row in ("steps", "own", "total")}
-    print(json.dumps({"benchmark": "family_line_counts", "before_rev": rev, "columns": cols,
-                      "three_families_now_over_before": ratio}))
+    emit({"benchmark": "family_line_counts", "before_rev": rev, "columns": cols,
+          "three_families_now_over_before": ratio}, smoke=smoke)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "f015285~1")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("rev", nargs="?", default="f015285~1", help="the revision of the 'before' columns")
+    add_smoke(parser)
+    args = parser.parse_args()
+    main("HEAD" if args.smoke else args.rev, smoke=args.smoke)

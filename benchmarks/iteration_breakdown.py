@@ -2,8 +2,11 @@
 CPU quickstart, with pipeline_stage_num 1 and 2, in one run. Prints one JSON line.
 
     python benchmarks/iteration_breakdown.py [--envs 2] [--steps 40] [--iterations 2]
+    python benchmarks/iteration_breakdown.py --smoke        # seconds: the code path only (CI)
 
-The first iteration builds the simulators, so the figures are taken from the last one. With 2 stages the
+GRPO groups are ``min(4, envs)`` envs (the quickstart's 4 does not divide 2 envs); evaluation is off
+(the quickstart evaluates 20 episodes before training), so only iterations are timed. The first iteration
+builds the simulators, so the figures are taken from the last one. With 2 stages the
 simulator stepping of one half of the envs overlaps the policy inference of the other half; the target is
 collect(2 stages) <= 1.15 x max(env time, inference time) of the 1-stage run. Rollout and actor share one
 module in the collocated placement, so weight sync costs nothing there (reported as 0).
@@ -21,9 +24,14 @@ import json
 import tempfile
 from pathlib import Path
 
+from _bench import add_smoke, emit
+
 
 def _overrides(stages: int, args: argparse.Namespace, log_path: Path) -> list[str]:
+    group = max(g for g in range(1, min(4, args.envs) + 1) if args.envs % g == 0)
     return [
+        f"env.train.group_size={group}", f"algorithm.group_size={group}",
+        "runner.val_before_train=false", "runner.val_check_interval=-1",
         f"rollout.pipeline_stage_num={stages}", f"runner.max_epochs={args.iterations}",
         f"runner.logger.log_path={log_path}", "runner.save_interval=-1",
         f"env.train.total_num_envs={args.envs}", f"env.train.num_workers={args.envs}",
@@ -79,7 +87,10 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny", help="pi0 preset: tiny (the quickstart's) or small, whose "
                         "inference time is comparable to the simulator's, so the overlap shows")
     parser.add_argument("--no-separated", action="store_true", help="skip the 2-process separated run")
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.envs, args.steps, args.iterations, args.no_separated = 2, 10, 1, True
     with tempfile.TemporaryDirectory() as tmp:
         one = run(1, args, Path(tmp))
         two = run(2, args, Path(tmp))
@@ -96,7 +107,7 @@ def main() -> None:
         result.update({"separated_stages_2": separated,
                        "separated_collect_over_max_parts_1": separated["collect_s"] / bound,
                        "separated_speedup_collect": one["collect_s"] / separated["collect_s"]})
-    print(json.dumps(result))
+    emit(result, smoke=args.smoke)
 
 
 if __name__ == "__main__":

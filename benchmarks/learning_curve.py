@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from _bench import add_smoke, emit
 from vlarl_cli.training.toy import ToyRun, train_toy
 
 
@@ -30,7 +31,10 @@ def main() -> None:
     ap.add_argument("--runs", default="flow_sde:gae,flow_sde:grpo,flow_noise:gae,gaussian:gae,token:gae",
                     help="comma-separated policy:adv_type pairs")
     ap.add_argument("--seed", type=int, default=0)
+    add_smoke(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.iterations, args.runs = 1, "flow_sde:gae,token:grpo"
     torch.set_num_threads(1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -68,7 +72,7 @@ def main() -> None:
                "seconds": round(time.perf_counter() - t0, 2), "out": str(out),
                "runs": {k: {"initial_success": v["success"][0], "final_success": v["success"][-1],  # type: ignore[index]
                             "seconds": round(float(v["seconds"]), 2)} for k, v in results.items()}}
-    print(json.dumps(summary))
+    emit(summary, smoke=args.smoke)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python benchmarks/learning_run.py --out runs/learning_run                 # the full run (~45 min, 2 cores)
     python benchmarks/learning_run.py --out runs/learning_short --short       # a few minutes: the pipeline only
+    python benchmarks/learning_run.py --out /tmp/learning_smoke --smoke       # smaller still (CI)
     python benchmarks/learning_run.py --out runs/learning_run --docs docs/learning   # also copy the report
 
 Stages (each one resumable: run the same command again and finished stages are skipped, SFT and RL continue
@@ -40,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _bench import add_smoke, emit
 
 STAGES = ("init_model", "record", "sft", "eval_sft", "rl", "eval_rl", "report")
 # The policy sees no image: LIBERO ``obs_mode: state`` gives it the 8-d proprio state plus the positions of the
@@ -271,8 +274,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--update-epochs", type=int, default=1)
     ap.add_argument("--rl-lr", type=float, default=2e-5)
     ap.add_argument("--seed", type=int, default=0)
+    add_smoke(ap)
     args = ap.parse_args(argv)
-    if args.short:
+    if args.smoke:
+        args.demos, args.sft_steps, args.eval_trials = 1, 2, 1
+        args.rl_iters, args.rl_envs, args.group_size = 1, 2, 2
+    elif args.short:
         args.demos, args.sft_steps, args.eval_trials = 4, 40, 4
         args.rl_iters, args.rl_envs, args.group_size = 1, 4, 2
     args.tasks = tuple(int(t) for t in str(args.tasks).split(",") if t.strip())
@@ -305,7 +312,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else:
             report = stage_report(out, args, stages)
             summary = {k: report[k] for k in ("sft", "rl", "improvement", "intervals_overlap", "wall_s")}
-            print(json.dumps(summary))
+            emit({"benchmark": "learning_run", **summary}, smoke=args.smoke)
             return report
         stages.record(name, time.perf_counter() - t0, **info)
     raise AssertionError("unreachable")

@@ -22,20 +22,20 @@ then one ``{"data": uint8 [3, H, W], "pts": seconds}`` per decoded frame); lerob
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import time
+from typing import Any
 
-import av
-import torch
-import torchvision
-from lerobot.datasets.lerobot_dataset import LeRobotDataset
-from lerobot.datasets.video_utils import get_safe_default_codec
+from _bench import add_smoke, emit, skipped
 
 
 class PyAvVideoReader:
     """torchvision's ``io.VideoReader`` with its pyav backend, as lerobot 0.4.4 calls it."""
 
     def __init__(self, path: str, stream: str = "video") -> None:
+        import av
+
         self.container = av.open(path)
         self._stream = self.container.streams.video[0]
         self._frames = self.container.decode(video=0)
@@ -50,21 +50,41 @@ class PyAvVideoReader:
         return self
 
     def __next__(self) -> dict:
+        import torch
+
         frame = next(self._frames)
         return {"data": torch.as_tensor(frame.to_rgb().to_ndarray()).permute(2, 0, 1),
                 "pts": float(frame.pts * frame.time_base)}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("root")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root", nargs="?", help="a LeRobot v3.0 dataset (benchmarks/sft_loader.py writes one)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--chunk", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    add_smoke(ap)
     args = ap.parse_args()
+    if importlib.util.find_spec("lerobot") is None:
+        skipped("lerobot_loader", "lerobot is not installed in this interpreter: run it with the reference venv "
+                "(bash scripts/reference/lerobot.sh, then .reference/lerobot_v30/bin/python)", smoke=args.smoke)
+        return
+    if args.root is None:
+        ap.error("give the dataset folder (ROOT)")
+    if args.smoke:
+        args.batches, args.warmup, args.batch = 2, 1, 4
+    run(args)
+
+
+def run(args: Any) -> None:
+    import torch
+    import torchvision
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    from lerobot.datasets.video_utils import get_safe_default_codec
+
     torch.set_num_threads(1)
     if not hasattr(torchvision.io, "VideoReader"):
         torchvision.io.VideoReader = PyAvVideoReader
@@ -84,8 +104,9 @@ def main() -> None:
         batch = next(it)
     seconds = time.perf_counter() - t0
     assert batch["action"].shape[1] == args.chunk
-    print(json.dumps({"loader": "lerobot", "frames_per_s": args.batches * args.batch / seconds, "seconds": seconds,
-                      "frames": len(ds), "backend": get_safe_default_codec(), "workers": args.workers}))
+    emit({"benchmark": "lerobot_loader", "loader": "lerobot", "frames_per_s": args.batches * args.batch / seconds,
+          "seconds": seconds, "frames": len(ds), "backend": get_safe_default_codec(), "workers": args.workers},
+         smoke=args.smoke)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,14 @@ Numbers are wall-clock on a shared machine.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import tempfile
 import time
 from pathlib import Path
+
+from _bench import add_smoke, emit, skipped
 
 PRESET = "maniskill_pushcube_ppo_mlp"
 TASK = "PushCube-v1"
@@ -53,7 +56,13 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=64)
     parser.add_argument("--eval-first-seed", type=int, default=1000)
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    add_smoke(parser)
     args = parser.parse_args()
+    if importlib.util.find_spec("mani_skill") is None:
+        skipped("maniskill_learning", "mani_skill is not installed (pip install 'vlarl[maniskill]')", smoke=args.smoke)
+        return
+    if args.smoke:
+        args.iterations, args.eval_episodes = 1, 2
 
     from vlarl_cli.config.loading import load_config
     from vlarl_cli.training.rl import train
@@ -79,8 +88,7 @@ def main() -> None:
            "train_curve": _curve(rows, min(5, len(rows))),
            "loadavg_start": [round(x, 2) for x in load_start], "loadavg_end": [round(x, 2) for x in os.getloadavg()],
            "cpus": os.cpu_count()}
-    text = json.dumps(out)
-    print(text, flush=True)
+    emit(out, smoke=args.smoke)
     if args.out is not None:
         from vlarl_cli.checkpoints.atomic import atomic_write_json
 

@@ -16,12 +16,14 @@ Numbers are wall-clock on a shared machine: the JSON includes the load average a
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
 import os
 import time
 
 import numpy as np
 import torch
+
+from _bench import add_smoke, emit, skipped
 
 TASK = "PickCube-v1"
 
@@ -93,17 +95,24 @@ def main() -> None:
     parser.add_argument("--episode", type=int, default=50, help="episode length (PickCube's RLinf budget)")
     parser.add_argument("--rgb", action="store_true", help="also measure rgb observations")
     parser.add_argument("--repeats", type=int, default=3, help="alternating raw / vlarl rounds (medians)")
+    add_smoke(parser)
     args = parser.parse_args()
+    if importlib.util.find_spec("mani_skill") is None:
+        skipped("maniskill_throughput", "mani_skill is not installed (pip install 'vlarl[maniskill]')",
+                smoke=args.smoke)
+        return
+    if args.smoke:
+        args.envs, args.steps, args.episode, args.repeats = 1, 5, 5, 1
     if args.steps % args.chunk or args.episode % args.chunk:
         parser.error("--steps and --episode must be multiples of --chunk")
     torch.set_num_threads(1)
     actions = np.random.default_rng(0).uniform(-1, 1, (args.envs, args.steps, 7)).astype(np.float32)
-    result: dict[str, object] = {"task": TASK, "envs": args.envs, "steps_per_env": args.steps,
+    result: dict[str, object] = {"benchmark": "maniskill_throughput", "task": TASK, "envs": args.envs, "steps_per_env": args.steps,
                                  "chunk": args.chunk, "repeats": args.repeats, "load_start": os.getloadavg()[0]}
     for mode in ("state", "rgb") if args.rgb else ("state",):
         result[mode] = measure(mode, args, actions)
     result["load_end"] = os.getloadavg()[0]
-    print(json.dumps(result))
+    emit(result, smoke=args.smoke)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ sample). Times are medians over ``--repeats`` runs, in seconds.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -24,6 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from _bench import add_smoke, emit
 
 
 def _median_time(fn: Callable[[], Any], repeats: int) -> float:
@@ -105,14 +106,16 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    add_smoke(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.presets, args.steps, args.batch, args.repeats = "tiny", "1", 1, 1
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     steps = [int(k) for k in args.steps.split(",")]
     results = {name: bench_preset(name, args.batch, steps, args.repeats) for name in args.presets.split(",")}
-    print(json.dumps({"benchmark": "policy_latency", "family": "pi0", "variant": "pi0", "batch": args.batch,
-                      "threads": args.threads, "torch": torch.__version__, "machine": platform.machine(),
-                      "results": results}))
+    emit({"benchmark": "policy_latency", "family": "pi0", "variant": "pi0", "batch": args.batch,
+          "threads": args.threads, "arch": platform.machine(), "results": results}, smoke=args.smoke)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,11 @@ Prints one JSON line; the ratios say what batch-split invariance costs.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import torch
+
+from _bench import add_smoke, emit
 
 
 def _draws(generator, b: int, h: int, d: int, steps: int) -> None:
@@ -40,7 +41,10 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=50)
     parser.add_argument("--dim", type=int, default=32)
     parser.add_argument("--steps", type=int, default=10)
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.envs, args.horizon, args.steps = 2, 5, 1
     torch.set_num_threads(1)
     from vlarl_cli import keys
     from vlarl_cli.policies.noise import RowGenerator
@@ -60,12 +64,12 @@ def main() -> None:
            keys.STATES: torch.randn(b, 8, generator=g), keys.TASK_DESCRIPTIONS: ["pick up the bowl"] * b}
     sample_rows = _best(lambda: policy.sample(obs, generator=rows), 5)
     sample_plain = _best(lambda: policy.sample(obs, generator=plain), 5)
-    print(json.dumps({
+    emit({
         "benchmark": "row_noise", "envs": b, "horizon": args.horizon, "dim": args.dim, "steps": args.steps,
         "draws_row_s": draws_rows, "draws_batched_s": draws_plain, "draws_row_over_batched": draws_rows / draws_plain,
         "tiny_pi0_sample_row_s": sample_rows, "tiny_pi0_sample_batched_s": sample_plain,
         "tiny_pi0_sample_row_over_batched": sample_rows / sample_plain,
-    }))
+    }, smoke=args.smoke)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ own ``LeRobotDataset`` + DataLoader on the same dataset, machine and number of w
     python benchmarks/sft_loader.py --out /tmp/sft_bench                 # both parts, JSON lines
     python benchmarks/sft_loader.py --out /tmp/sft_bench --part rss --episodes 25 200 1600
     python benchmarks/sft_loader.py --out /tmp/sft_bench --part speed --repeats 3
+    python benchmarks/sft_loader.py --out /tmp/sft_smoke --smoke        # seconds: the code path only (CI)
 
 Data: a synthetic LeRobot v3.0 dataset of two 256x256 cameras (LIBERO's size, AV1 as lerobot encodes),
 episodes of 200 frames. ``--template`` distinct episodes are encoded once by vlarl's writer
@@ -33,6 +34,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from _bench import add_smoke, emit, skipped
 
 REPO = Path(__file__).resolve().parents[1]
 FRAMES, SIZE, FPS = 200, 256, 20
@@ -188,15 +191,18 @@ def part_rss(a: argparse.Namespace, tpl: Path) -> None:
                      "frames_per_s": round(result["frames_per_s"], 1)})
         print(json.dumps({"part": "rss", **rows[-1]}), flush=True)
     peak = max(r["peak_pss_mib"] for r in rows)
-    print(json.dumps({"part": "rss_summary", "workers": a.workers, "batch": a.batch,
-                      "pss_growth_mib": round(rows[-1]["peak_pss_mib"] - rows[0]["peak_pss_mib"], 1),
-                      "largest_over_peak_pss": round(rows[-1]["decoded_gib"] * 1024 / peak, 1),
-                      "rows": rows}), flush=True)
+    emit({"benchmark": "sft_loader", "part": "rss_summary", "workers": a.workers, "batch": a.batch,
+          "pss_growth_mib": round(rows[-1]["peak_pss_mib"] - rows[0]["peak_pss_mib"], 1),
+          "largest_over_peak_pss": round(rows[-1]["decoded_gib"] * 1024 / peak, 1), "rows": rows}, smoke=a.smoke)
 
 
 def part_speed(a: argparse.Namespace, tpl: Path) -> None:
     root = expand(tpl, a.speed_episodes, a.out)
     ref = REPO / ".reference" / "lerobot_v30" / "bin" / "python"
+    if not ref.is_file():
+        skipped("sft_loader", f"part speed needs lerobot's reference venv ({ref} is missing: bash "
+                "scripts/reference/lerobot.sh)", smoke=a.smoke)
+        return
     lerobot_cmd = [str(ref), str(REPO / "benchmarks" / "lerobot_loader.py"), str(root), "--workers", str(a.workers),
                    "--batch", str(a.batch), "--batches", str(a.batches), "--warmup", str(a.warmup), "--chunk", str(a.chunk)]
     ours, theirs = [], []
@@ -205,11 +211,11 @@ def part_speed(a: argparse.Namespace, tpl: Path) -> None:
         result = run_child(lerobot_cmd)[0]
         theirs.append(result["frames_per_s"])
         print(json.dumps({"part": "speed_repeat", "repeat": r, "vlarl": ours[-1], "lerobot": theirs[-1]}), flush=True)
-    print(json.dumps({"part": "speed", "episodes": a.speed_episodes, "frames": a.speed_episodes * FRAMES,
+    emit({"benchmark": "sft_loader", "part": "speed", "episodes": a.speed_episodes, "frames": a.speed_episodes * FRAMES,
                       "workers": a.workers, "batch": a.batch, "chunk": a.chunk, "lerobot_backend": result["backend"],
                       "vlarl_frames_per_s": float(np.median(ours)), "lerobot_frames_per_s": float(np.median(theirs)),
-                      "ratio": float(np.median(ours) / np.median(theirs)), "vlarl_runs": ours, "lerobot_runs": theirs}),
-          flush=True)
+                      "ratio": float(np.median(ours) / np.median(theirs)), "vlarl_runs": ours, "lerobot_runs": theirs},
+         smoke=a.smoke)
 
 
 def main() -> None:
@@ -226,7 +232,10 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    add_smoke(ap)
     a = ap.parse_args()
+    if a.smoke:
+        a.episodes, a.speed_episodes, a.template, a.batches, a.warmup, a.batch, a.repeats = [1], 1, 1, 2, 1, 4, 1
     if a.child:
         child(a.child, a.workers, a.batch, a.batches, a.warmup, a.chunk)
         return

@@ -39,6 +39,8 @@ import torch.distributed as torch_dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from _bench import add_smoke, emit
+
 
 def observation() -> dict[str, Any]:
     g = torch.Generator().manual_seed(0)
@@ -162,7 +164,10 @@ def main() -> None:
     parser.add_argument("--sync-layers", type=int, default=16, help="blocks of 3.15M parameters")
     parser.add_argument("--sync-pushes", type=int, default=7, help="timed pushes per median")
     parser.add_argument("--bucket-mb", type=float, nargs="+", default=[256.0, 32.0])
+    add_smoke(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.repeats, args.sync_layers, args.sync_pushes, args.bucket_mb = 2, 1, 1, [32.0]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -172,8 +177,8 @@ def main() -> None:
         mp.start_processes(_worker, args=(port, args, out), nprocs=2, join=True, start_method="spawn")
         result = json.loads(Path(out).read_text())
     result = {"benchmark": "transport", "backend": "gloo", "processes": 2, "repeats": args.repeats,
-              "torch": torch.__version__, "cpu_count": os.cpu_count(), "machine": platform.machine(), **result}
-    print(json.dumps(result))
+              "arch": platform.machine(), **result}
+    emit(result, smoke=args.smoke)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ def command(
     live_video: int = typer.Option(0, "--live-video", min=0, help="Also record the first K episodes' frames "
                                    "live (renders every step; `vlarl video` can re-simulate any episode instead)."),
     seed: int = typer.Option(0, "--seed", min=0, max=2**31 - 1, help="Seed of the policy's sampling noise."),
+    render_quality: str = typer.Option("exact", "--render-quality", help="LIBERO rendering: exact (the protocols'), "
+                                       "fast (reflection pass off) or fast_noaa (also anti-aliasing off); not "
+                                       "exact is recorded as a deviation."),
     env_seed: int | None = typer.Option(None, "--env-seed", min=0, max=2**31 - 1, help="Env seed (default: the protocol's for the "
                                         "policy family: standard 7 openpi / 0 OFT; rlinf 0). A change from "
                                         "the standard protocol's is recorded as a deviation."),
@@ -102,7 +105,7 @@ def command(
                             deterministic=temperature is None, temperature=temperature, num_envs=num_envs,
                             num_workers=num_workers, resolution=resolution, max_steps=max_steps,
                             settle_steps=settle_steps, policy_seed=seed, live_video=live_video,
-                            env_seed=env_seed)
+                            env_seed=env_seed, render_quality=render_quality)
     settings.validate()  # a mistyped suite or protocol is named before the choice of checkpoint
     evaluate(_policy_source(checkpoint, config, run), config, list(overrides or []), settings=settings, out_dir=out,
              resume=resume)

@@ -84,6 +84,21 @@ def parse_device_set(spec: str | int, world_size: int) -> list[int]:
     return sorted(set(ranks))
 
 
+class CpuBudgetConfig(Section):
+    """Overrides of the CPU budget (``distributed/cpu_budget.py``); null = decided from the machine."""
+
+    cores: int | None = Field(None, ge=1, description="CPU cores this rank may use (null: the affinity mask, "
+                              "capped by the container's cgroup CPU quota, divided by the ranks on the node).")
+    env_workers: int | None = Field(None, ge=1, description="Most simulator worker processes per env rank when "
+                                    "env.*.num_workers is null (null: one per core; on GPU nodes one core is "
+                                    "kept for the process that drives the GPU).")
+    inference_threads: int | None = Field(None, ge=1, description="torch threads of the rollout / eval "
+                                          "inference (null: the cores the env workers leave, at least 1; 1 when "
+                                          "the policy runs on a GPU).")
+    trainer_threads: int | None = Field(None, ge=1, description="torch threads of the actor update (null: every "
+                                        "core on CPU; 2 on a GPU unless fsdp_config.cpu_offload).")
+
+
 class ClusterConfig(Section):
     num_nodes: int = Field(1, ge=1, description="Number of nodes (machines) in the job.")
     component_placement: dict[str, str | int] = Field(
@@ -91,6 +106,9 @@ class ClusterConfig(Section):
         description='Devices of each component: keys are component names (env, rollout, actor) or '
         'comma-joined names; values are "all", "N", "A-B" or comma lists of those.',
     )
+    cpu_budget: CpuBudgetConfig = Field(default_factory=CpuBudgetConfig, description="Who uses this rank's CPU "
+                                        "cores: env workers, inference threads, trainer threads (printed in "
+                                        "the run plan and --dry-run).")
 
     @field_validator("component_placement")
     @classmethod
@@ -349,6 +367,11 @@ class EnvSplitConfig(Section):
     reset_gripper_open: bool = Field(True, description="Open the gripper during the settle steps.")
     hard_reset: bool = Field(False, description="Rebuild the simulator model on every reset (+~2.5 s). The "
                              "default soft reset gives bit-identical episodes (tests/envs, tests/training).")
+    render_quality: Literal["exact", "fast", "fast_noaa"] = Field(
+        "exact", description="LIBERO camera rendering: exact (MuJoCo's defaults, as published protocols), fast "
+        "(reflection pass off: 1.7-2.0x faster per frame on CPU, ~0.9/255 mean pixel difference) or fast_noaa "
+        "(also multisampling off: 2.6-2.8x, edges alias). Not exact: printed as a deviation in the run plan "
+        "and on every evaluation card.")
     is_eval: bool = Field(False, description="This split is used for evaluation.")
     seed: int = Field(0, ge=0, le=SEED_MAX, description="Seed of the env and of the init-state assignment.")
     group_size: int = Field(1, ge=1, description="Consecutive envs sharing one init state (GRPO).")

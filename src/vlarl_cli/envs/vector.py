@@ -111,6 +111,7 @@ class VectorEnvSpec:
         stages: pipeline stages; must divide N.
         hard_reset: robosuite hard reset; None = the protocol's.
         cache_dir: vlarl cache root (LIBERO config); None = default.
+        render_quality: ``exact`` / ``fast`` / ``fast_noaa`` (``envs.libero.env.RENDER_QUALITIES``).
     """
 
     suite: str
@@ -142,6 +143,7 @@ class VectorEnvSpec:
     stages: int = 1
     hard_reset: bool | None = None
     cache_dir: str | None = None
+    render_quality: str = "exact"
 
     @property
     def every_reset_seeding(self) -> bool:
@@ -177,6 +179,7 @@ class VectorEnvSpec:
             ignore_terminations=self.ignore_terminations,
             hard_reset=self.hard_reset,
             record_video=self.record_video,
+            render_quality=self.render_quality,
         )
 
     def validate(self) -> None:
@@ -221,6 +224,7 @@ def split_spec_fields(split: Any, rank: int) -> dict[str, Any]:
         "specific_reset_id": split.specific_reset_id,
         "reset_gripper_open": split.reset_gripper_open,
         "step_penalty": penalty,
+        "render_quality": split.render_quality,
     }
 
 

@@ -11,6 +11,7 @@ Activations are not included: they depend on sequence length and micro-batch siz
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -207,6 +208,11 @@ def dry_run(config: VlarlConfig, world_size: int) -> None:
                   f"samples per iteration: {config.samples_per_iteration()}; "
                   f"optimizer steps per iteration: "
                   f"{config.algorithm.update_epoch * config.samples_per_iteration() // config.actor.global_batch_size}")
+    console.print(cpu_plan(config, world_size).describe("rank 0 if run on this machine"), soft_wrap=True, markup=False)
+    from vlarl_cli.training.envs import render_deviations
+
+    for line in render_deviations(config):
+        _warn(f"deviation: {line}")
     policy = build_meta_policy(config)
     params = count_parameters(policy)
     console.print(f"[bold]Model[/] {config.actor.model.model_type} ({config.actor.model.preset or 'full'} size): "
@@ -224,6 +230,18 @@ def dry_run(config: VlarlConfig, world_size: int) -> None:
     console.print(table)
     for warning in memory_warnings(config, estimates, world_size):
         _warn(f"this plan fits on no machine: {warning}.")
+
+
+def cpu_plan(config: VlarlConfig, world_size: int) -> Any:
+    """Rank 0's CPU budget if the plan ran on this machine (its cores shared by the node's ranks)."""
+    from vlarl_cli.distributed.cpu_budget import affinity_cores, cgroup_quota, share
+    from vlarl_cli.distributed.device import default_device
+    from vlarl_cli.training.envs import rank_budget
+
+    placement = config.cluster.placement(world_size)
+    envs = config.train_num_envs // max(1, len(placement["env"])) if 0 in placement["env"] else 0
+    machine = share(affinity_cores(), cgroup_quota(), max(1, world_size // config.cluster.num_nodes))
+    return rank_budget(config, default_device(0).type, envs, machine=machine)
 
 
 def _ranges(ranks: list[int]) -> str:

@@ -44,9 +44,35 @@ def sampling_generator(seed: int, epoch_index: int, env_ids: range) -> Any:
     return RowGenerator.from_seeds([derived_seed(seed, epoch_index, g, 3) for g in env_ids])
 
 
+def rank_budget(config: VlarlConfig, device_type: str, num_envs: int, machine: Any = None) -> Any:
+    """This rank's CPU budget (``distributed.cpu_budget``) with ``cluster.cpu_budget``'s overrides.
+
+    ``num_envs``: the LIBERO training envs this rank hosts in worker processes (ManiSkill and the toy task
+    step inside the rank's own process: 0 there).
+    """
+    from vlarl_cli.distributed.cpu_budget import decide
+
+    split = config.env.train
+    in_workers = num_envs if split.env_type == "libero" else 0
+    return decide(device_type=device_type, num_envs=in_workers, requested_workers=split.num_workers,
+                  offload=config.actor.fsdp_config.cpu_offload, machine=machine,
+                  **config.cluster.cpu_budget.model_dump())
+
+
+def render_deviations(config: VlarlConfig) -> list[str]:
+    """``env.<split>.render_quality`` other than exact, one line per LIBERO split (run plan, dry-run)."""
+    from vlarl_cli.training.evaluation.plan import render_quality_deviation
+
+    return [f"env.{name}.{render_quality_deviation(split.render_quality)}"
+            for name, split in (("train", config.env.train), ("eval", config.env.eval))
+            if split.env_type == "libero" and split.render_quality != "exact"]
+
+
 def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank: int, group_size: int,
-             cameras: tuple[str, ...], record_video: bool, stages: int, obs_mode: str = "rgb") -> VectorEnv:
-    """This rank's vector env for ``split`` (LIBERO subprocess workers)."""
+             cameras: tuple[str, ...], record_video: bool, stages: int, obs_mode: str = "rgb",
+             workers: int | None = None) -> VectorEnv:
+    """This rank's vector env for ``split`` (LIBERO subprocess workers: ``workers``, the CPU budget's, or
+    ``split.num_workers``, or one per core)."""
     if split.env_type == "toy_reach":
         from vlarl_cli.envs.toy import ToyVectorEnv
 
@@ -65,7 +91,7 @@ def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank:
         suite=split.task_suite_name,
         task_ids=tuple(split.task_ids or ()),
         num_envs=num_envs,
-        num_workers=workers_for(num_envs, split.num_workers),
+        num_workers=workers or workers_for(num_envs, split.num_workers),
         resolution=split.resolution,
         cameras=cameras,
         obs_mode=obs_mode,

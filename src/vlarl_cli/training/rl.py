@@ -64,7 +64,14 @@ from vlarl_cli.training.common import (
     resolve_model_path,
     seed_everything,
 )
-from vlarl_cli.training.envs import draw_reset_ids, make_env, sampling_generator, write_videos
+from vlarl_cli.training.envs import (
+    draw_reset_ids,
+    make_env,
+    rank_budget,
+    render_deviations,
+    sampling_generator,
+    write_videos,
+)
 from vlarl_cli.training.rollout import Rollout, collect
 from vlarl_cli.training.sampling import SampledEpoch, fill_with_signal, group_signal, sampling_metrics
 
@@ -165,6 +172,10 @@ class Trainer:
 
     def __init__(self, config: VlarlConfig, cluster: Cluster) -> None:
         self.config, self.cluster = config, cluster
+        # who uses this rank's cores (distributed/cpu_budget.py): the update's threads are the default,
+        # collect switches to the inference threads while the env workers step
+        self.cpu = rank_budget(config, cluster.device.type, cluster.roles.envs_per_env_rank if cluster.is_env else 0)
+        self.cpu.apply_trainer()
         self.run_dir = Path(config.runner.logger.log_path).expanduser()
         # the same seed on every rank while the models are built: freshly initialised weights (tiny presets,
         # value heads) are then the same whichever rank builds them
@@ -229,6 +240,9 @@ class Trainer:
             write_own_text(self.run_dir, "config.yaml", to_yaml(config))
         if self.actor is not None and self.cluster.is_actor_source:
             _print_plan(config, ctx.world_size, self.actor.policy, self.run_dir, len(self.cluster.roles.actor))
+            print(self.cpu.describe(), flush=True)
+            for line in render_deviations(config):
+                print(f"deviation: {line}", flush=True)
         self.progress = Progress(total=config.runner.max_epochs, start=self.state.iteration, enabled=ctx.is_main)
 
     def open_envs(self) -> None:
@@ -243,7 +257,7 @@ class Trainer:
                     else remote_env.receive_setup(roles.rollout_of_env(cluster.rank)))
             self.env = make_env(config, split, num_envs=roles.envs_per_env_rank, rank=cluster.rank,
                                 group_size=config.train_group_size, cameras=tuple(view["cameras"]),
-                                obs_mode=view["obs_mode"],
+                                obs_mode=view["obs_mode"], workers=self.cpu.env_workers or None,
                                 record_video=split.video_cfg.save_video and cluster.is_first_env, stages=stages)
             if cluster.is_env_only:
                 remote_env.send_hello(self.env, roles.rollout_of_env(cluster.rank), stages)
@@ -291,7 +305,8 @@ class Trainer:
         offload_module(policy, cluster.device if own_copy and config.rollout.enable_offload else None)
         if self.actor is not None:
             self.actor.offload(weights=own_copy)
-        sampled = [self._sample_epoch(policy, epoch) for epoch in range(config.rollout_epoch)]
+        with self.cpu.inference():
+            sampled = [self._sample_epoch(policy, epoch) for epoch in range(config.rollout_epoch)]
         if isinstance(self.env, RemoteVectorEnv):
             self.env.end_iteration(self.state.iteration + 1)
         drawn = [d for s in sampled for d in s.draws]  # every collection (dynamic sampling draws more)

@@ -48,6 +48,15 @@ CAMERAS: dict[str, tuple[str, str]] = {
 RESOLUTIONS = (128, 224, 256)
 #: ``rgb``: cameras + 8-d proprio (every published protocol); ``state``: no camera, 14-d privileged state.
 OBS_MODES = ("rgb", "state")
+#: MuJoCo rendering settings (``EnvOptions.render_quality``): what each one turns off, for the deviation lines.
+#: Measured on Mesa (EGL / OSMesa), 128 px (benchmarks/render_quality.py): ``fast`` 1.7-2.0x faster per frame,
+#: mean pixel difference ~0.9 / 255, all of it on reflective surfaces (the stove plate); ``fast_noaa``
+#: 2.6-2.8x, edges alias (~2.7 / 255).
+RENDER_QUALITIES = {
+    "exact": "MuJoCo's defaults, as every published protocol renders",
+    "fast": "MuJoCo's reflection pass off (reflective surfaces such as the stove plate render plain)",
+    "fast_noaa": "MuJoCo's reflection pass and multisample anti-aliasing off (edges alias)",
+}
 
 
 def state_dim(obs_mode: str) -> int:
@@ -93,6 +102,8 @@ class EnvOptions:
         obs_mode: ``rgb`` (the standard observation: cameras + the 8-d proprio state) or ``state``
             (no camera: the state is the 8-d proprio followed by the world positions of the goal's two
             objects, 14-d; privileged like ManiSkill's ``state`` mode, for CPU learning runs).
+        render_quality: ``exact`` (MuJoCo's defaults), ``fast`` (reflection pass off) or ``fast_noaa``
+            (reflection and multisampling off); see ``RENDER_QUALITIES``. Images differ from ``exact``.
     """
 
     resolution: int = 128
@@ -111,6 +122,7 @@ class EnvOptions:
     record_video: bool = False
     clip_actions: bool = True
     obs_mode: str = "rgb"
+    render_quality: str = "exact"
 
     def validate(self) -> None:
         get_protocol(self.protocol)
@@ -135,6 +147,10 @@ class EnvOptions:
         if self.obs_mode not in OBS_MODES:
             raise EnvError(f'Unknown LIBERO obs_mode "{self.obs_mode}".{did_you_mean(self.obs_mode, OBS_MODES)}',
                            fix=f"Use one of {list(OBS_MODES)}.")
+        if self.render_quality not in RENDER_QUALITIES:
+            raise EnvError(f'Unknown render_quality "{self.render_quality}".'
+                           f"{did_you_mean(self.render_quality, list(RENDER_QUALITIES))}",
+                           fix=f"Use one of {list(RENDER_QUALITIES)}.")
         if self.obs_mode == "state" and self.cameras:
             raise EnvError(f"obs_mode state renders no camera, but cameras {list(self.cameras)} were asked for.",
                            fix="Use obs_mode rgb for image policies, or no cameras with obs_mode state.")
@@ -415,6 +431,7 @@ class LiberoEnv:
                 if getattr(robot, "gripper", None) is not None:
                     robot.gripper.current_action = np.zeros(robot.gripper.dof)
         _install_gates(env.env, self._camera_observables(), self._gate)  # observables may be new (trap 2)
+        self._apply_render_quality()
         self._gate.open = settle == 0 or self.options.record_video
         raw = env.set_init_state(np.asarray(state, dtype=np.float64))
         for i in range(settle):
@@ -436,6 +453,28 @@ class LiberoEnv:
             self._capture(obs)
         self.timings["reset_s"] = time.perf_counter() - start
         return obs
+
+    def _apply_render_quality(self) -> None:
+        """``render_quality`` on the simulator's render context; a hard reset builds a new context (and
+        reloads the model, whose ``offsamples`` is back to the XML's), so each new one is set once.
+
+        The context is marked, not referenced: a reference would keep a replaced context alive until it
+        is dropped later, and robosuite's ``__del__`` then frees its GL objects in whichever context is
+        current, the new one (measured: images 3.4 / 255 off after the second hard reset)."""
+        ctx = getattr(self._env.env.sim, "_render_context_offscreen", None)
+        quality = self.options.render_quality
+        if quality == "exact" or ctx is None or getattr(ctx, "_vlarl_render_quality", None) == quality:
+            return
+        import mujoco
+
+        _make_current(ctx)
+        ctx.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+        if self.options.render_quality == "fast_noaa":
+            # multisampling is a property of the offscreen buffer: rebuild it without samples
+            ctx.model.vis.quality.offsamples = 0
+            ctx.con.free()
+            ctx._set_mujoco_context_and_buffers()
+        ctx._vlarl_render_quality = quality
 
     def _replay_stream(self, trial_id: int) -> None:
         """Bring numpy's stream to where openpi's evaluator has it before trial ``trial_id``'s reset.

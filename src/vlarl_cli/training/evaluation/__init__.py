@@ -132,13 +132,14 @@ def training_eval_metrics(policy: Any, config: Any, *, rank: int = 0, world_size
         protocol=split.protocol, deterministic=True, num_envs=max(1, total // world_size),
         num_workers=split.num_workers, resolution=split.resolution, max_steps=split.max_episode_steps,
         settle_steps=split.settle_steps, policy_seed=config.actor.seed, env_seed=split.seed,
-        model_type=config.actor.model.model_type,
+        model_type=config.actor.model.model_type, render_quality=split.render_quality,
     )
     was_training = bool(getattr(policy, "training", False))
     policy.eval()
     try:
         summary = evaluate_policy(policy, settings, out_dir=out_dir, rank=rank, world_size=world_size, show=False,
-                                  log_episodes=False, resume=False, group=group)
+                                  log_episodes=False, resume=False, group=group,
+                                  cpu_budget=config.cluster.cpu_budget.model_dump())
     finally:
         if was_training:
             policy.train()

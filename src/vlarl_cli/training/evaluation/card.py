@@ -23,6 +23,8 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
     suites = sorted({k.suite for k in plan}, key=lambda s: expand_suite("libero_130").index(s))
     temperature = settings.temperature if not settings.deterministic else None
     mode = "deterministic" if settings.deterministic else "sampled"
+    # render_quality enters the card only when not exact, so folders written before it existed still resume
+    rendering = {} if settings.render_quality == "exact" else {"render_quality": settings.render_quality}
     return {
         "protocol": p.name,
         "protocol_source": p.notes,
@@ -47,6 +49,7 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
         "cameras": list(policy_cameras(policy)),
         # "state": no camera, privileged 14-d state (envs/libero/env.py EnvOptions.obs_mode), not a protocol's
         "obs_mode": policy_obs_mode(policy),
+        **rendering,
         "policy_seed": settings.policy_seed,
         "checkpoint": asdict(info) if info is not None else None,
         # the prompt tokenizer (path, sha256, vocab_size, source) of policies that read a real one

@@ -113,6 +113,8 @@ class EvalSettings:
         hard_reset: robosuite hard resets (rebuild the model every episode); None = the protocol's.
         model_type: the policy family (``actor.model.model_type``): selects the protocol's family entry
             (replan size, denoising steps, env seed); filled in once the policy is known.
+        render_quality: ``exact`` (the protocols' rendering), ``fast`` or ``fast_noaa``
+            (``envs.libero.env.RENDER_QUALITIES``; a deviation on the card when not exact).
     """
 
     suite: str = "libero_10"
@@ -131,6 +133,7 @@ class EvalSettings:
     live_video: int = 0
     hard_reset: bool | None = None
     model_type: str | None = None
+    render_quality: str = "exact"
 
     def validate(self) -> None:
         from vlarl_cli.envs.libero.env import RESOLUTIONS
@@ -142,6 +145,11 @@ class EvalSettings:
             raise EnvError(f"Resolution {self.resolution} is not supported.", fix=f"Use one of {RESOLUTIONS}.")
         if self.num_envs < 1:
             raise ConfigError(f"num_envs must be >= 1, got {self.num_envs}.", "Pass --num-envs 1 or more.")
+        from vlarl_cli.envs.libero.env import RENDER_QUALITIES
+
+        if self.render_quality not in RENDER_QUALITIES:
+            raise ConfigError(f'Unknown render quality "{self.render_quality}".',
+                              f"Use one of {', '.join(RENDER_QUALITIES)}.")
         if self.temperature is not None and (self.deterministic or self.temperature <= 0):
             raise ConfigError(f"temperature {self.temperature} needs sampled actions and a value > 0.",
                               "Pass either --deterministic or --temperature T (T > 0), not both.")
@@ -179,6 +187,8 @@ class EvalSettings:
             out.append(f"render resolution {self.resolution} (protocol: {p.render_resolution})")
         if self.hard_reset is not None and self.hard_reset != p.hard_reset:
             out.append(f"{'hard' if self.hard_reset else 'soft'} resets (protocol: {'hard' if p.hard_reset else 'soft'})")
+        if self.render_quality != "exact":
+            out.append(render_quality_deviation(self.render_quality))
         return out
 
     @property
@@ -214,3 +224,10 @@ class EvalSettings:
         if fam.denoising_steps and denoising_steps is not None and denoising_steps != fam.denoising_steps:
             out.append(f"{denoising_steps} denoising steps (protocol: {fam.denoising_steps}, {fam.source})")
         return out
+
+
+def render_quality_deviation(quality: str) -> str:
+    """The deviation line of a ``render_quality`` other than ``exact`` (cards, run plan, dry-run)."""
+    from vlarl_cli.envs.libero.env import RENDER_QUALITIES
+
+    return f"render_quality {quality}: {RENDER_QUALITIES[quality]}; images differ from the published protocols' (exact)"

@@ -62,12 +62,14 @@ class RunStats:
 
 def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *,
                  on_episode: Any = None, rank: int = 0, out_dir: Path | None = None,
-                 log: bool = True) -> tuple[list[EpisodeRecord], RunStats]:
+                 log: bool = True, cpu_budget: dict[str, Any] | None = None) -> tuple[list[EpisodeRecord], RunStats]:
     """Evaluate ``items`` (each exactly once) in this process's vector env.
 
     Args:
         on_episode: called with each finished :class:`EpisodeRecord` (already holding its data paths).
         out_dir: where per-episode data (actions, fingerprints, live frames) are written; None = nowhere.
+        cpu_budget: ``cluster.cpu_budget`` overrides (``distributed.cpu_budget.decide``); the env workers
+            and the inference threads follow the budget (printed with ``log``).
 
     Returns:
         (records in completion order, timing stats).
@@ -78,15 +80,19 @@ def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *
         return [], RunStats()
     takes_gen = _prepare_sampling(policy, settings)
     n = min(settings.num_envs, len(items))
+    budget = _budget(policy, settings, n, cpu_budget)
+    if log and rank == 0:
+        print(f"vlarl eval: {budget.describe()}", flush=True)
     run = _Evaluation(policy, settings, n, takes_gen, rank=rank, out_dir=out_dir, log=log, on_episode=on_episode,
                       total=len(items))
     queue = _waves(items, n)
-    run.vec = LiberoVectorEnv(_vector_spec(policy, settings, n))
+    run.vec = LiberoVectorEnv(_vector_spec(policy, settings, n, budget.env_workers))
     try:
-        while queue or run.retry:
-            if not queue:  # episodes lost to a worker crash get one more run, packed into fresh waves
-                queue, run.retry = _waves(run.retry, n), []
-            run.wave(queue.pop(0))
+        with budget.inference():
+            while queue or run.retry:
+                if not queue:  # episodes lost to a worker crash get one more run, packed into fresh waves
+                    queue, run.retry = _waves(run.retry, n), []
+                run.wave(queue.pop(0))
     finally:
         run.vec.close()
     run.stats.wall_s = time.perf_counter() - run.start
@@ -106,14 +112,23 @@ def _prepare_sampling(policy: Any, settings: EvalSettings) -> bool:
     return takes_gen
 
 
-def _vector_spec(policy: Any, settings: EvalSettings, n: int) -> Any:
+def _budget(policy: Any, settings: EvalSettings, n: int, overrides: dict[str, Any] | None) -> Any:
+    """This process's CPU budget for ``n`` eval envs on the policy's device."""
+    from vlarl_cli.distributed.cpu_budget import decide
+
+    first = next(iter(policy.parameters()), None) if hasattr(policy, "parameters") else None
+    device_type = first.device.type if first is not None else "cpu"
+    return decide(device_type=device_type, num_envs=n, requested_workers=settings.num_workers, **(overrides or {}))
+
+
+def _vector_spec(policy: Any, settings: EvalSettings, n: int, workers: int | None = None) -> Any:
     from vlarl_cli.envs.vector import VectorEnvSpec
     return VectorEnvSpec(
-        suite="libero_130", num_envs=n, num_workers=workers_for(n, settings.num_workers),
+        suite="libero_130", num_envs=n, num_workers=workers or workers_for(n, settings.num_workers),
         resolution=settings.resolution, cameras=keys.policy_cameras(policy), obs_mode=keys.policy_obs_mode(policy),
         max_episode_steps=settings.max_steps, settle_steps=settings.settle_steps, protocol=settings.protocol,
         env_seed=settings.effective_env_seed, auto_reset=False, record_video=settings.live_video > 0,
-        hard_reset=settings.effective_hard_reset,
+        hard_reset=settings.effective_hard_reset, render_quality=settings.render_quality,
     )
 
 
