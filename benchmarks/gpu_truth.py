@@ -17,8 +17,8 @@ Parts (each a subprocess with its own time limit; a failure or a timeout is reco
   moments to the host and back.
 * ``libero``: env steps/s of vlarl's LIBERO vector env at 1, 4, 8, 16 workers (one env each), both cameras
   at 224 px, ``MUJOCO_GL=egl``.
-* ``iteration``: two ``rl-train`` iterations of the pi0 LIBERO recipe scaled to one GPU (16 envs, a short
-  rollout); the time per phase of the second.
+* ``iteration``: two ``rl-train`` iterations of the pi0 LIBERO recipe scaled to one GPU (16 envs on
+  libero_spatial, whose assets the device kit carries, a short rollout); the time per phase of the second.
 
 ``--smoke`` runs the same code on CPU with the tiny presets, a micro-batch of 2, 2 envs and 64 px images.
 """
@@ -86,9 +86,10 @@ def _obs(batch: int, size: int) -> dict[str, Any]:
 def _family_config(family: str, smoke: bool) -> Any:
     from vlarl_cli.config.loading import load_config
 
-    overrides = ["actor.model.model_path=null"]  # random weights at the recipe's size: nothing to download
+    # random weights at the recipe's size: nothing to download
+    overrides = ["actor.model.model_path=null", f"actor.model.preset={'tiny' if smoke else 'full'}"]
     if smoke:
-        overrides += ["actor.model.preset=tiny", "actor.micro_batch_size=2"]
+        overrides.append("actor.micro_batch_size=2")
         if family.startswith("pi0"):
             overrides.append("actor.model.openpi.action_horizon=10")  # tiny's 8 < the recipe's 10 executed
     return load_config(FAMILIES[family], overrides).config
@@ -291,20 +292,24 @@ def part_libero(smoke: bool) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- iteration
+def iteration_recipe(smoke: bool, log: Path) -> tuple[str, list[str]]:
+    """The recipe and overrides of the ``iteration`` part."""
+    common = [f"runner.logger.log_path={log}", "runner.max_epochs=2", "runner.save_interval=-1",
+              "runner.val_check_interval=-1"]
+    if smoke:
+        return "toy_reach_ppo", common
+    return "libero_10_ppo_openpi", [
+        *common, "actor.model.model_path=null", "actor.model.preset=full", "env.train.total_num_envs=16",
+        "env.train.task_suite_name=libero_spatial", "env.eval.task_suite_name=libero_spatial",
+        "env.train.max_steps_per_rollout_epoch=40", "env.train.max_episode_steps=40",
+        "actor.global_batch_size=64", "actor.micro_batch_size=32"]
+
+
 def part_iteration(smoke: bool) -> dict[str, Any]:
     from vlarl_cli.config.loading import load_config
     from vlarl_cli.training.rl import train
 
-    log = Path(tempfile.mkdtemp(prefix="gpu_truth_iteration_"))
-    common = [f"runner.logger.log_path={log}", "runner.max_epochs=2", "runner.save_interval=-1",
-              "runner.val_check_interval=-1"]
-    if smoke:
-        name, overrides = "toy_reach_ppo", common
-    else:
-        name = "libero_10_ppo_openpi"
-        overrides = [*common, "actor.model.model_path=null", "env.train.total_num_envs=16",
-                     "env.train.max_steps_per_rollout_epoch=40", "env.train.max_episode_steps=40",
-                     "actor.global_batch_size=64", "actor.micro_batch_size=32"]
+    name, overrides = iteration_recipe(smoke, Path(tempfile.mkdtemp(prefix="gpu_truth_iteration_")))
     metrics = train(load_config(name, overrides)).last_metrics
     keys = {"iteration_s": "time/step", "collect_s": "time/generate_rollouts", "env_s": "time/env/env_interact_step",
             "inference_s": "time/rollout/predict", "actor_s": "time/actor_training",

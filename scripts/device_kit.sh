@@ -144,7 +144,8 @@ tar -xzf "$KIT/tree.tgz" -C "$SITE"
 # the kit carries a subset of LIBERO's assets: vlarl's asset check checks that subset
 cp "$KIT/assets_manifest.json" "$SITE/vlarl_cli/envs/libero/assets_manifest.json"
 echo "kit: installed into $SITE (LIBERO asset subset: libero_spatial)" >&2
-export PYTHONPATH=$SITE MUJOCO_GL=egl PYOPENGL_PLATFORM=egl PYTHONUNBUFFERED=1
+[ "${KIT_INSTALL_ONLY:-0}" = 1 ] && exit 0  # scripts/check_device_kit.sh: install, then its own checks
+export PYTHONPATH=$SITE MUJOCO_GL=${MUJOCO_GL:-egl} PYOPENGL_PLATFORM=${PYOPENGL_PLATFORM:-egl} PYTHONUNBUFFERED=1
 exec "$PYTHON" benchmarks/gpu_truth.py --out-dir "${OUT:-benchmarks/out}" "$@"
 EOF
 chmod +x "$KIT/run.sh"

@@ -52,3 +52,16 @@ def test_timeouts_are_checked(gpu_truth: ModuleType) -> None:
     assert gpu_truth.planned_seconds(gpu_truth.PARTS, gpu_truth._timeouts([], smoke=False)) <= 500  # one call
     with pytest.raises(SystemExit, match="KIND=SECONDS"):
         gpu_truth._timeouts(["gpu=5"], smoke=False)
+
+
+def test_the_gpu_run_configs_load(gpu_truth: ModuleType, tmp_path: Path) -> None:
+    """What only the GPU machine runs is at least a valid configuration here."""
+    from vlarl_cli.config.loading import load_config
+
+    for family, recipe in gpu_truth.FAMILIES.items():
+        config = gpu_truth._family_config(family, smoke=False)
+        assert config.actor.model.preset == "full" and config.actor.model.model_path is None, recipe
+    name, overrides = gpu_truth.iteration_recipe(False, tmp_path)
+    config = load_config(name, overrides).config
+    assert config.env.train.task_suite_name == "libero_spatial"  # the suite whose assets the kit carries
+    assert config.train_num_envs == 16
