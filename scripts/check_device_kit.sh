@@ -60,14 +60,13 @@ load_config(*gpu_truth.iteration_recipe(False, __import__("pathlib").Path("/tmp"
 from vlarl_cli.envs.libero.setup import prepare_libero
 paths = prepare_libero()  # the asset check, against the kit's subset manifest
 print("MUJOCO_GL:", paths.mujoco_gl)
-from libero.libero import benchmark
-from libero.libero.envs.env_wrapper import ControlEnv
+from libero.libero.envs.env_wrapper import ControlEnv  # (libero.libero.benchmark imports torch: not used here)
 import numpy as np
-suite = benchmark.get_benchmark_dict()["libero_spatial"]()
-for i in range(suite.n_tasks):
-    task = suite.get_task(i)
+bddl_files = sorted((paths.bddl_dir / "libero_spatial").glob("*.bddl"))
+assert len(bddl_files) == 10, bddl_files
+for i, bddl in enumerate(bddl_files):
     start = time.perf_counter()
-    env = ControlEnv(bddl_file_name=str(paths.bddl_dir / task.problem_folder / task.bddl_file), use_camera_obs=True,
+    env = ControlEnv(bddl_file_name=str(bddl), use_camera_obs=True,
                      has_renderer=False, has_offscreen_renderer=True,
                      camera_names=["agentview", "robot0_eye_in_hand"], camera_heights=224, camera_widths=224)
     env.reset()
