@@ -18,7 +18,7 @@ Parts (each a subprocess with its own time limit; a failure or a timeout is reco
 * ``libero``: env steps/s of vlarl's LIBERO vector env at 1, 4, 8, 16 workers (one env each), both cameras
   at 224 px, ``MUJOCO_GL=egl``.
 * ``iteration``: two ``rl-train`` iterations of the pi0 LIBERO recipe scaled to one GPU (16 envs on
-  libero_spatial, whose assets the device kit carries, a short rollout); the time per phase of the second.
+  libero_spatial, whose assets the device kit carries, one 40-step rollout); the time per phase of the second.
 
 ``--smoke`` runs the same code on CPU with the tiny presets, a micro-batch of 2, 2 envs and 64 px images.
 """
@@ -303,7 +303,7 @@ def iteration_recipe(smoke: bool, log: Path) -> tuple[str, list[str]]:
         *common, "actor.model.model_path=null", "actor.model.preset=full", "env.train.total_num_envs=16",
         "env.train.task_suite_name=libero_spatial", "env.eval.task_suite_name=libero_spatial",
         "env.train.max_steps_per_rollout_epoch=40", "env.train.max_episode_steps=40",
-        "actor.global_batch_size=64", "actor.micro_batch_size=32"]
+        "algorithm.rollout_epoch=1", "actor.global_batch_size=64", "actor.micro_batch_size=32"]
 
 
 def part_iteration(smoke: bool) -> dict[str, Any]:
