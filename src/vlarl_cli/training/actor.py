@@ -53,10 +53,12 @@ def offload_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.devi
     or when they are already there, e.g. on a CPU-only machine)."""
     if device is None:
         return
+    # asynchronous only toward a GPU: a non-blocking copy to the host may still be in flight when the host reads
+    non_blocking = torch.device(device).type == "cuda"
     for state in optimizer.state.values():
         for key, value in state.items():
             if isinstance(value, torch.Tensor) and key != "step" and value.device != torch.device(device):
-                state[key] = value.to(device, non_blocking=True)
+                state[key] = value.to(device, non_blocking=non_blocking)
 
 
 def update_settings(config: VlarlConfig, world_size: int) -> UpdateSettings:

@@ -5,7 +5,9 @@ memory each device needs for the actor (weights, gradients, AdamW states, sharde
 ranks, or moved to the host by ``cpu_offload`` / ``enable_offload``), the rollout copy, and the host
 memory of the envs (LIBERO: ~1.7 GB per env process, measured, REFERENCE.md section 1; ManiSkill: one
 process per env rank, measured figures below).
-Activations are not included: they depend on sequence length and micro-batch size; the estimate says so.
+Activations: each family declares the transformer stacks its backward keeps (``activation_stacks`` on the
+policy, :mod:`vlarl_cli.policies.activations`); one micro-batch of them, in the compute dtype, is added to
+every actor device (an estimate from the shapes, to be calibrated against a measured peak on a GPU).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class ParamCount:
     total: int
     trainable: int
     value_head: int
+    total_bytes: int  # in the dtype each parameter is built in (bf16 families: 2 bytes each)
+    trainable_bytes: int
 
 
 @dataclass(frozen=True)
@@ -47,51 +51,89 @@ class MemoryEstimate:
     rollout_weights: float
     host_offload: float
     env_host: float
+    activations: float = 0.0  # one micro-batch's kept activations (actor devices)
 
     @property
     def device_total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.rollout_weights
+        return self.weights + self.gradients + self.optimizer + self.rollout_weights + self.activations
 
 
 def count_parameters(module: torch.nn.Module) -> ParamCount:
     seen: set[int] = set()
-    total = trainable = value = 0
+    total = trainable = value = total_bytes = trainable_bytes = 0
     for name, p in module.named_parameters():
         if id(p) in seen:
             continue
         seen.add(id(p))
         total += p.numel()
+        total_bytes += p.numel() * p.element_size()
         if p.requires_grad:
             trainable += p.numel()
+            trainable_bytes += p.numel() * p.element_size()
         if "value_head" in name:
             value += p.numel()
-    return ParamCount(total, trainable, value)
+    return ParamCount(total, trainable, value, total_bytes, trainable_bytes)
 
 
-def _bytes_per(precision: str | None, device_is_gpu: bool = True) -> int:
-    return 2 if precision in ("bf16", "bfloat16", "fp16", "float16") and device_is_gpu else 4
+@dataclass(frozen=True)
+class ActivationPlan:
+    """One micro-batch's kept activations on an actor device (``bytes``), from the family's stacks."""
+
+    bytes: int
+    micro_batch: int
+    dtype: torch.dtype
+    stacks: tuple[Any, ...]
 
 
-def estimate_memory(config: VlarlConfig, params: ParamCount, world_size: int) -> dict[str, MemoryEstimate]:
-    """Per-component-device memory in bytes for each device rank kind."""
+def compute_dtype(config: VlarlConfig, policy: torch.nn.Module) -> torch.dtype:
+    """The dtype activations take on a GPU: FSDP's / the mixed-precision ``param_dtype`` when set, else the
+    dtype most parameters are built in."""
+    from vlarl_cli.precision import to_dtype
+
+    param_dtype = config.actor.fsdp_config.mixed_precision.param_dtype
+    if param_dtype:
+        return to_dtype(param_dtype)
+    counts: dict[torch.dtype, int] = {}
+    for p in policy.parameters():
+        if p.is_floating_point():
+            counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
+    return max(counts, key=counts.__getitem__) if counts else torch.float32
+
+
+def activation_plan(config: VlarlConfig, policy: torch.nn.Module) -> ActivationPlan | None:
+    """The activation term at ``actor.micro_batch_size``; None for a family that declares no stacks (the
+    toy policies: a few kilobytes)."""
+    from vlarl_cli.policies.activations import activation_bytes
+
+    declare = getattr(policy, "activation_stacks", None)
+    if declare is None:
+        return None
+    stacks = tuple(declare())
+    dtype, micro = compute_dtype(config, policy), config.actor.micro_batch_size
+    return ActivationPlan(activation_bytes(stacks, micro, dtype), micro, dtype, stacks)
+
+
+def estimate_memory(config: VlarlConfig, params: ParamCount, world_size: int,
+                    activations: float = 0.0) -> dict[str, MemoryEstimate]:
+    """Per-component-device memory in bytes for each device rank kind; ``activations``: one micro-batch's
+    kept activations (:func:`activation_plan`), on every actor device."""
     placement = config.cluster.placement(world_size)
     actor_ranks = placement["actor"]
     fsdp = config.actor.fsdp_config
     shard = len(actor_ranks) if fsdp.sharding_strategy in ("full_shard", "hybrid_shard") else 1
     grad_opt_shard = len(actor_ranks) if fsdp.sharding_strategy != "no_shard" else 1
-    compute = _bytes_per(config.actor.model.precision)
-    # FSDP mixed precision keeps fp32 master weights (sharded) and all-gathers compute-dtype copies
-    master = 4
-    weights = params.total * master / shard
-    grads = params.trainable * master / grad_opt_shard
-    optim = 2 * params.trainable * 4 / grad_opt_shard  # AdamW exp_avg + exp_avg_sq in fp32
+    # the sharded weights, their gradients and AdamW's two moments (zeros_like) are in the dtype each parameter
+    # is built in (fp32 masters for an fp32 build with a bf16 FSDP param_dtype; bf16 for a bf16 build)
+    weights = params.total_bytes / shard
+    grads = params.trainable_bytes / grad_opt_shard
+    optim = 2 * params.trainable_bytes / grad_opt_shard  # AdamW exp_avg + exp_avg_sq
     host = 0.0
     if fsdp.cpu_offload:
         host += weights + grads + optim
         weights = grads = optim = 0.0
     elif config.actor.enable_offload:
         host += weights + optim  # moved out while envs and rollout run; peak on device is unchanged
-    rollout_copy = float(params.total * compute)
+    rollout_copy = float(params.total_bytes)  # a rollout rank builds the same family in the same dtype
     envs_per_env_rank = config.train_num_envs / max(1, len(placement["env"]))
     from vlarl_cli.distributed.placement import rollout_copy_ranks
 
@@ -109,6 +151,7 @@ def estimate_memory(config: VlarlConfig, params: ParamCount, world_size: int) ->
             else 0.0,
             host_offload=host if on_actor else 0.0,
             env_host=env_host_bytes(config, envs_per_env_rank) if on_env else 0.0,
+            activations=activations if on_actor else 0.0,
         )
     return out
 
@@ -125,10 +168,11 @@ def memory_warnings(config: VlarlConfig, estimates: dict[str, MemoryEstimate], w
     warnings: list[str] = []
     worst = max(estimates.items(), key=lambda kv: kv[1].device_total)
     if worst[1].device_total > LARGEST_DEVICE_BYTES:
-        warnings.append(f"device {worst[0]} needs ~{worst[1].device_total / GIB:,.0f} GiB before activations, more "
+        warnings.append(f"device {worst[0]} needs ~{worst[1].device_total / GIB:,.0f} GiB, more "
                         f"than any accelerator has ({LARGEST_DEVICE_BYTES / GIB:.0f} GiB): shard over more actor "
-                        "devices (fsdp full_shard), offload (actor.enable_offload, fsdp_config.cpu_offload) or use "
-                        "a smaller model")
+                        "devices (fsdp full_shard), offload (actor.enable_offload, fsdp_config.cpu_offload), keep "
+                        "fewer activations (a smaller actor.micro_batch_size, actor.model.gradient_checkpointing=true) "
+                        "or use a smaller model")
     per_node = max(1, world_size // config.cluster.num_nodes)
     host: dict[int, float] = {}
     for rank, est in estimates.items():
@@ -218,16 +262,18 @@ def dry_run(config: VlarlConfig, world_size: int) -> None:
     console.print(f"[bold]Model[/] {config.actor.model.model_type} ({config.actor.model.preset or 'full'} size): "
                   f"{params.total / 1e9:.3f}B parameters, {params.trainable / 1e9:.3f}B trainable, "
                   f"value head {params.value_head / 1e6:.2f}M")
-    table = Table(title="Estimated memory per device (GiB; activations not included)")
-    for col in ("device", "actor weights", "grads", "AdamW", "rollout copy", "device total", "host offload",
-                "env host RAM"):
+    plan = activation_plan(config, policy)
+    table = Table(title="Estimated memory per device (GiB)")
+    for col in ("device", "actor weights", "grads", "AdamW", "activations", "rollout copy", "device total",
+                "host offload", "env host RAM"):
         table.add_column(col, justify="right")
-    estimates = estimate_memory(config, params, world_size)
+    estimates = estimate_memory(config, params, world_size, plan.bytes if plan else 0.0)
     for rank, est in estimates.items():
-        table.add_row(rank, *(f"{x / GIB:.2f}" for x in (est.weights, est.gradients, est.optimizer,
+        table.add_row(rank, *(f"{x / GIB:.2f}" for x in (est.weights, est.gradients, est.optimizer, est.activations,
                                                           est.rollout_weights, est.device_total,
                                                           est.host_offload, est.env_host)))
     console.print(table)
+    console.print(activation_summary(plan, estimates))
     for warning in memory_warnings(config, estimates, world_size):
         _warn(f"this plan fits on no machine: {warning}.")
 
@@ -242,6 +288,20 @@ def cpu_plan(config: VlarlConfig, world_size: int) -> Any:
     envs = config.train_num_envs // max(1, len(placement["env"])) if 0 in placement["env"] else 0
     machine = share(affinity_cores(), cgroup_quota(), max(1, world_size // config.cluster.num_nodes))
     return rank_budget(config, default_device(0).type, envs, machine=machine)
+
+
+def activation_summary(plan: ActivationPlan | None, estimates: dict[str, MemoryEstimate]) -> str:
+    """One line on the activation term: what it counts and its share of the fullest actor device."""
+    if plan is None:
+        return "Activations: this family declares no activation stacks (toy policies: negligible); not counted."
+    actor = [e for e in estimates.values() if e.activations]
+    total = max((e.device_total for e in actor), default=0.0)
+    share = f"{100 * plan.bytes / total:.0f}% of the fullest actor device" if total else "no actor device"
+    kept = ", ".join(f"{s.name} {s.layers}x{s.tokens} tok" + (" (checkpointed)" if s.checkpointed else "")
+                     for s in plan.stacks) or "nothing (every stack frozen)"
+    dtype = str(plan.dtype).removeprefix("torch.")
+    return (f"Activations: {plan.bytes / GIB:.2f} GiB per actor device at micro-batch {plan.micro_batch} in {dtype} "
+            f"({share}; kept by: {kept}). An estimate from the shapes: glue outside the layers is not counted.")
 
 
 def _ranges(ranks: list[int]) -> str:

@@ -25,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,6 +144,24 @@ def _probe_backend(backend: str) -> str | None:
         return None
     lines = (proc.stderr or proc.stdout).strip().splitlines()
     return lines[-1] if lines else f"exit code {proc.returncode}"
+
+
+def egl_device_id(environ: Mapping[str, str], gpus: int | None = None) -> str | None:
+    """The EGL device a rank's simulators render on: its local rank's GPU (``LOCAL_RANK`` over the ids in
+    ``CUDA_VISIBLE_DEVICES``, else over the machine's ``gpus``, counted from ``/dev/nvidia<N>``). None (MuJoCo's
+    default) for a single process, a user's own ``MUJOCO_EGL_DEVICE_ID``, no GPU, or GPUs named by UUID.
+    Read from the environment alone: the rank's process must not initialise CUDA before its env workers start."""
+    if "MUJOCO_EGL_DEVICE_ID" in environ or not environ.get("LOCAL_RANK", "").isdigit():
+        return None
+    visible = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not visible:
+        import glob
+
+        count = gpus if gpus is not None else len(glob.glob("/dev/nvidia[0-9]*"))
+        visible = [str(i) for i in range(count)]
+    if not visible or not all(d.isdigit() for d in visible):
+        return None
+    return visible[int(environ["LOCAL_RANK"]) % len(visible)]
 
 
 def choose_mujoco_gl() -> str:
@@ -286,6 +305,9 @@ def prepare_libero(cache_dir: Path | None = None, *, check_assets: bool = True) 
     config_dir = cache_dir / "libero"
     write_libero_config(config_dir, package_dir)
     os.environ["LIBERO_CONFIG_PATH"] = str(config_dir)
+    egl_device = egl_device_id(os.environ)
+    if egl_device is not None and os.environ.get("MUJOCO_GL", "egl") == "egl":
+        os.environ["MUJOCO_EGL_DEVICE_ID"] = egl_device  # one GPU per rank; the env workers inherit it
     mujoco_gl = choose_mujoco_gl()
     assets_dir = package_dir / "assets"
     if check_assets:

@@ -28,6 +28,7 @@ from vlarl_cli import keys
 from vlarl_cli.checkpoints.pipeline import LoadReport
 from vlarl_cli.errors import ConfigError
 from vlarl_cli.policies import noise as noise_lib
+from vlarl_cli.policies.activations import ActivationStack, keeps_activations, logprob_calls
 from vlarl_cli.policies.base import EvaluateOutput, Observation, PolicyOutput, Replay
 from vlarl_cli.policies.flow_matching import (
     FlowConfig,
@@ -189,6 +190,40 @@ class Gr00tPolicy(nn.Module):
     @property
     def backbone_trainable(self) -> bool:
         return any(p.requires_grad for p in self.backbone.parameters())
+
+    def activation_stacks(self) -> list[ActivationStack]:
+        """What one update's backward keeps per micro-batch element (``--dry-run``'s activation term): the
+        Eagle backbone (SigLIP on every camera, Qwen3 up to ``select_layer``) when it trains, N1.5's VL
+        self-attention, and the DiT over state / future / action tokens cross-attending the VL tokens, once
+        per log-prob call (joint: every denoising step)."""
+        cfg, ckpt = self.config, bool(self.action_head.model.gradient_checkpointing)
+        images = len(self.modality.video_keys)
+        vl = cfg.prompt_length(images)
+        inner = getattr(self.backbone, self.backbone.inner_name)
+        patches = (cfg.image_size // cfg.patch_size) ** 2
+        stacks = []
+        if keeps_activations(inner.vision_model):
+            stacks.append(ActivationStack("vision", images * patches, cfg.vision_hidden_size,
+                                          cfg.vision_intermediate_size, 4 * cfg.vision_hidden_size,
+                                          cfg.vision_num_layers, heads=cfg.vision_num_heads, gated=False))
+        if keeps_activations(self.backbone):
+            qkv = 2 * (cfg.llm_num_heads + cfg.llm_num_kv_heads) * cfg.llm_head_dim
+            stacks.append(ActivationStack("qwen3", vl, cfg.llm_hidden_size, cfg.llm_intermediate_size, qkv,
+                                          cfg.select_layer, heads=cfg.llm_num_heads))
+        if cfg.vl_self_attention_layers:
+            width = cfg.backbone_embedding_dim
+            stacks.append(ActivationStack("vl_self_attention", vl, width, 4 * width, 4 * cfg.vl_num_heads *
+                                          cfg.vl_head_dim, cfg.vl_self_attention_layers, heads=cfg.vl_num_heads,
+                                          gated=False))
+        dim = cfg.input_embedding_dim
+        calls = logprob_calls(self.flow_cfg)
+        tokens = 1 + cfg.num_future_tokens + cfg.action_horizon
+        half = cfg.dit_num_layers // 2  # even blocks cross-attend the VL tokens (their k / v), odd ones self-attend
+        for name, layers, kv in (("dit_cross", cfg.dit_num_layers - half, vl), ("dit_self", half, 0)):
+            stacks.append(ActivationStack(name, tokens, dim, 4 * dim, 4 * dim, layers, heads=cfg.dit_num_heads,
+                                          gated=False, passes=calls, kv_tokens=kv, kv_width=2 * dim if kv else 0,
+                                          checkpointed=ckpt))
+        return stacks
 
     def train(self, mode: bool = True) -> Gr00tPolicy:
         super().train(mode)

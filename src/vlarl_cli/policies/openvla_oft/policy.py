@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 
 from vlarl_cli.checkpoints.pipeline import LoadReport
+from vlarl_cli.policies.activations import ActivationStack, keeps_activations
 from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
 from vlarl_cli.policies.gripper import gripper_from_env
 from vlarl_cli.policies.noise import AnyGenerator, randn
@@ -161,6 +162,29 @@ class OftPolicy(OftModel):
         pixels = pixel_values(inputs["images"].to(dev), self._dtype())
         proprio = inputs["proprio"].to(dev) if "proprio" in inputs else None
         return self.action_outputs(pixels, inputs["tokens"].to(dev), inputs["token_mask"].to(dev), proprio)
+
+    def activation_stacks(self) -> list[ActivationStack]:
+        """What one update's backward keeps per micro-batch element (``--dry-run``'s activation term): the
+        DINOv2 + SigLIP towers on every image when they train, and Llama over BOS, the patches, the prompt
+        and the action slots (one parallel-decoding pass)."""
+        cfg, ckpt = self.cfg, self.gradient_checkpointing
+        n, patches = cfg.num_images_in_input, cfg.num_patches
+        stacks = []
+        towers = self.vision_backbone
+        if keeps_activations(towers.featurizer):
+            stacks.append(ActivationStack("dinov2", n * (patches + 1 + cfg.dino_registers), cfg.dino_width,
+                                          cfg.dino_mlp_ratio * cfg.dino_width, 4 * cfg.dino_width, cfg.dino_depth,
+                                          heads=cfg.dino_heads, gated=False))
+        if keeps_activations(towers.fused_featurizer):
+            stacks.append(ActivationStack("siglip", n * patches, cfg.siglip_width, cfg.siglip_mlp,
+                                          4 * cfg.siglip_width, cfg.siglip_depth, heads=cfg.siglip_heads,
+                                          gated=False))
+        tokens = (cfg.num_prefix_tokens + cfg.max_prompt_len + cfg.num_action_tokens + int(cfg.has_stop_token))
+        head_dim = cfg.llm_width // cfg.llm_heads
+        stacks.append(ActivationStack("llama", tokens, cfg.llm_width, cfg.llm_mlp,
+                                      2 * (cfg.llm_heads + cfg.llm_kv_heads) * head_dim, cfg.llm_depth,
+                                      heads=cfg.llm_heads, checkpointed=ckpt))
+        return stacks
 
     def _chunked(self, x: Tensor) -> Tensor:
         """``[B, T] -> [B, C, A]`` (token j = chunk step j // A, dim j % A, as RLinf's reshape)."""

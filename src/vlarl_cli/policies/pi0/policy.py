@@ -29,6 +29,7 @@ from torch import Tensor
 
 from vlarl_cli.checkpoints.pipeline import LoadReport
 from vlarl_cli.policies import noise as noise_lib
+from vlarl_cli.policies.activations import ActivationStack, keeps_activations, logprob_calls
 from vlarl_cli.policies.base import EvaluateOutput, PolicyOutput, Replay
 from vlarl_cli.policies.flow_matching import flow_training_draws, pad_chunk
 from vlarl_cli.policies.gripper import gripper_from_env
@@ -98,6 +99,27 @@ class Pi0Policy(Pi0Model):
 
     def flow_config(self) -> Any:
         return self.cfg.flow_config()
+
+    def activation_stacks(self) -> list[ActivationStack]:
+        """What one update's backward keeps per micro-batch element (``--dry-run``'s activation term): SigLIP
+        on both camera slots and Gemma on the prefix when the VLM trains, the action expert on its suffix
+        over the prefix keys / values, once per log-prob call (joint: every step) plus pi0's value call."""
+        cfg, ckpt = self.cfg, self.gradient_checkpointing
+        prefix = 2 * cfg.tokens_per_image + cfg.max_token_len
+        attn = 2 * (cfg.num_heads + cfg.num_kv_heads) * cfg.head_dim
+        stacks = []
+        if keeps_activations(self.vlm.vision_tower):
+            stacks.append(ActivationStack("siglip", 2 * cfg.tokens_per_image, cfg.vision_width, cfg.vision_mlp,
+                                          4 * cfg.vision_width, cfg.vision_depth, heads=cfg.vision_heads,
+                                          gated=False))
+        if keeps_activations(self.vlm):
+            stacks.append(ActivationStack("gemma", prefix, cfg.vlm_width, cfg.vlm_mlp, attn, cfg.vlm_depth,
+                                          heads=cfg.num_heads, checkpointed=ckpt))
+        calls = logprob_calls(self.flow_config()) + (0 if cfg.value_after_vlm or self.value_head is None else 1)
+        stacks.append(ActivationStack("expert", self.suffix_len, cfg.expert_width, cfg.expert_mlp, attn,
+                                      cfg.vlm_depth, heads=cfg.num_heads, passes=calls, kv_tokens=prefix,
+                                      kv_width=2 * cfg.num_kv_heads * cfg.head_dim, checkpointed=ckpt))
+        return stacks
 
     @property
     def device(self) -> torch.device:

@@ -1,0 +1,67 @@
+"""benchmarks/gpu_truth.py on CPU: a family part measures what it claims, a failing or slow part is recorded and
+the run goes on. (The whole ``--smoke`` runs with every benchmark's smoke run.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_truth.py"
+
+
+@pytest.fixture(scope="module")
+def gpu_truth() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_truth", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_truth"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_family_part_compares_a_real_update_with_the_dry_run(gpu_truth: ModuleType, tmp_path: Path) -> None:
+    result_file = tmp_path / "parts.json"
+    gpu_truth.run_parts(["family:pi05", "no_such_part"], True, result_file)
+    results = json.loads(result_file.read_text())
+    fam = results["family:pi05"]
+    assert fam["ok"], fam
+    update, memory = fam["update"], fam["memory"]
+    assert update["micro_batch"] == 2 and update["kept_activation_bytes"] > 0 and update["update_samples_per_s"] > 0
+    assert memory["predicted_bytes"] > memory["predicted_activation_bytes"] > 0
+    assert 0.5 < memory["activation_ratio"] < 2.0  # measured kept activations vs the family's declared stacks
+    rollout = fam["rollout"]
+    assert rollout["batch"] == 2 and rollout["sample_s"] > 0 and rollout["uncached_s"] > 0  # pi0.5: cache off too
+    assert fam["offload"] == {"note": "device is the CPU: nothing moves"}
+    bad = results["no_such_part"]  # an error in one part is recorded; the parts after it still run
+    assert not bad["ok"] and "unknown part" in bad["error"] and "seconds" in bad
+
+
+def test_a_part_over_its_time_limit_is_recorded(gpu_truth: ModuleType) -> None:
+    results = gpu_truth.spawn(["family:openvla_oft", "libero"], True, timeout=0.5)
+    assert set(results) == {"family:openvla_oft", "libero"}
+    assert all(not r["ok"] and r["error"] == "timed out after 0 s" for r in results.values())
+
+
+def test_timeouts_are_checked(gpu_truth: ModuleType) -> None:
+    assert gpu_truth._timeouts(["libero=5"], smoke=False)["libero"] == 5.0
+    assert gpu_truth.planned_seconds(gpu_truth.PARTS, gpu_truth._timeouts([], smoke=False)) <= 500  # one call
+    with pytest.raises(SystemExit, match="KIND=SECONDS"):
+        gpu_truth._timeouts(["gpu=5"], smoke=False)
+
+
+def test_the_gpu_run_configs_load(gpu_truth: ModuleType, tmp_path: Path) -> None:
+    """What only the GPU machine runs is at least a valid configuration here."""
+    from vlarl_cli.config.loading import load_config
+
+    for family, recipe in gpu_truth.FAMILIES.items():
+        config = gpu_truth._family_config(family, smoke=False)
+        assert config.actor.model.preset == "full" and config.actor.model.model_path is None, recipe
+    name, overrides = gpu_truth.iteration_recipe(False, tmp_path)
+    config = load_config(name, overrides).config
+    assert config.env.train.task_suite_name == "libero_spatial"  # the suite whose assets the kit carries
+    assert config.train_num_envs == 16
