@@ -191,6 +191,10 @@ CASES: dict[str, Case] = {
                                                  "runner.logger.log_path={tmp}/run"),
                                                 ("data_path names '../outside/episode_000000.parquet'",),
                                                 setup="lerobot_escaping"),
+    "lerobot action column of strings": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds",
+                                              "runner.logger.log_path={tmp}/run"),
+                                             ("column 'action' is not a numeric vector", "'left'"),
+                                             setup="lerobot_string_actions"),
     "lerobot fps 0": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds", "runner.logger.log_path={tmp}/run"),
                           ("gives fps 0", "positive"), setup="lerobot_fps0"),
     "no episode log": Case(("video", "{tmp}/nowhere", "--episode", "0"), ("No episode log",)),
@@ -372,7 +376,29 @@ def _toy_run(tmp: Path) -> None:
     assert isinstance(policy, torch.nn.Module)
 
 
+def _lerobot_rows(tmp: Path, *, images: bool) -> None:
+    """A LeRobot v2.1 dataset of one 2-frame episode whose action column holds strings (``images``: with the
+    image column that info.json lists)."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    _lerobot_v21(tmp)
+    png = io.BytesIO()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(png, format="PNG")
+    columns = {"observation.state": [[0.0, 1.0], [1.0, 2.0]], "action": ["left", "right"], "timestamp": [0.0, 0.1],
+               "frame_index": [0, 1], "episode_index": [0, 0], "index": [0, 1], "task_index": [0, 0]}
+    if images:
+        columns["observation.images.image"] = [{"bytes": png.getvalue(), "path": None}] * 2
+    (tmp / "ds" / "data").mkdir()
+    pq.write_table(pa.table(columns), tmp / "ds" / "data" / "episode_000000.parquet")
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
+    "lerobot_string_actions": lambda tmp: _lerobot_rows(tmp, images=True),
     "toy_run": _toy_run,
     "lerobot_escaping": lambda tmp: _lerobot_v21(tmp, data_path="../outside/episode_{episode_index:06d}.parquet"),
     "lerobot_fps0": lambda tmp: _lerobot_v21(tmp, fps=0),

@@ -169,7 +169,13 @@ def _vectors(table: Any, name: str, where: str) -> np.ndarray:
         raise VlarlError(f"{where} has no column {name!r} (columns: {table.column_names}).",
                          "Check meta/info.json features against the parquet files.")
     rows = table.column(name).to_pylist()
-    arr = np.asarray(rows, dtype=np.float32)
+    try:
+        arr = np.asarray(rows, dtype=np.float32)
+    except (TypeError, ValueError) as err:  # strings, nulls, ragged lists: not a numeric column
+        raise VlarlError(f"{where}: column {name!r} is not a numeric vector per frame ({err}; first value "
+                         f"{str(rows[0])[:80] if rows else None!r}).",
+                         "Check the dataset's parquet files against meta/info.json (or choose another column "
+                         "with sft.state_key / sft.action_key).") from None
     return arr[:, None] if arr.ndim == 1 else arr.reshape(len(rows), -1)
 
 
@@ -184,6 +190,10 @@ def _decode_image_column(table: Any, name: str, root: Path) -> np.ndarray:
 
     from PIL import Image
 
+    if name not in table.column_names:
+        raise VlarlError(f"LeRobot dataset {root}: a data file has no image column {name!r} (columns: "
+                         f"{table.column_names}), though meta/info.json lists it.",
+                         "Check meta/info.json features against the parquet files.")
     out = []
     for cell in table.column(name).to_pylist():
         data = cell.get("bytes") if isinstance(cell, dict) else None

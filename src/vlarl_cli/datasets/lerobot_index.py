@@ -49,9 +49,17 @@ def _matrix(table: Any, name: str, where: str) -> np.ndarray:
         widths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
         if len(widths) and (widths != widths[0]).any():
             raise VlarlError(f"{where}: column {name!r} has rows of widths {sorted(set(widths.tolist()))}.", _FIX_SCHEMA)
-        values = pc.list_flatten(column).to_numpy(zero_copy_only=False).astype(np.float32)
-        return values.reshape(len(column), -1)
-    return column.to_numpy(zero_copy_only=False).astype(np.float32)[:, None]
+        values = pc.list_flatten(column).to_numpy(zero_copy_only=False)
+        return _numeric(values, name, where).reshape(len(column), -1)
+    return _numeric(column.to_numpy(zero_copy_only=False), name, where)[:, None]
+
+
+def _numeric(values: np.ndarray, name: str, where: str) -> np.ndarray:
+    try:
+        return values.astype(np.float32)
+    except (TypeError, ValueError) as err:  # strings or nulls where numbers belong
+        raise VlarlError(f"{where}: column {name!r} is not a numeric vector per frame ({err}; first value "
+                         f"{str(values[0])[:80] if len(values) else None!r}).", _FIX_SCHEMA) from None
 
 
 def _part(table: Any, column: str, slices: tuple[tuple[str, int, int], ...], where: str) -> np.ndarray:
