@@ -369,8 +369,8 @@ class EnvSplitConfig(Section):
                              "default soft reset gives bit-identical episodes (tests/envs, tests/training).")
     render_quality: Literal["exact", "fast", "fast_noaa"] = Field(
         "exact", description="LIBERO camera rendering: exact (MuJoCo's defaults, as published protocols), fast "
-        "(reflection pass off: 1.7-2.0x faster per frame on CPU, ~0.9/255 mean pixel difference) or fast_noaa "
-        "(also multisampling off: 2.6-2.8x, edges alias). Not exact: printed as a deviation in the run plan "
+        "(reflection pass off: ~1.75x faster per frame on CPU, 0.93/255 mean pixel difference) or fast_noaa "
+        "(also multisampling off: ~3.1x, 2.8/255, edges alias; benchmarks/render_quality.py). Not exact: printed as a deviation in the run plan "
         "and on every evaluation card.")
     is_eval: bool = Field(False, description="This split is used for evaluation.")
     seed: int = Field(0, ge=0, le=SEED_MAX, description="Seed of the env and of the init-state assignment.")

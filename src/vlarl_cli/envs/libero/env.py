@@ -49,9 +49,9 @@ RESOLUTIONS = (128, 224, 256)
 #: ``rgb``: cameras + 8-d proprio (every published protocol); ``state``: no camera, 14-d privileged state.
 OBS_MODES = ("rgb", "state")
 #: MuJoCo rendering settings (``EnvOptions.render_quality``): what each one turns off, for the deviation lines.
-#: Measured on Mesa (EGL / OSMesa), 128 px (benchmarks/render_quality.py): ``fast`` 1.7-2.0x faster per frame,
-#: mean pixel difference ~0.9 / 255, all of it on reflective surfaces (the stove plate); ``fast_noaa``
-#: 2.6-2.8x, edges alias (~2.7 / 255).
+#: Measured with benchmarks/render_quality.py (Mesa EGL, 128 px, libero_spatial task 0, 2 shared cores at load
+#: ~5.5): exact 177 ms per frame, ``fast`` 101 ms (1.75x; mean pixel difference 0.93 / 255 on the agentview
+#: image, 1.2 % of its pixels, the reflective surfaces), ``fast_noaa`` 57 ms (3.1x; 2.76 / 255, edges alias).
 RENDER_QUALITIES = {
     "exact": "MuJoCo's defaults, as every published protocol renders",
     "fast": "MuJoCo's reflection pass off (reflective surfaces such as the stove plate render plain)",
