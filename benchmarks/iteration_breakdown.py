@@ -1,10 +1,11 @@
 """Time per phase of a training iteration (env, rollout inference, weight sync, actor update) for the
 CPU quickstart, with pipeline_stage_num 1 and 2, in one run. Prints one JSON line.
 
-    python benchmarks/iteration_breakdown.py [--envs 2] [--steps 40] [--iterations 2]
+    python benchmarks/iteration_breakdown.py [--envs 4] [--steps 40] [--iterations 2]
     python benchmarks/iteration_breakdown.py --smoke        # seconds: the code path only (CI)
 
-GRPO groups are ``min(4, envs)`` envs (the quickstart's 4 does not divide 2 envs); evaluation is off
+GRPO groups are the largest size of 2-4 that divides the envs and, with the separated run, leaves whole
+groups for each of its 2 actor ranks (4 envs: groups of 2; the quickstart's 4 does not fit); evaluation is off
 (the quickstart evaluates 20 episodes before training), so only iterations are timed. The first iteration
 builds the simulators, so the figures are taken from the last one. With 2 stages the
 simulator stepping of one half of the envs overlaps the policy inference of the other half; the target is
@@ -27,8 +28,14 @@ from pathlib import Path
 from _bench import add_smoke, emit
 
 
+def group_size(envs: int, separated: bool) -> int | None:
+    """GRPO group size for ``envs`` envs (None: none fits)."""
+    fits = [g for g in (4, 3, 2) if envs % g == 0 and (not separated or (envs // g) % 2 == 0)]
+    return fits[0] if fits else None
+
+
 def _overrides(stages: int, args: argparse.Namespace, log_path: Path) -> list[str]:
-    group = max(g for g in range(1, min(4, args.envs) + 1) if args.envs % g == 0)
+    group = group_size(args.envs, not args.no_separated)
     return [
         f"env.train.group_size={group}", f"algorithm.group_size={group}",
         "runner.val_before_train=false", "runner.val_check_interval=-1",
@@ -81,7 +88,7 @@ def run_separated(args: argparse.Namespace, root: Path) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", type=int, default=2)
+    parser.add_argument("--envs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--preset", default="tiny", help="pi0 preset: tiny (the quickstart's) or small, whose "
@@ -91,6 +98,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.envs, args.steps, args.iterations, args.no_separated = 2, 10, 1, True
+    if group_size(args.envs, not args.no_separated) is None:
+        parser.error(f"--envs {args.envs} makes no GRPO groups of 2-4 envs"
+                     + ("" if args.no_separated else " with whole groups on each of the separated run's 2 actor ranks")
+                     + ": use --envs 4 or 8" + ("" if args.no_separated else ", or --no-separated"))
     with tempfile.TemporaryDirectory() as tmp:
         one = run(1, args, Path(tmp))
         two = run(2, args, Path(tmp))
