@@ -393,7 +393,7 @@ def environment() -> dict[str, Any]:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     memory = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
     return {"device": device, "device_memory_bytes": memory, "cuda": torch.version.cuda, "python": platform.python_version(),
-            "machine": platform.machine(), "cpus": os.cpu_count(), "versions": versions,
+            "arch": platform.machine(), "cpus": os.cpu_count(), "versions": versions,
             "git": _git_commit()}
 
 
@@ -444,6 +444,10 @@ def main() -> None:
     for part in [] if args.smoke else parts:  # one process per part: its own memory, its own time limit
         report["parts"].update(spawn([part], False, limits[part.split(":")[0]]))
     report["failed"] = [p for p, r in report["parts"].items() if not r["ok"]]
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _bench  # versions, cores and load average beside the figures, as every benchmark
+
+    report["machine"] = _bench.machine()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     name = f"gpu_truth{'_smoke' if args.smoke else ''}_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
     (args.out_dir / name).write_text(json.dumps(report, indent=1))

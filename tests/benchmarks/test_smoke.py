@@ -24,6 +24,8 @@ FAST: dict[str, list[str]] = {
     "ci_disk": [], "family_line_counts": [], "learning_curve": ["--out", "{tmp}"], "lerobot_loader": [],
     "maniskill_learning": [], "maniskill_throughput": [], "policy_latency": [], "row_noise": [],
     "sft_loader": ["--out", "{tmp}"], "transport": [],
+    # builds one LIBERO simulator, but it is the GPU machine's one prepared call: its smoke must never rot
+    "gpu_truth": [],
 }
 #: the scripts that build LIBERO simulators (minutes even in smoke size)
 LIBERO: dict[str, list[str]] = {

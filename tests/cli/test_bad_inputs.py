@@ -198,6 +198,8 @@ CASES: dict[str, Case] = {
     "lerobot fps 0": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds", "runner.logger.log_path={tmp}/run"),
                           ("gives fps 0", "positive"), setup="lerobot_fps0"),
     "no episode log": Case(("video", "{tmp}/nowhere", "--episode", "0"), ("No episode log",)),
+    "video out is a file": Case(("video", "{tmp}/nowhere", "--episode", "0", "--out", "{tmp}/afile"),
+                                ("--out", "is a file, not a folder"), files={"afile": "mine"}, kept=("afile",)),
     # ---- values bounded by what they mean, checked at validation -------------------------------------------
     "infinite learning rate": Case((*DRY, "actor.optim.lr=inf"), ("actor.optim.lr", "finite number")),
     "nan learning rate": Case((*DRY, "actor.optim.value_lr=nan"), ("actor.optim.value_lr", "finite number")),

@@ -157,3 +157,14 @@ def test_init_states_equal_libero(suite):
         suite
     ]
     np.testing.assert_array_equal(suites.init_states("libero_130", offset), suites.init_states(suite, 0))
+
+
+def test_an_unknown_mujoco_gl_is_refused_naming_the_backends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before any env worker starts (each would otherwise die with MuJoCo's own traceback)."""
+    from vlarl_cli.envs.libero.setup import choose_mujoco_gl
+    from vlarl_cli.errors import EnvError
+
+    monkeypatch.setenv("MUJOCO_GL", "nonsense")
+    with pytest.raises(EnvError, match='MUJOCO_GL="nonsense" is not a MuJoCo rendering backend') as err:
+        choose_mujoco_gl()
+    assert "egl" in str(err.value.fix) and "osmesa" in str(err.value.fix)

@@ -95,3 +95,19 @@ def test_eval_verifies_the_checkpoint_it_loads(tmp_path: Path) -> None:
     (tmp_path / "run" / "checkpoints" / "latest").write_text("../../..\n")
     with pytest.raises(CheckpointError, match="not a checkpoint folder inside"):
         resolve_checkpoint_folder(tmp_path / "run")
+
+
+def test_paths_read_from_files_follow_links_but_never_climb_out(tmp_path: Path) -> None:
+    """A dataset in the hub's cache: every file of the snapshot is a link into ``blobs/``, outside it."""
+    from vlarl_cli.checkpoints.integrity import contained
+    from vlarl_cli.errors import VlarlError
+
+    root, blobs = tmp_path / "snapshots" / "rev", tmp_path / "blobs"
+    (root / "videos").mkdir(parents=True)
+    blobs.mkdir()
+    (blobs / "abc").write_text("frames")
+    os.symlink(blobs / "abc", root / "videos" / "file-000.mp4")
+    assert contained(root, "videos/file-000.mp4", "video_path").read_text() == "frames"
+    for bad in ["../x", "videos/../../x", "/etc/passwd", "", "a\x00b", 3]:
+        with pytest.raises(VlarlError, match="not a path inside"):
+            contained(root, bad, "video_path")

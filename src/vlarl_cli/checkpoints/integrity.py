@@ -108,13 +108,15 @@ def follow_latest(folder: Path) -> Path:
 
 def contained(root: Path, relative: object, what: str) -> Path:
     """``root / relative`` for a path read from a file (an episode log, a dataset's metadata), refused when it
-    is not a relative path that stays inside ``root`` (``../``, an absolute path, a symbolic link out)."""
+    is not a relative path that stays inside ``root`` (``../``, an absolute path). The check is on the name,
+    not on where symbolic links lead: the hub's cache links every file of a snapshot into its ``blobs/``."""
     from vlarl_cli.errors import VlarlError
 
     name = str(relative)
     path = Path(root) / name
+    norm = os.path.normpath(name) if name else ""
     if not isinstance(relative, str | os.PathLike) or not name or "\x00" in name or Path(name).is_absolute() or \
-            not path.resolve().is_relative_to(Path(root).resolve()):
+            norm == ".." or norm.startswith(".." + os.sep):
         raise VlarlError(f"{what} names {name[:200]!r}, which is not a path inside {root}; vlarl reads only files "
                          "inside the folder that lists them.",
                          "Fix or re-create the file that lists it (the dataset's metadata, the episode log).")

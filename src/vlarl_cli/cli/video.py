@@ -49,6 +49,10 @@ def command(
     """Render LIBERO episodes to MP4 (re-simulated or live)."""
     from vlarl_cli.video.api import Selection, render_videos
 
+    if out is not None:  # checked before any simulator is built (rendering can take minutes)
+        from vlarl_cli.checkpoints.atomic import check_writable_folder
+
+        check_writable_folder(out, "The video folder (--out)")
     load_policy: Any = None
     if checkpoint is not None or config is not None:  # a live rollout: the training side builds the policy
         from vlarl_cli.training.evaluation import load_policy

@@ -164,6 +164,10 @@ def egl_device_id(environ: Mapping[str, str], gpus: int | None = None) -> str | 
     return visible[int(environ["LOCAL_RANK"]) % len(visible)]
 
 
+#: the values MuJoCo's python bindings accept for MUJOCO_GL (mujoco/gl_context.py)
+MUJOCO_GL_BACKENDS = ("egl", "osmesa", "glfw")
+
+
 def choose_mujoco_gl() -> str:
     """Pick the headless rendering backend and export it (children inherit it).
 
@@ -174,6 +178,10 @@ def choose_mujoco_gl() -> str:
     """
     current = os.environ.get("MUJOCO_GL")
     if current:
+        if current not in MUJOCO_GL_BACKENDS:  # else every env worker dies with MuJoCo's traceback
+            raise EnvError(f'MUJOCO_GL="{current}" is not a MuJoCo rendering backend.',
+                           fix=f"Set MUJOCO_GL to one of {', '.join(MUJOCO_GL_BACKENDS)} (egl or osmesa headless), "
+                               "or unset it to let vlarl pick one that renders (`vlarl doctor` checks it).")
         if current in ("egl", "osmesa"):
             os.environ.setdefault("PYOPENGL_PLATFORM", current)
         return current
