@@ -144,6 +144,25 @@ def test_pi0_targets_invert_the_output_processing():
     assert target[..., 7:].abs().max() == 0
 
 
+def _hook_velocity(policy: Any, fn: Any) -> None:
+    """Replace a GR00T policy's network by ``fn(x_t, t) -> velocity`` (the loss around it stays the family's)."""
+    from vlarl_cli.policies.flow_matching import VelocityOutput
+
+    policy._velocity_fn = lambda enc, embodiment_id: lambda x_t, t: VelocityOutput(velocity=fn(x_t, t))
+
+
+def _tiny_gr00t(version: str, chunks: int = 3) -> Any:
+    from vlarl_cli.policies.gr00t.config import ModelSettings, preset
+    from vlarl_cli.policies.gr00t.modality import default_modality
+    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
+
+    torch.manual_seed(0)
+    s = ModelSettings(model_type="gr00t" if version == "n1.5" else "gr00t_n1d6", preset="tiny",
+                      num_action_chunks=chunks)
+    cfg = preset("tiny", version)
+    return Gr00tPolicy(cfg, s, default_modality(s.effective_embodiment_tag, cfg)).eval()
+
+
 def test_gr00t_targets_invert_the_output_processing():
     from vlarl_cli.policies.gr00t.config import ModelSettings, preset
     from vlarl_cli.policies.gr00t.modality import default_modality
@@ -161,17 +180,7 @@ def test_gr00t_targets_invert_the_output_processing():
     assert not torch.equal(modality._bounds("action")[0], lo)
     obs, actions = _libero_obs(4), _libero_actions(4, 3)
     seen: list[torch.Tensor] = []
-
-    def velocity_fn(enc: Any, embodiment_id: Any) -> Any:
-        from vlarl_cli.policies.flow_matching import VelocityOutput
-
-        def fn(x_t: torch.Tensor, t: torch.Tensor) -> VelocityOutput:
-            seen.append(x_t)
-            return VelocityOutput(velocity=x_t)
-
-        return fn
-
-    policy._velocity_fn = velocity_fn  # type: ignore[method-assign]
+    _hook_velocity(policy, lambda x_t, t: seen.append(x_t) or x_t)
     shape = (4, cfg.action_horizon, cfg.action_dim)
     # GR00T time: t = 1 is data, so x_t = target and the velocity target is target - 0
     loss = policy.supervised_loss(obs, actions, noise=torch.zeros(shape), time=torch.ones(4))
@@ -185,27 +194,10 @@ def test_gr00t_targets_invert_the_output_processing():
 def test_gr00t_supervised_time_follows_each_release(version):
     """Isaac-GR00T's sample_time: N1.5 ``t = (s - u) / s``, N1.6 ``t = (1 - u) * s`` (s = 0.999, u ~ Beta(1.5, 1)),
     drawn after the noise from the same generator."""
-    from vlarl_cli.policies.gr00t.config import ModelSettings, preset
-    from vlarl_cli.policies.gr00t.modality import default_modality
-    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
-
-    torch.manual_seed(0)
-    model_type = "gr00t" if version == "n1.5" else "gr00t_n1d6"
-    s = ModelSettings(model_type=model_type, preset="tiny", num_action_chunks=3)
-    cfg = preset("tiny", version)
-    policy = Gr00tPolicy(cfg, s, default_modality(s.effective_embodiment_tag, cfg)).eval()
+    policy = _tiny_gr00t(version)
+    cfg = policy.config
     seen: list[torch.Tensor] = []
-
-    def velocity_fn(enc: Any, embodiment_id: Any) -> Any:
-        from vlarl_cli.policies.flow_matching import VelocityOutput
-
-        def fn(x_t: torch.Tensor, t: torch.Tensor) -> VelocityOutput:
-            seen.append(t)
-            return VelocityOutput(velocity=x_t)
-
-        return fn
-
-    policy._velocity_fn = velocity_fn  # type: ignore[method-assign]
+    _hook_velocity(policy, lambda x_t, t: seen.append(t) or x_t)
     policy.supervised_loss(_libero_obs(4), _libero_actions(4, 3), generator=torch.Generator().manual_seed(3))
     g = torch.Generator().manual_seed(3)
     torch.randn((4, cfg.action_horizon, cfg.action_dim), generator=g)
@@ -217,27 +209,16 @@ def test_gr00t_supervised_time_follows_each_release(version):
 def test_gr00t_supervised_loss_covers_the_whole_horizon():
     """As Isaac-GR00T, the loss averages over every given horizon step (sft gives the whole horizon), not only
     the C steps an env executes: an error at the last horizon step counts with a full-horizon chunk only."""
-    from vlarl_cli.policies.flow_matching import VelocityOutput
-    from vlarl_cli.policies.gr00t.config import ModelSettings, preset
-    from vlarl_cli.policies.gr00t.modality import default_modality
-    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
-
-    torch.manual_seed(0)
-    s = ModelSettings(model_type="gr00t_n1d6", preset="tiny", num_action_chunks=3)
-    cfg = preset("tiny", "n1.6")
-    policy = Gr00tPolicy(cfg, s, default_modality(s.effective_embodiment_tag, cfg)).eval()
-    h = cfg.action_horizon
+    policy = _tiny_gr00t("n1.6")
+    cfg, h = policy.config, policy.config.action_horizon
     assert policy.supervised_chunk == h > 3
 
-    def velocity_fn(enc: Any, embodiment_id: Any) -> Any:
-        def fn(x_t: torch.Tensor, t: torch.Tensor) -> VelocityOutput:
-            out = x_t.clone()
-            out[:, -1] += 1.0  # wrong only at the last horizon step
-            return VelocityOutput(velocity=out)
+    def wrong_at_the_last_step(x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        out = x_t.clone()
+        out[:, -1] += 1.0
+        return out
 
-        return fn
-
-    policy._velocity_fn = velocity_fn  # type: ignore[method-assign]
+    _hook_velocity(policy, wrong_at_the_last_step)
     zeros, ones = torch.zeros(2, h, cfg.action_dim), torch.ones(2)
     obs = _libero_obs(2)
     executed = policy.supervised_loss(obs, _libero_actions(2, 3), noise=zeros, time=ones)
