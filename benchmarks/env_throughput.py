@@ -9,7 +9,7 @@ Measures, on libero_spatial task 0 with the no-op-like random actions of a polic
     process's env, both cameras rendered every control step) beside vlarl's vector env with the same
     task, image size, env count and chunk sizes: steps/s, reset time, RSS per env process, ours / RLinf.
     Needs ``bash scripts/reference/rlinf_env.sh``; the RLinf side runs in that interpreter.
-Ratios against the targets of issue 3: with C = 1 vlarl within 5 % of raw at the same process count;
+Ratios against the targets: with C = 1 vlarl within 5 % of raw at the same process count;
 with chunk C at least 0.8 x the bound C / (C x t_physics + cameras x t_render).
 
     python benchmarks/env_throughput.py                 # default: 128 px, C in {1, 5}, W = 2 (a few minutes)
@@ -337,7 +337,7 @@ def main() -> None:
             entry["vlarl_vector_1w"] = vector_env(res, chunks, args.steps, 1)
             if w > 1:
                 entry[f"vlarl_vector_{w}w"] = vector_env(res, chunks, args.steps, w)
-        # Targets (issue 3). Render time per camera frame from the raw baseline: t_step = t_phys + cams * t_render.
+        # Targets. Render time per camera frame from the raw baseline: t_step = t_phys + cams * t_render.
         t_phys = 1.0 / phys
         t_render = max((1.0 / raw1 - t_phys) / cams, 1e-9)
         ratios: dict = {

@@ -7,7 +7,7 @@ For each preset (pi0 variant, random weights) and each K:
   * ``cached_s``: prefix encoded once, then K expert-only passes (what ``Pi0Policy.sample`` does);
   * ``uncached_s``: the joint prefix + expert pass recomputed at every step (openpi's training forward);
   * ``speedup`` = uncached / cached, and ``bound_s`` = prefix_s + K * expert_step_s, the cost the cached
-    path should not exceed (issue 5: "at most prefix + K x expert").
+    path should not exceed (the target: "at most prefix + K x expert").
 Plus ``build_s`` (construction with random init, imports excluded), ``sample_s`` (end-to-end ``sample`` with image resizing and tokenisation, K = the preset's
 default 4) and ``evaluate_per_sample_s`` (``evaluate`` forward + backward of the log-prob sum, per
 sample). Times are medians over ``--repeats`` runs, in seconds.

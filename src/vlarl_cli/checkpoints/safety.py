@@ -1,6 +1,6 @@
 """Safe handling of untrusted checkpoint files and remote file names.
 
-Two rules (issue 6):
+Two rules:
 
 * Weights load from **safetensors** only, by default. Pickle-based files (``.bin``, ``.pt``, ``.pth``,
   ``.ckpt``, ``.pkl``) can run arbitrary code when unpickled; they are refused unless the caller passes
