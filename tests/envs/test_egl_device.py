@@ -27,7 +27,10 @@ def test_prepare_libero_exports_it_for_the_env_workers(monkeypatch: pytest.Monke
     monkeypatch.setenv("MUJOCO_GL", "egl")  # no probe: the backend is the user's
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    monkeypatch.delenv("MUJOCO_EGL_DEVICE_ID", raising=False)
+    # set, then deleted: monkeypatch then restores the variable's absence after the test (a delenv of an
+    # absent variable records nothing, and the 3 exported below leaked into every later LIBERO test)
+    monkeypatch.setenv("MUJOCO_EGL_DEVICE_ID", "0")
+    monkeypatch.delenv("MUJOCO_EGL_DEVICE_ID")
     prepare_libero(tmp_path, check_assets=False)
     import os
 

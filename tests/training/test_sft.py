@@ -567,13 +567,14 @@ def test_two_processes_train_like_one(tmp_path, sharding):
 
 
 @pytest.mark.parametrize("argv", [[], ["--short"], ["--rl-envs", "12", "--group-size", "3"]])
-def test_learning_run_stage_configs_validate(argv, tmp_path):
+def test_learning_run_stage_configs_validate(argv, tmp_path, monkeypatch):
     """benchmarks/learning_run.py: its RL stage overrides and SFT preset load as valid configs (batch sizes
     divide the samples of an iteration, GRPO groups fit the envs) for the full and the short run."""
     import importlib.util
     from pathlib import Path
 
     path = Path(__file__).parents[2] / "benchmarks" / "learning_run.py"
+    monkeypatch.syspath_prepend(str(path.parent))  # as when it runs as a script: its folder's _bench helper
     spec = importlib.util.spec_from_file_location("learning_run", path)
     lr = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lr)
