@@ -101,30 +101,15 @@ def _configured_backend(report: Report, working: list[str]) -> None:
         report.add("Rendering", "configured backend", f"{working[0]} (MUJOCO_GL unset: the first that renders)"
                    if working else "none (MUJOCO_GL unset and no backend renders)")
         return
-    error = _render_one_frame(dict(os.environ))
+    from vlarl_cli.envs.libero.setup import render_one_frame
+
+    error = render_one_frame(dict(os.environ))
     report.add("Rendering", f"configured backend (MUJOCO_GL={configured}) renders",
                "yes" if error is None else f"no ({error})")
     if error is not None:
         hint = f"set MUJOCO_GL={working[0]}, which renders" if working else "install EGL or OSMesa (above)"
         report.problems.append(f"MUJOCO_GL={configured} cannot render a frame ({error}): every simulator would "
                                f"fail. Fix: unset MUJOCO_GL (vlarl then picks a backend that renders) or {hint}.")
-
-
-def _render_one_frame(env: dict[str, str]) -> str | None:
-    """Render an 8x8 MuJoCo frame in a subprocess with ``env``; the error's last line, or None."""
-    import subprocess
-
-    from vlarl_cli.envs.libero.setup import _PROBE_SCRIPT
-
-    try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE_SCRIPT], env=env, capture_output=True, text=True,
-                              timeout=60)
-    except subprocess.TimeoutExpired:
-        return "timed out after 60 s"
-    if proc.returncode == 0 and "ok" in proc.stdout:
-        return None
-    lines = (proc.stderr or proc.stdout).strip().splitlines()
-    return lines[-1] if lines else f"exit code {proc.returncode}"
 
 
 def _libero(report: Report, hashes: bool) -> None:

@@ -133,13 +133,17 @@ def write_libero_config(config_dir: Path, package_dir: Path) -> Path:
 
 def _probe_backend(backend: str) -> str | None:
     """Render one tiny frame in a subprocess with ``MUJOCO_GL=backend``; return the error text or None."""
-    env = dict(os.environ, MUJOCO_GL=backend, PYOPENGL_PLATFORM=backend)
+    return render_one_frame(dict(os.environ, MUJOCO_GL=backend, PYOPENGL_PLATFORM=backend))
+
+
+def render_one_frame(env: dict[str, str]) -> str | None:
+    """Render an 8x8 MuJoCo frame in a subprocess with environment ``env``; the error's last line, or None."""
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _PROBE_SCRIPT], env=env, capture_output=True, text=True, timeout=60
         )
     except subprocess.TimeoutExpired:
-        return "timed out"
+        return "timed out after 60 s"
     if proc.returncode == 0 and "ok" in proc.stdout:
         return None
     lines = (proc.stderr or proc.stdout).strip().splitlines()
