@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from vlarl_cli.checkpoints.atomic import TMP_PREFIX
 
@@ -30,27 +31,37 @@ def _toy(run: Path, *extra: str) -> list[str]:
             "runner.save_interval=1", "runner.val_check_interval=-1", f"runner.logger.log_path={run}", *extra]
 
 
-def test_ctrl_c_during_training_exits_130_and_resume_auto_completes(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(_toy(run), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=_as_in_a_terminal)
+def _quiet_env() -> dict[str, str]:
+    return {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+
+
+def _signal_once_saved(cmd: list[str], saved: Path, sig: int, cwd: Path, **popen: Any) -> tuple[int, str, str]:
+    """Run ``cmd``, send ``sig`` once the checkpoint folder ``saved`` exists; its exit code, stdout, stderr."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=_quiet_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **popen)
     try:
         deadline = time.monotonic() + 240
-        while not (run / "checkpoints" / "global_step_2").is_dir():
+        while not saved.is_dir():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, (out, err)
+    return proc.returncode, out, err
+
+
+def test_ctrl_c_during_training_exits_130_and_resume_auto_completes(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    code, out, err = _signal_once_saved(_toy(run), run / "checkpoints" / "global_step_2", signal.SIGINT, tmp_path,
+                                        preexec_fn=_as_in_a_terminal)
+    assert code == 130, (out, err)
     assert "Traceback" not in err and "Interrupted" in err and "--resume auto" in err
     kept = sorted(p.name for p in (run / "checkpoints").glob("global_step_*"))
     assert "global_step_2" in kept and f"global_step_{EPOCHS}" not in kept
     assert not [p for p in run.rglob("*") if p.name.startswith(TMP_PREFIX)]  # no half-written checkpoint
-    again = subprocess.run(_toy(run, "--resume", "auto"), cwd=tmp_path, env=env, capture_output=True, text=True,
+    again = subprocess.run(_toy(run, "--resume", "auto"), cwd=tmp_path, env=_quiet_env(), capture_output=True, text=True,
                            timeout=300)
     assert again.returncode == 0, again.stderr
     assert (run / "checkpoints" / f"global_step_{EPOCHS}" / "model.safetensors").is_file()
@@ -79,19 +90,8 @@ def test_sigterm_is_treated_as_ctrl_c(tmp_path: Path) -> None:
     from vlarl_cli.training import run_folder
 
     run = tmp_path / "run"
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(_small(run), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not (run / "checkpoints" / "global_step_1").is_dir():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 143, (out, err)
+    code, out, err = _signal_once_saved(_small(run), run / "checkpoints" / "global_step_1", signal.SIGTERM, tmp_path)
+    assert code == 143, (out, err)
     assert "Traceback" not in err and "Terminated (SIGTERM)" in err and "--resume auto" in err
     assert (run / "checkpoints" / "global_step_1" / "model.safetensors").is_file()
     assert not [p for p in run.rglob("*") if p.name.startswith(TMP_PREFIX)]
