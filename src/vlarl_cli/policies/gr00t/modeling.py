@@ -40,7 +40,7 @@ from vlarl_cli.policies.flow_matching import (
 )
 from vlarl_cli.policies.gr00t.action_head import ActionHead
 from vlarl_cli.policies.gr00t.backbone import EagleBackbone
-from vlarl_cli.policies.gr00t.config import FSDP_WRAP_CLASSES, Gr00tConfig, ModelSettings
+from vlarl_cli.policies.gr00t.config import FSDP_WRAP_CLASSES, Gr00tConfig, ModelSettings, trainability
 from vlarl_cli.policies.gr00t.critic import Gr00tCritic, pool_vl
 from vlarl_cli.policies.gr00t.modality import ZERO_STATE_TAGS, ModalitySpec
 from vlarl_cli.policies.gr00t.processing import (
@@ -167,25 +167,40 @@ class Gr00tPolicy(nn.Module):
         s.check_padding(cfg.padding_value, cfg.prompt_length(len(m.video_keys)))
 
     def apply_trainability(self) -> None:
-        """Head-only by default: every backbone tensor gets ``requires_grad=False``; optional tuning of
-        vision / LLM / top LLM layers when ``train_expert_only`` is False."""
-        s = self.settings
-        self.backbone.requires_grad_(False)
-        self.action_head.requires_grad_(True)
-        if s.train_expert_only:
-            return
-        eagle = self.backbone.eagle
-        if s.tune_visual:
-            eagle.vision_model.requires_grad_(True)
-            eagle.mlp1.requires_grad_(True)
-        if s.tune_llm:
-            eagle.language_model.requires_grad_(True)
-        if s.tune_top_llm_layers > 0:
+        """The trainable set as Isaac-GR00T builds it from the config (``EagleBackbone`` /
+        ``Gr00tN1d6ActionHead.set_trainable_parameters``): every tensor trains, then the LLM (``tune_llm``), the
+        vision tower + ``mlp1`` (``tune_visual``), the head's projectors / DiT / VL LayerNorm are frozen when their
+        flag is off, and the top ``tune_top_llm_layers`` LLM layers train again. ``train_expert_only`` freezes the
+        whole backbone on top (vlarl's former default); the value / noise heads always train."""
+        flags, deviations = trainability(self.config, self.settings)
+        if deviations:
+            import warnings
+
+            warnings.warn(f"GR00T trainable set: {'; '.join(deviations)}. RLinf passes no such flags: it trains what "
+                          "the checkpoint's config.json says, so this run differs from RLinf's.", stacklevel=3)
+        head, eagle = self.action_head, self.backbone.eagle
+        self.requires_grad_(True)
+        frozen: list[nn.Module] = []
+        if not flags["tune_llm"]:
+            frozen.append(eagle.language_model)
+        if not flags["tune_visual"]:
+            frozen += [eagle.vision_model, eagle.mlp1]
+        if not flags["tune_projector"]:
+            frozen += [head.state_encoder, head.action_encoder, head.action_decoder]
+            frozen += [head.position_embedding] if self.config.add_pos_embed else []
+        if not flags["tune_diffusion_model"]:
+            frozen.append(head.model)
+        if not flags["tune_vlln"] and self.config.version == "n1.6":
+            frozen.append(head.vlln)
+        for module in frozen:
+            module.requires_grad_(False)
+        top = int(flags["tune_top_llm_layers"])
+        if top > 0:
             lm: Any = eagle.language_model.model
-            for layer in lm.layers[-s.tune_top_llm_layers:]:
+            for layer in lm.layers[-top:]:
                 layer.requires_grad_(True)
-        if hasattr(self.backbone, "eagle_linear"):
-            self.backbone.eagle_linear.requires_grad_(True)
+        if self.settings.train_expert_only:
+            self.backbone.requires_grad_(False)
 
     @property
     def backbone_trainable(self) -> bool:
