@@ -315,3 +315,14 @@ def test_rlinf_state_rounding_only_in_bf16() -> None:
     assert torch.equal(rlinf_state_rounding(x, torch.float32), x)
     r = rlinf_state_rounding(x, torch.bfloat16)
     assert r.dtype == torch.float32 and torch.equal(r, x.bfloat16().float()) and not torch.equal(r, x)
+
+
+def test_activation_estimate_counts_the_llm_layers_backward_reaches() -> None:
+    """--dry-run's Qwen3 activation term: only the layers from the lowest trained one up keep activations (the
+    frozen layers below run without a graph); all of them when the LLM trains; none when only the head does."""
+    def qwen3_layers(policy: Any) -> int:
+        return sum(s.layers for s in policy.activation_stacks() if s.name == "qwen3")
+
+    assert qwen3_layers(_n16_policy(tune_top_llm_layers=2)) == 2
+    assert qwen3_layers(_n16_policy(tune_top_llm_layers=0, tune_llm=True)) == 3
+    assert qwen3_layers(_n16_policy(tune_top_llm_layers=0)) == 0

@@ -117,7 +117,8 @@ class Gr00tConfig:
     attend_text_every_n_blocks: int = 2
     use_attention_mask: bool = False  # N1.5's DiT ignores the VL padding mask upstream; N1.6 uses it
     # The trainable set. N1.6: the checkpoint config.json's flags (Gr00tN1d6Config defaults below), applied by
-    # Isaac-GR00T's EagleBackbone / Gr00tN1d6ActionHead.set_trainable_parameters; RLinf (a3816b59,
+    # Isaac-GR00T's EagleBackbone / Gr00tN1d6ActionHead.set_trainable_parameters (RLinf's fork, n1.6.1-release
+    # 5dc80c4a; N1.5: n1.5-release 4af2b622 gr00t_n1.py from_pretrained); RLinf (a3816b59,
     # rlinf/models/embodiment/gr00t/gr00t_n1d6/__init__.py) passes none and its optimiser takes every tensor that
     # requires grad. N1.5: RLinf passes tune_visual=False, tune_llm=False and GR00T_N1_5.from_pretrained's
     # defaults tune_projector / tune_diffusion_model True apply (the config.json's flags are not read there).

@@ -221,10 +221,11 @@ class Gr00tPolicy(nn.Module):
             stacks.append(ActivationStack("vision", images * patches, cfg.vision_hidden_size,
                                           cfg.vision_intermediate_size, 4 * cfg.vision_hidden_size,
                                           cfg.vision_num_layers, heads=cfg.vision_num_heads, gated=False))
-        if keeps_activations(self.backbone):
+        llm_layers = self._llm_layers_with_graph(inner)
+        if llm_layers:
             qkv = 2 * (cfg.llm_num_heads + cfg.llm_num_kv_heads) * cfg.llm_head_dim
             stacks.append(ActivationStack("qwen3", vl, cfg.llm_hidden_size, cfg.llm_intermediate_size, qkv,
-                                          cfg.select_layer, heads=cfg.llm_num_heads))
+                                          llm_layers, heads=cfg.llm_num_heads))
         if cfg.vl_self_attention_layers:
             width = cfg.backbone_embedding_dim
             stacks.append(ActivationStack("vl_self_attention", vl, width, 4 * width, 4 * cfg.vl_num_heads *
@@ -240,10 +241,32 @@ class Gr00tPolicy(nn.Module):
                                           checkpointed=ckpt))
         return stacks
 
+    @staticmethod
+    def _llm_layers_with_graph(inner: Any) -> int:
+        """Qwen3 layers whose activations backward keeps: all of them when the vision tower, mlp1 or the token
+        embeddings train, else those from the lowest layer with a trainable tensor up (N1.6's default: the
+        top ``tune_top_llm_layers``); 0 when none trains (N1.5's ``eagle_linear`` alone keeps no LLM layer)."""
+        lm: Any = inner.language_model.model
+        layers = list(lm.layers)
+        if keeps_activations(inner.vision_model, inner.mlp1, lm.embed_tokens):
+            return len(layers)
+        first = next((i for i, layer in enumerate(layers) if keeps_activations(layer)), len(layers))
+        return len(layers) - first
+
     def train(self, mode: bool = True) -> Gr00tPolicy:
+        """Frozen modules stay in eval mode, as upstream's ``set_frozen_modules_to_eval_mode``: the LLM unless
+        ``tune_llm`` (its trained top layers included, as there), the vision tower and mlp1 unless
+        ``tune_visual``, the whole backbone when nothing in it trains."""
         super().train(mode)
+        flags, _ = trainability(self.config, self.settings)
+        eagle = self.backbone.eagle
         if not self.backbone_trainable:
-            self.backbone.eval()  # frozen modules stay in eval mode (upstream set_frozen_modules_to_eval_mode)
+            self.backbone.eval()
+        if not flags["tune_llm"]:
+            eagle.language_model.eval()
+        if not flags["tune_visual"]:
+            eagle.vision_model.eval()
+            eagle.mlp1.eval()
         return self
 
     @property
