@@ -18,4 +18,11 @@ SIMULATOR = Simulator(
     pipelines=True,
     env_bytes=int(1.7 * GIB),  # RSS of one LIBERO env process, measured on these machines
     default_demos=2,  # about a minute each with both cameras rendered
+    packages=("numpy", "mujoco", "robosuite", "bddl", "libero"),
+    modules=("mujoco", "robosuite", "vlarl_cli.envs.libero.vector"),
+    # scripts/install.sh's LIBERO pins without torch: libero's declared dependencies would pull torch
+    requirements=("numpy", "mujoco", "robosuite", "bddl", "future", "easydict", "matplotlib", "cloudpickle", "pyyaml",
+                  "termcolor", "tqdm", "pillow", "numba", "scipy", "opencv-python"),
+    requirements_no_deps=("libero", "gym", "gym-notices"),
+    setup="vlarl_cli.envs.libero.install:link_assets_into",
 )
