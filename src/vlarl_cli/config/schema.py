@@ -412,6 +412,13 @@ class EnvSplitConfig(Section):
         if self.python is not None and not simulator.in_workers:
             raise ValueError(f"python {self.python}: {self.env_type} steps its envs inside the trainer's process, so "
                              "it has no workers to run in another interpreter; set python: null")
+        if self.python is not None:
+            from vlarl_cli.envs.interpreter import resolve
+
+            if not resolve(self.python).is_file():
+                raise ValueError(f"python {self.python}: {resolve(self.python)} does not exist, so the {self.env_type} "
+                                 f"workers have no interpreter to run in; build the simulator's own environment with "
+                                 f"`vlarl setup-sim {self.env_type}` and set python: {self.env_type}, or set python: null")
         if simulator.check_split is not None:  # the simulator's own load-time checks (LIBERO suites, tasks ...)
             simulator.call("check_split", self)
         if self.reward_mode not in simulator.reward_modes:
