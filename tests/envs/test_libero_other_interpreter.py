@@ -24,9 +24,34 @@ MAX_STEPS = 8
 @pytest.fixture(scope="module")
 def other_python(libero_ready) -> str:
     python = interpreter.resolve("libero")
-    if not python.is_file():
+    if not interpreter.finished("libero"):
         pytest.skip(f"no LIBERO environment of its own at {python}: build it with `vlarl setup-sim libero`")
     return "libero"
+
+
+def test_tasks_and_init_states_read_without_torch_equal_liberos_own(libero_ready) -> None:
+    """The worker reads LIBERO's task list and init states without libero.libero.benchmark (which imports torch):
+    all 130 tasks and their init states equal what LIBERO's Benchmark gives."""
+    from libero.libero import benchmark
+
+    from vlarl_cli.envs.libero import suites
+    from vlarl_cli.envs.libero.setup import prepare_libero
+
+    paths = prepare_libero(check_assets=False)
+    count = 0
+    for suite in ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90"):
+        bench = benchmark.get_benchmark_dict()[suite](task_order_index=0)
+        ours = suites.suite_tasks(suite)
+        assert len(ours) == bench.get_num_tasks()
+        for i, task in enumerate(ours):
+            theirs = bench.get_task(i)
+            assert (task.name, task.language, task.bddl_file, task.init_states_file) == (
+                theirs.name, theirs.language, paths.bddl_dir / theirs.problem_folder / theirs.bddl_file,
+                paths.init_states_dir / theirs.problem_folder / theirs.init_states_file)
+            states, want = suites.init_states(suite, i), np.asarray(bench.get_task_init_states(i))
+            assert states.dtype == want.dtype and np.array_equal(states, want)
+            count += 1
+    assert count == 130
 
 
 def _spec(python: str | None) -> VectorEnvSpec:

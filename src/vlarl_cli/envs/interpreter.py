@@ -83,39 +83,46 @@ class Probe:
     torch: bool
 
 
-def _fix(simulator: str, name: str) -> str:
-    return (f"Build it with `vlarl setup-sim {simulator}` and set env.{name}.python={simulator}, or set "
-            f"env.{name}.python=null to run the simulator in this interpreter.")
+def _fix(simulator: str, key: str) -> str:
+    return (f"Build it with `vlarl setup-sim {simulator}` and set {key}={simulator}, or set {key}=null to run "
+            "the simulator in this interpreter.")
 
 
 def check(python: str, simulator: str, split: str, *, packages: tuple[str, ...] = (),
           modules: tuple[str, ...] = ()) -> Probe:
     """Probe ``python`` for ``simulator``'s workers (``packages`` found, ``modules`` imported); an
-    :class:`EnvError` naming the environment and the fix when it cannot host them."""
+    :class:`EnvError` naming the environment and the fix when it cannot host them. ``split``: ``train`` /
+    ``eval``, or the full config key that named the interpreter."""
+    from vlarl_cli.envs import registry
+
+    table = registry.simulators()
+    if simulator in table and table[simulator].prepare is not None:
+        registry.load(str(table[simulator].prepare))()
     exe = resolve(python)
-    where = f"env.{split}.python {python}" + (f" ({exe})" if str(exe) != python else "")
+    key = split if "." in split else f"env.{split}.python"
+    where = f"{key} {python}" + (f" ({exe})" if str(exe) != python else "")
     if not exe.is_file() or not os.access(exe, os.X_OK):
         raise EnvError(f"{where} does not exist: the {simulator} workers have no interpreter to run in.",
-                       fix=_fix(simulator, split))
+                       fix=_fix(simulator, key))
     try:
         done = subprocess.run([str(exe), "-c", _PROBE, ",".join(packages), ",".join(modules)], env=child_env(),
                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise EnvError(f"{where} did not answer within {PROBE_TIMEOUT_S:.0f} s when asked to import the {simulator} "
-                       "worker modules.", fix=_fix(simulator, split)) from None
+                       "worker modules.", fix=_fix(simulator, key)) from None
     lines = [line for line in done.stdout.splitlines() if line.startswith("VLARL-PROBE ")]
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise EnvError(f"{where} dies when it starts the {simulator} workers (exit code {done.returncode}): {tail}",
-                       fix=_fix(simulator, split))
+                       fix=_fix(simulator, key))
     out = json.loads(lines[-1].removeprefix("VLARL-PROBE "))
     if out["missing"] or out["failed"]:
         lacks = f"lacks {', '.join(out['missing'])}" if out["missing"] else f"cannot import the simulator ({out['failed']})"
-        raise EnvError(f"{where} {lacks}: it cannot host the {simulator} workers.", fix=_fix(simulator, split))
+        raise EnvError(f"{where} {lacks}: it cannot host the {simulator} workers.", fix=_fix(simulator, key))
     ours = _numpy_version()
     if out["numpy"].split(".")[0] != ours.split(".")[0]:
         raise EnvError(f"{where} has numpy {out['numpy']} and this interpreter numpy {ours}: their arrays do not "
-                       "cross between the two (another numpy ABI).", fix=_fix(simulator, split))
+                       "cross between the two (another numpy ABI).", fix=_fix(simulator, key))
     return Probe(python=out["python"], numpy=out["numpy"], torch=bool(out["torch"]))
 
 
@@ -162,6 +169,7 @@ def build(name: str, *, base: str | None = None, log: Any = print) -> Path:
     python, stamp = root / "bin" / "python", root / STAMP
     want = json.dumps({"requirements": pinned(sim.requirements), "no_deps": pinned(sim.requirements_no_deps)})
     if not (stamp.is_file() and stamp.read_text() == want):
+        stamp.unlink(missing_ok=True)  # written last: an interrupted build is never taken for a finished one
         _install(root, python, base or str(getattr(sys, "_base_executable", sys.executable)), json.loads(want), log)
         if sim.setup is not None:
             log(registry.load(sim.setup)(python))

@@ -59,6 +59,8 @@ class Simulator:
         requirements, requirements_no_deps: what ``vlarl setup-sim`` installs into its own environment (pinned
             to this interpreter's versions where installed here); ``setup``: ``"module:function"`` finishing
             that environment, called with its ``bin/python`` (LIBERO: links the verified assets).
+        prepare: ``"module:function"`` called (no arguments) before another interpreter is probed, setting what
+            the workers inherit (LIBERO: its config path, so importing it never prompts).
     """
 
     name: str
@@ -84,6 +86,7 @@ class Simulator:
     requirements: tuple[str, ...] = ()
     requirements_no_deps: tuple[str, ...] = ()
     setup: str | None = None
+    prepare: str | None = None
 
     def call(self, what: str, *args: Any, **kwargs: Any) -> Any:
         """Call the function this simulator names under ``what`` (``make_env``, ``check_split``, ...)."""
