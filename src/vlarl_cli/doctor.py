@@ -126,6 +126,33 @@ def _libero(report: Report, hashes: bool) -> None:
         report.problems.append(f"LIBERO: {err.problem} Fix: {err.fix or 'vlarl setup-libero'}")
 
 
+def _simulators(report: Report) -> None:
+    """Each simulator of the table: where its workers run and whether that interpreter holds it. This
+    interpreter lacking one is information (install it, or build its own environment); an environment built
+    by ``vlarl setup-sim NAME`` that cannot host it is a problem."""
+    import importlib.util
+
+    from vlarl_cli.envs import interpreter, registry
+    from vlarl_cli.errors import EnvError
+
+    for sim in registry.simulators().values():
+        missing = [p for p in sim.packages if importlib.util.find_spec(p) is None]
+        here = "works" if not missing else f"lacks {', '.join(missing)}"
+        report.add("Simulators", f"{sim.name} in this interpreter", here)
+        own = interpreter.resolve(sim.name)
+        if sim.in_workers and own.parent.parent.exists() and not interpreter.finished(sim.name):
+            report.add("Simulators", f"{sim.name} in {own.parent.parent}", "FAILED (unfinished)")
+            report.problems.append(f"{sim.name}: its environment {own.parent.parent} was not finished. Fix: "
+                                   f"vlarl setup-sim {sim.name}")
+        elif sim.in_workers and own.exists():
+            try:
+                probe = interpreter.check(sim.name, sim.name, "train", packages=sim.packages, modules=sim.modules)
+                report.add("Simulators", f"{sim.name} in {own}", f"works (python {probe.python}, numpy {probe.numpy})")
+            except EnvError as err:
+                report.add("Simulators", f"{sim.name} in {own}", "FAILED")
+                report.problems.append(f"{sim.name}: {err.problem} Fix: {err.fix}")
+
+
 def collect(*, gl: bool = True, hashes: bool = False) -> Report:
     """Gather the report. ``gl=False`` skips the two render probes (a second or two each)."""
     report = Report()
@@ -135,4 +162,5 @@ def collect(*, gl: bool = True, hashes: bool = False) -> Report:
     if gl:
         _rendering(report)
     _libero(report, hashes)
+    _simulators(report)
     return report

@@ -38,7 +38,7 @@ def test_bash_completion_completes_subcommand_names() -> None:
     env = {**os.environ, "_VLARL_COMPLETE": "complete_bash", "COMP_WORDS": "vlarl set", "COMP_CWORD": "1"}
     out = subprocess.run([str(script)], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["setup-libero"]
+    assert out.stdout.split() == ["setup-libero", "setup-sim"]
 
 
 def test_report_names_installed_versions_and_passes_here() -> None:

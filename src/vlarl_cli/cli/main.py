@@ -46,7 +46,7 @@ def _root(
 
 def _register() -> None:
     # Subcommand modules import only typer/pathlib at module level; see module docstring.
-    from vlarl_cli.cli import convert, doctor, download, eval, rl_train, setup_libero, sft, video
+    from vlarl_cli.cli import convert, doctor, download, eval, rl_train, setup_libero, setup_sim, sft, video
 
     context = {"allow_extra_args": True, "ignore_unknown_options": True}
     app.command("download", help=download.__doc__)(download.command)
@@ -56,6 +56,7 @@ def _register() -> None:
     app.command("eval", help=eval.__doc__)(eval.command)
     app.command("video", help=video.__doc__)(video.command)
     app.command("setup-libero", help=setup_libero.__doc__)(setup_libero.command)
+    app.command("setup-sim", help=setup_sim.__doc__)(setup_sim.command)
     app.command("doctor", help=doctor.__doc__)(doctor.command)
 
 

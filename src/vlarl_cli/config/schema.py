@@ -373,6 +373,9 @@ class EnvSplitConfig(Section):
         "(reflection pass off: ~1.75x faster per frame on CPU, 0.93/255 mean pixel difference) or fast_noaa "
         "(also multisampling off: ~3.1x, 2.8/255, edges alias; benchmarks/render_quality.py). Not exact: printed as a deviation in the run plan "
         "and on every evaluation card.")
+    python: str | None = Field(None, description="Python interpreter the simulator's worker processes run in: a "
+                               "path to another environment's bin/python, or a name built by `vlarl setup-sim NAME`; "
+                               "null: this interpreter. For simulators with worker processes (libero).")
     is_eval: bool = Field(False, description="This split is used for evaluation.")
     seed: int = Field(0, ge=0, le=SEED_MAX, description="Seed of the env and of the init-state assignment.")
     group_size: int = Field(1, ge=1, description="Consecutive envs sharing one init state (GRPO).")
@@ -406,6 +409,16 @@ class EnvSplitConfig(Section):
         if self.init_params.camera_heights != self.init_params.camera_widths:
             raise ValueError("camera_heights must equal camera_widths (square images), got "
                              f"{self.init_params.camera_heights} x {self.init_params.camera_widths}")
+        if self.python is not None and not simulator.in_workers:
+            raise ValueError(f"python {self.python}: {self.env_type} steps its envs inside the trainer's process, so "
+                             "it has no workers to run in another interpreter; set python: null")
+        if self.python is not None:
+            from vlarl_cli.envs.interpreter import resolve
+
+            if not resolve(self.python).is_file():
+                raise ValueError(f"python {self.python}: {resolve(self.python)} does not exist, so the {self.env_type} "
+                                 f"workers have no interpreter to run in; build the simulator's own environment with "
+                                 f"`vlarl setup-sim {self.env_type}` and set python: {self.env_type}, or set python: null")
         if simulator.check_split is not None:  # the simulator's own load-time checks (LIBERO suites, tasks ...)
             simulator.call("check_split", self)
         if self.reward_mode not in simulator.reward_modes:

@@ -8,12 +8,21 @@ Protocol on the pipe: the parent sends ``(cmd, tag, payload)``, the worker answe
 ends the worker, ``ping`` answers its pid, every other command goes to the host. Replies that arrive while
 the parent waits for another tag are stashed per worker, so several commands can be in flight (pipelining).
 Observations never cross the pipe: the host writes them into the shared arrays ``[N, ...]`` the parent owns.
+
+Another interpreter (``python``: a simulator's own environment, :mod:`vlarl_cli.envs.interpreter`): the
+worker is ``python -m vlarl_cli.envs.pool FD`` over a socket pair instead of a multiprocessing child; the
+factory travels by name. Such a worker imports this module, the factory's and the simulator's: numpy, the
+simulator and shared memory, never torch.
 """
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import os
+import socket
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -58,17 +67,24 @@ class SharedArrays:
             block.unlink()
 
 
-def attach(names: dict[str, str], layout: Layout) -> tuple[dict[str, shared_memory.SharedMemory], dict[str, np.ndarray]]:
-    """A worker's view of the parent's arrays."""
+def attach(names: dict[str, str], layout: Layout, *, untrack: bool = False
+           ) -> tuple[dict[str, shared_memory.SharedMemory], dict[str, np.ndarray]]:
+    """A worker's view of the parent's arrays. ``untrack``: a worker outside multiprocessing has its own
+    resource tracker, which would unlink the parent's blocks when the worker exits (Python < 3.13)."""
     blocks = {k: shared_memory.SharedMemory(name=names[k]) for k in layout}
+    if untrack:
+        from multiprocessing import resource_tracker
+
+        for block in blocks.values():
+            resource_tracker.unregister(block._name, "shared_memory")  # type: ignore[attr-defined]
     arrays: dict[str, np.ndarray] = {k: np.ndarray(layout[k][0], dtype=layout[k][1], buffer=blocks[k].buf) for k in layout}
     return blocks, arrays
 
 
 def worker_main(conn: Any, factory: Callable[..., Any], env_ids: list[int], args: tuple, shm_names: dict[str, str],
-                layout: Layout) -> None:
+                layout: Layout, untrack: bool = False) -> None:
     """A worker process: build the host with ``factory`` and serve the parent's commands until ``close``."""
-    blocks, arrays = attach(shm_names, layout)
+    blocks, arrays = attach(shm_names, layout, untrack=untrack)
     host = factory(env_ids, arrays, *args)
     try:
         while True:
@@ -76,7 +92,9 @@ def worker_main(conn: Any, factory: Callable[..., Any], env_ids: list[int], args
             if cmd == "close":
                 break
             if cmd == "ping":
-                conn.send((tag, {"pid": mp.current_process().pid}))
+                conn.send((tag, {"pid": os.getpid()}))
+            elif cmd == "modules":  # what the worker imported (no torch: tests, doctor)
+                conn.send((tag, sorted(sys.modules)))
             else:
                 conn.send((tag, host.handle(cmd, payload)))
     except (EOFError, KeyboardInterrupt):
@@ -88,6 +106,57 @@ def worker_main(conn: Any, factory: Callable[..., Any], env_ids: list[int], args
         host.close()
         for block in blocks.values():
             block.close()
+
+
+class ProbeHost:
+    """A host that simulates nothing: ``fill`` writes a value into its envs' rows of every shared array and
+    answers its pid per env (the pool's own tests, ``vlarl doctor``)."""
+
+    def __init__(self, env_ids: list[int], arrays: dict[str, np.ndarray]) -> None:
+        self.env_ids, self.arrays = env_ids, arrays
+
+    def handle(self, cmd: str, payload: Any) -> Any:
+        if cmd != "fill":
+            raise ValueError(f"unknown worker command {cmd!r}")
+        for array in self.arrays.values():
+            array[self.env_ids] = payload
+        return {e: os.getpid() for e in self.env_ids}
+
+    def close(self) -> None:
+        return None
+
+
+def _ref(factory: Callable[..., Any]) -> str:
+    return f"{factory.__module__}:{factory.__qualname__}"
+
+
+def _load(ref: str) -> Any:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+class _Child:
+    """A worker in another interpreter, with the ``multiprocessing.Process`` calls the pool makes."""
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        self.popen.kill()
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.popen.poll()
 
 
 @dataclass
@@ -114,11 +183,14 @@ class WorkerPool:
         shared: the parent's :class:`SharedArrays`.
         name: process name prefix (``vlarl-libero`` -> ``vlarl-libero-0`` ...).
         reply_timeout_s: a worker silent this long counts as dead.
+        python: another interpreter to run the workers in (checked by the caller,
+            ``envs.interpreter.check``); None: spawned children of this one.
     """
 
     def __init__(self, factory: Callable[..., Any], args: tuple, *, num_envs: int, num_workers: int,
-                 shared: SharedArrays, name: str, reply_timeout_s: float) -> None:
+                 shared: SharedArrays, name: str, reply_timeout_s: float, python: str | None = None) -> None:
         self._factory, self._args, self._shared, self._name = factory, args, shared, name
+        self._python = python
         self._timeout = reply_timeout_s
         self._ctx = mp.get_context("spawn")
         self._tag = 0
@@ -132,6 +204,9 @@ class WorkerPool:
         return [w.process.pid for w in self.workers]
 
     def start(self, worker: Worker) -> None:
+        if self._python is not None:
+            self._start_elsewhere(worker)
+            return
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(
             target=worker_main,
@@ -142,6 +217,21 @@ class WorkerPool:
         proc.start()
         child.close()
         worker.process, worker.conn = proc, parent
+        worker.stash, worker.pending = {}, {}
+
+    def _start_elsewhere(self, worker: Worker) -> None:
+        """``python -m vlarl_cli.envs.pool FD`` in the other interpreter; the setup is its first message."""
+        from multiprocessing.connection import Connection
+
+        from vlarl_cli.envs.interpreter import child_env, resolve
+
+        ours, theirs = socket.socketpair()
+        popen = subprocess.Popen([str(resolve(str(self._python))), "-m", "vlarl_cli.envs.pool", str(theirs.fileno())],
+                                 pass_fds=(theirs.fileno(),), env=child_env(), stdin=subprocess.DEVNULL)
+        theirs.close()
+        conn = Connection(ours.detach())
+        conn.send((_ref(self._factory), worker.env_ids, self._args, self._shared.names, self._shared.layout))
+        worker.process, worker.conn = _Child(popen), conn
         worker.stash, worker.pending = {}, {}
 
     def replace(self, worker: Worker) -> dict[int, tuple[str, Any]]:
@@ -198,3 +288,16 @@ class WorkerPool:
             if w.process.is_alive():
                 w.process.kill()
                 w.process.join(timeout=5)
+
+
+def _main(fd: int) -> None:
+    """A worker in another interpreter: read the setup from the socket ``fd``, then serve."""
+    from multiprocessing.connection import Connection
+
+    conn = Connection(fd)
+    factory, env_ids, args, shm_names, layout = conn.recv()
+    worker_main(conn, _load(factory), env_ids, args, shm_names, layout, untrack=True)
+
+
+if __name__ == "__main__":
+    _main(int(sys.argv[1]))

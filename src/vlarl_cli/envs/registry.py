@@ -54,6 +54,13 @@ class Simulator:
         rank_bytes, env_bytes: host memory of one env rank (fixed part, per env), for the dry run's plan.
         reward_modes: the ``reward_mode`` values it implements.
         default_demos: demonstrations ``sft`` records when none are asked for.
+        packages: what its workers' interpreter must hold (import names; ``vlarl doctor``, ``env.<split>.python``).
+        modules: what its workers import (a probe of another interpreter imports them: one that dies is named).
+        requirements, requirements_no_deps: what ``vlarl setup-sim`` installs into its own environment (pinned
+            to this interpreter's versions where installed here); ``setup``: ``"module:function"`` finishing
+            that environment, called with its ``bin/python`` (LIBERO: links the verified assets).
+        prepare: ``"module:function"`` called (no arguments) before another interpreter is probed, setting what
+            the workers inherit (LIBERO: its config path, so importing it never prompts).
     """
 
     name: str
@@ -74,6 +81,12 @@ class Simulator:
     env_bytes: int = 0
     reward_modes: tuple[str, ...] = ("only_success",)
     default_demos: int = 2
+    packages: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    requirements: tuple[str, ...] = ()
+    requirements_no_deps: tuple[str, ...] = ()
+    setup: str | None = None
+    prepare: str | None = None
 
     def call(self, what: str, *args: Any, **kwargs: Any) -> Any:
         """Call the function this simulator names under ``what`` (``make_env``, ``check_split``, ...)."""

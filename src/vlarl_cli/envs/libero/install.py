@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from importlib import metadata
+from pathlib import Path
 
 from vlarl_cli.envs.libero import setup
 from vlarl_cli.errors import EnvError, VlarlError
@@ -91,3 +92,22 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def link_assets_into(python: Path) -> str:
+    """Finish LIBERO's own environment (``vlarl setup-sim libero``): its ``libero/libero/assets`` links to this
+    environment's verified asset tree (620 MB, never copied)."""
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    ours = (setup.libero_package_dir() / "assets").resolve()
+    setup.verify_assets(ours, hashes=False)
+    link = Path(site) / "libero" / "libero" / "assets"
+    if link.is_symlink() or link.exists():
+        if link.resolve() == ours:
+            return f"LIBERO assets: {link} -> {ours}"
+        if not link.is_symlink():
+            raise EnvError(f"{link} is a folder of its own, not a link to the verified assets at {ours}.",
+                           fix=f"Remove {link.parent.parent.parent} and run the command again.")
+        link.unlink()
+    link.symlink_to(ours, target_is_directory=True)
+    return f"LIBERO assets: {link} -> {ours}"

@@ -37,6 +37,8 @@ def make_env(split: Any, request: EnvRequest) -> Any:
         record_video=request.record_video,
         stages=request.stages,
         hard_reset=split.hard_reset,
+        python=split.python,
+        python_key=f"env.{'eval' if split.is_eval else 'train'}.python",
     )
     spec.validate()
     return LiberoVectorEnv(spec)

@@ -18,4 +18,13 @@ SIMULATOR = Simulator(
     pipelines=True,
     env_bytes=int(1.7 * GIB),  # RSS of one LIBERO env process, measured on these machines
     default_demos=2,  # about a minute each with both cameras rendered
+    packages=("numpy", "mujoco", "robosuite", "bddl", "libero"),
+    modules=("mujoco", "robosuite", "libero.libero.envs", "vlarl_cli.envs.libero.vector"),
+    prepare="vlarl_cli.envs.libero.setup:prepare_libero",  # LIBERO's config, so importing libero never prompts
+    # what a LIBERO worker imports (measured: the distributions of sys.modules after a reset), at
+    # scripts/install.sh's pins; no torch (libero's declared dependencies would pull it)
+    requirements=("numpy", "mujoco", "robosuite", "bddl", "future", "easydict", "matplotlib", "cloudpickle", "pyyaml",
+                  "termcolor", "tqdm", "pillow", "numba", "scipy", "opencv-python", "gymnasium", "PyOpenGL"),
+    requirements_no_deps=("libero", "gym", "gym-notices"),
+    setup="vlarl_cli.envs.libero.install:link_assets_into",
 )

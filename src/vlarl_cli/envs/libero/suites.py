@@ -15,8 +15,12 @@ Importing this module is cheap; LIBERO (and torch, which it imports) are loaded 
 from __future__ import annotations
 
 import functools
+import io
+import pickle
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -79,29 +83,43 @@ def num_tasks(suite: str) -> int:
     return sum(SUITE_SIZES.values()) if suite == "libero_130" else SUITE_SIZES[suite]
 
 
+def _language(task: str) -> str:
+    """LIBERO's ``grab_language_from_filename`` (libero/libero/benchmark/__init__.py), for a task name."""
+    x = task + ".bddl"
+    if x[0].isupper():  # LIBERO-100 (libero_90 / libero_10): the scene prefix is not part of the instruction
+        language = " ".join(x[x.find("SCENE") + (8 if "SCENE10" in x else 7):].split("_"))
+    else:
+        language = " ".join(x.split("_"))
+    return language[:language.find(".bddl")]
+
+
+def _task_map() -> dict[str, list[str]]:
+    """LIBERO's ``libero_task_map``, read from its file: ``libero.libero.benchmark`` imports torch, and a
+    simulator worker (``env.<split>.python``) has none."""
+    import importlib.util
+
+    from vlarl_cli.envs.libero.setup import libero_package_dir
+
+    path = libero_package_dir() / "benchmark" / "libero_suite_task_map.py"
+    spec = importlib.util.spec_from_file_location("_vlarl_libero_task_map", path)
+    if spec is None or spec.loader is None:
+        raise EnvError(f"LIBERO's task map {path} is missing.", fix="Reinstall libero==0.1.1 with --no-deps.")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.libero_task_map
+
+
 @functools.cache
 def _original_suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
+    """LIBERO's tasks of ``suite`` at task order index 0 (LIBERO's ``Benchmark``: the task map's order),
+    built as ``benchmark.get_benchmark_dict()[suite](0)`` builds them, without importing it (torch)."""
     from vlarl_cli.envs.libero.setup import prepare_libero
-    from vlarl_cli.logging.quiet import dependency_prints
 
     paths = prepare_libero(check_assets=False)
-    from libero.libero import benchmark  # heavy (imports torch); after prepare_libero so no prompt
-
-    with dependency_prints():  # LIBERO prints "[info] using task orders ..." for every benchmark it builds
-        bench = benchmark.get_benchmark_dict()[suite](task_order_index=0)
-    tasks = []
-    for i in range(bench.get_num_tasks()):
-        task = bench.get_task(i)
-        tasks.append(
-            TaskInfo(
-                suite=suite,
-                suite_task_id=i,
-                name=task.name,
-                language=task.language,
-                bddl_file=paths.bddl_dir / task.problem_folder / task.bddl_file,
-                init_states_file=paths.init_states_dir / task.problem_folder / task.init_states_file,
-            )
-        )
+    tasks = [TaskInfo(suite=suite, suite_task_id=i, name=name, language=_language(name),
+                      bddl_file=paths.bddl_dir / suite / f"{name}.bddl",
+                      init_states_file=paths.init_states_dir / suite / f"{name}.pruned_init")
+             for i, name in enumerate(_task_map()[suite])]
     if len(tasks) != SUITE_SIZES[suite]:
         raise EnvError(
             f"The installed libero package lists {len(tasks)} tasks for {suite}, expected {SUITE_SIZES[suite]}.",
@@ -126,13 +144,27 @@ def get_task(suite: str, task_id: int) -> TaskInfo:
     return suite_tasks(suite)[task_id]
 
 
+class _NumpyOnly(pickle.Unpickler):
+    """Unpickles numpy arrays and nothing else (the spirit of ``torch.load(weights_only=True)``)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.split(".")[0] == "numpy" or (module, name) == ("_codecs", "encode"):  # encode: protocol-2 bytes
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a numpy array")
+
+
 @functools.lru_cache(maxsize=256)
 def _load_init_states(path: str) -> np.ndarray:
-    import torch
-
-    # LIBERO's own loader (benchmark.Benchmark.get_task_init_states) is torch.load(weights_only=False);
-    # the files are numpy arrays pickled by torch.
-    states = np.asarray(torch.load(path, weights_only=False))
+    """LIBERO's own loader (``Benchmark.get_task_init_states``) is ``torch.load(weights_only=False)``; the files
+    are numpy arrays pickled by ``torch.save`` (a zip holding ``<name>/data.pkl``), read here without torch (a
+    simulator worker in its own environment has none)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            data = archive.read(next(n for n in archive.namelist() if n.endswith("/data.pkl")))
+    except (zipfile.BadZipFile, StopIteration):
+        raise EnvError(f"{path} is not an init-state file as LIBERO 0.1.1 ships them (a torch.save zip).",
+                       fix="Reinstall libero==0.1.1 with --no-deps; its init_files are corrupted.") from None
+    states = np.asarray(_NumpyOnly(io.BytesIO(data)).load())
     states.setflags(write=False)
     return states
 

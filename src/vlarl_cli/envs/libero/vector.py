@@ -100,6 +100,8 @@ class VectorEnvSpec:
         hard_reset: robosuite hard reset; None = the protocol's.
         cache_dir: vlarl cache root (LIBERO config); None = default.
         render_quality: ``exact`` / ``fast`` / ``fast_noaa`` (``envs.libero.env.RENDER_QUALITIES``).
+        python: the interpreter the workers run in (``envs.interpreter``: a path or a ``vlarl setup-sim``
+            name); None = this one. ``python_key``: the config key that set it (error messages).
     """
 
     suite: str
@@ -132,6 +134,8 @@ class VectorEnvSpec:
     hard_reset: bool | None = None
     cache_dir: str | None = None
     render_quality: str = "exact"
+    python: str | None = None
+    python_key: str = "env.train.python"
 
     @property
     def every_reset_seeding(self) -> bool:
@@ -369,6 +373,11 @@ class LiberoVectorEnv:
         self.spec = spec
         # Probe the GL backend and write LIBERO's config once, here; workers inherit the environment.
         prepare_libero(Path(spec.cache_dir) if spec.cache_dir else None)
+        if spec.python is not None:  # another interpreter: refused in one paragraph before any worker starts
+            from vlarl_cli.envs.interpreter import check
+            from vlarl_cli.envs.libero.simulator import SIMULATOR
+
+            check(spec.python, "libero", spec.python_key, packages=SIMULATOR.packages, modules=SIMULATOR.modules)
         n = spec.num_envs
         self._layout = _obs_layout(spec)
         self._shared = SharedArrays(self._layout)
@@ -394,7 +403,8 @@ class LiberoVectorEnv:
         self._parent_resets = spec.auto_reset and (spec.redraws or spec.every_reset_seeding)
         self.restarts = 0
         self._pool = WorkerPool(LiberoWorker, (asdict(spec),), num_envs=n, num_workers=spec.num_workers,
-                                shared=self._shared, name="vlarl-libero", reply_timeout_s=_REPLY_TIMEOUT_S)
+                                shared=self._shared, name="vlarl-libero", reply_timeout_s=_REPLY_TIMEOUT_S,
+                                python=spec.python)
         self._workers = self._pool.workers
         self._env_worker = self._pool.env_worker
 

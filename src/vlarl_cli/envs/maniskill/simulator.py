@@ -19,4 +19,5 @@ SIMULATOR = Simulator(
     env_bytes=int(6.6 * 1024**2),
     reward_modes=("only_success", "raw"),
     default_demos=0,
+    packages=("mani_skill", "sapien"),
 )
