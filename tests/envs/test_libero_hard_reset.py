@@ -1,8 +1,9 @@
 """The cheap hard reset (``envs/libero/env.py`` ``_CompiledModel``) against robosuite's own hard reset.
 
 Two simulators of a task, one with the compiled model kept and one rebuilding it as robosuite does, play the
-same trials (out of order, so the seed stream is replayed too) with the same random actions: every
-observation (both cameras, states), reward and done must be bit-identical over whole episodes. ~30 s quiet:
+same trials (out of order, so the seed stream is replayed too, each side from the seed) with the same random
+actions: every observation (both cameras, states), reward and done must be bit-identical over whole episodes,
+and so must the seed streams they leave, which the envs of a process then share. ~30 s quiet:
 the reference side pays robosuite's full hard reset (~3 s each) on purpose. The spatial suite's
 scene is covered by ``test_libero_standard_protocol.py`` (against openpi's loop with robosuite's resets).
 """
@@ -31,7 +32,8 @@ def play(env, trials: list[int], steps: int) -> list[list[dict]]:
     return episodes
 
 
-def test_cheap_hard_reset_equals_robosuite_hard_reset(libero_ready) -> None:
+def test_cheap_hard_reset_equals_robosuite_hard_reset(libero_ready, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vlarl_cli.envs.libero import env as env_module
     from vlarl_cli.envs.libero.env import EnvOptions, LiberoEnv
 
     options = EnvOptions(resolution=128, settle_steps=3, max_episode_steps=8)
@@ -41,9 +43,21 @@ def test_cheap_hard_reset_equals_robosuite_hard_reset(libero_ready) -> None:
         assert cheap.hard_reset and cheap._model_cache is not None and reference._model_cache is not None
         reference._model_cache.uninstall()
         trials = [1, 0]
-        got, want = play(cheap, trials, 8), play(reference, trials, 8)
+        monkeypatch.setattr(env_module, "_STREAMS", {})  # each side replays the seed stream on its own
+        got = play(cheap, trials, 8)
+        cheap_streams = env_module._STREAMS
+        monkeypatch.setattr(env_module, "_STREAMS", {})
+        want = play(reference, trials, 8)
         # trial 1 first replays one reset, then two more: every one reused the compiled model
         assert cheap._model_cache.reused == 3 and reference._model_cache.reused == 0
+        (streams,), (ref_streams,) = cheap_streams.values(), env_module._STREAMS.values()
+        assert sorted(streams) == sorted(ref_streams) == [0, 1, 2]
+        for k in (1, 2):  # numpy's stream after k resets: MT19937 keys and position
+            assert np.array_equal(streams[k][1], ref_streams[k][1]) and streams[k][2:] == ref_streams[k][2:]
+        # the stream before trial 2 is known in this process (the reference's resets): no replay
+        shared, fresh = cheap.reset(trial_id=2), reference.reset(trial_id=2)
+        assert cheap._model_cache.reused == 4
+        assert np.array_equal(shared[keys.MAIN_IMAGES], fresh[keys.MAIN_IMAGES])
     finally:
         cheap.close()
         reference.close()

@@ -368,6 +368,12 @@ def _recording_compiles() -> Iterator[None]:
         MujocoEnv._initialize_sim = real  # type: ignore[method-assign]
 
 
+#: numpy's random stream after k resets of a seeded ``once_per_task`` simulator, per (task, seed, reset mode,
+#: cameras, resolution): shared by the envs of one process, so an env that starts at trial i after another
+#: env of its worker reset trial i - 1 needs no replay (:meth:`LiberoEnv._replay_stream`).
+_STREAMS: dict[tuple[Any, ...], dict[int, Any]] = {}
+
+
 def _physics_warnings(sim: Any) -> int:
     """Count of MuJoCo's bad-qacc/qpos/qvel warnings (MuJoCo resets the state when they fire)."""
     import mujoco
@@ -541,14 +547,11 @@ class LiberoEnv:
             self._replay_stream(trial_id)
         if self.seeding == "once_per_task":
             np.random.set_state(self._stream_state)
-        if self.hard_reset:
-            # a hard reset frees this simulator's render context in whatever GL context is current
-            # (see close_libero_env): with another env's current, that env's GL objects were deleted and its
-            # later images went stale, so a re-run episode diverged from its first run
-            _make_current(getattr(env.env.sim, "_render_context_offscreen", None))
         self._robosuite_reset()
         self._stream_resets += 1
         self._stream_state = np.random.get_state()
+        if self.seeding == "once_per_task" and init_state is None:
+            self._known_streams()[self._stream_resets] = self._stream_state
         if not self.hard_reset:
             # A soft reset keeps the gripper model object, whose speed-limited command
             # (robosuite models/grippers/panda_gripper.py format_action: current_action) would carry over
@@ -605,6 +608,12 @@ class LiberoEnv:
 
     def _robosuite_reset(self) -> None:
         """robosuite's reset; a hard one reuses the compiled model and skips the check renders (_CompiledModel)."""
+        if self.hard_reset:
+            # robosuite's hard reset frees this simulator's render context in whatever GL context is current
+            # (see close_libero_env): with another env's current, that env's GL objects were deleted and its
+            # later images went stale (a re-run episode diverged from its first run; the stream replay's
+            # resets did the same to the env rendered last)
+            _make_current(getattr(self._env.env.sim, "_render_context_offscreen", None))
         cache = self._model_cache
         if cache is not None:
             cache.blank = True
@@ -615,18 +624,32 @@ class LiberoEnv:
                 cache.blank = False
                 vars(self._env.env.sim).pop("render", None)
 
+    def _known_streams(self) -> dict[int, Any]:
+        """numpy's stream after k resets of this task's seeded simulator, for every k seen in this process."""
+        assert self.task is not None
+        key = (str(self.task.bddl_file), self.seed, self.hard_reset, self.cameras_built, self.options.resolution)
+        return _STREAMS.setdefault(key, {0: None})
+
     def _replay_stream(self, trial_id: int) -> None:
         """Bring numpy's stream to where openpi's evaluator has it before trial ``trial_id``'s reset.
 
         openpi / OFT seed a task's env once and reset it for trials 0, 1, ... in order; resets draw
         placement noise, stepping draws nothing, and a hard reset rebuilds the model whatever the state, so
-        re-seeding and resetting ``trial_id`` times reproduces the stream exactly (~0.4 s per cheap hard reset;
-        the env's camera observables are re-created by the next reset).
-        Needed when trials run out of order: a resumed evaluation, a task split over envs, re-simulation.
+        the stream before trial i depends on the task, the seed and i only. Every env of this process records
+        the stream after each of its resets (``_STREAMS``); a replay starts from the nearest recorded point at
+        or before ``trial_id`` (else from the seed) and resets the rest of the way (~0.4 s per cheap hard
+        reset). Needed when trials run out of order: a resumed evaluation, a task split over envs,
+        re-simulation.
         """
-        self._env.seed(self.seed)
-        for _ in range(trial_id):
+        known = self._known_streams()
+        start = max(k for k in known if k <= trial_id)
+        self._env.seed(self.seed)  # also where a replay from the seed starts
+        if known[start] is not None:
+            np.random.set_state(known[start])
+        for _ in range(trial_id - start):
             self._robosuite_reset()
+            known.setdefault(start + 1, np.random.get_state())
+            start += 1
         self._stream_resets = trial_id
         self._stream_state = np.random.get_state()
 
