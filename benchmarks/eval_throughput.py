@@ -177,6 +177,8 @@ def main() -> None:
            for part in ("env", "policy")},
         **{f"speedup_{name[6:]}_vs_plain": round(r["episodes_per_min"] / plain["episodes_per_min"], 2)
            for name, r in results.items() if name.startswith("vlarl_")},
+        "eval_s_per_episode": round(results["vlarl_2w"]["wall_s"] / len(keys_), 2),
+        "collect_s_per_episode": round(results["collect_2w"]["wall_s"] / len(keys_), 2),
         "eval_over_collect_s_per_episode": round(results["collect_2w"]["episodes_per_min"]
                                                  / results["vlarl_2w"]["episodes_per_min"], 2),
         "target_eval_over_collect_s_per_episode": 1.25,

@@ -1,9 +1,9 @@
-"""The wave scheduler of run_episodes against a fake vector env (no simulator): every planned episode runs
-exactly once, rows never get mixed up, filler envs leave no record, episodes lost to a worker crash rerun."""
+"""The scheduler of run_episodes against a fake vector env (no simulator): every planned episode runs exactly
+once, rows never get mixed up, an env starts its next episode as soon as one ends (no waves), episodes lost
+to a worker crash rerun, and an episode's actions do not depend on which episodes share its chunks."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,7 +13,7 @@ import torch
 
 from vlarl_cli import keys
 from vlarl_cli.policies.base import PolicyOutput
-from vlarl_cli.training.evaluation import EvalSettings, plan_episodes, run_episodes
+from vlarl_cli.training.evaluation import EvalSettings, plan_episodes, run_episodes, split_blocks
 from vlarl_cli.video.episodes import EpisodeLog
 
 CHUNK = 5
@@ -39,9 +39,12 @@ class FakeVectorEnv:
     instances: ClassVar[list[FakeVectorEnv]] = []
     crash_on_step: ClassVar[int | None] = None
 
+    check_rows: ClassVar[bool] = True
+
     def __init__(self, spec: Any) -> None:
         self.spec, self.n = spec, spec.num_envs
-        self.restarts, self.steps_sent, self.resets = 0, 0, []
+        self.restarts, self.steps_sent = 0, 0
+        self.started: list[tuple[int, int]] = []  # (env, reset id) in start order
         self.ids = np.full(self.n, -1)
         self.elapsed = np.zeros(self.n, int)
         self.active = np.zeros(self.n, bool)
@@ -54,10 +57,12 @@ class FakeVectorEnv:
         return {keys.STATES: states, "joint_pos": torch.zeros(self.n, 7), keys.TASK_DESCRIPTIONS: ["x"] * self.n}
 
     def reset(self, ids: list[int]) -> dict[str, Any]:
-        self.ids[:] = ids
-        self.resets.append(list(ids))
-        self.elapsed[:] = 0
-        self.active[:] = True
+        return self.restart(list(range(self.n)), ids)
+
+    def restart(self, env_ids: list[int], ids: list[int]) -> dict[str, Any]:
+        for e, i in zip(env_ids, ids, strict=True):
+            self.ids[e], self.elapsed[e], self.active[e] = i, 0, True
+            self.started.append((e, int(i)))
         return self._obs()
 
     def step_chunk(self, actions: np.ndarray) -> tuple:
@@ -78,7 +83,7 @@ class FakeVectorEnv:
                 self.restarts += 1
                 done[e], errors[e] = True, "worker 0 died; its episodes were restarted"
             else:
-                assert np.allclose(a, self.ids[e] / 10_000), "actions of another env's row"
+                assert not self.check_rows or np.allclose(a, self.ids[e] / 10_000), "actions of another env's row"
                 self.received.setdefault(int(self.ids[e]), []).append(a)
                 limit = int(self.ids[e]) % 13 + 1
                 self.elapsed[e] = min(limit, self.elapsed[e] + CHUNK)
@@ -101,7 +106,7 @@ class FakeVectorEnv:
 def fake_env(monkeypatch: pytest.MonkeyPatch) -> type[FakeVectorEnv]:
     import vlarl_cli.envs.vector as vector
 
-    FakeVectorEnv.instances, FakeVectorEnv.crash_on_step = [], None
+    FakeVectorEnv.instances, FakeVectorEnv.crash_on_step, FakeVectorEnv.check_rows = [], None, True
     monkeypatch.setattr(vector, "LiberoVectorEnv", FakeVectorEnv)
     return FakeVectorEnv
 
@@ -123,11 +128,15 @@ def test_each_episode_exactly_once(fake_env: type[FakeVectorEnv], num_envs: int,
         data = r.load_data()
         assert np.array_equal(data.actions, np.stack(env.received[rid]))  # the log holds what was sent
         assert data.robot_states.shape == (len(data.actions) + 1, 8)
-    # an env only switches task when its block does: contiguous blocks, task-major
-    waves = np.array(env.resets)
-    assert stats.waves == len(waves) == -(-len(plan) // min(num_envs, len(plan)))
-    switches = sum(int(a // 50 != b // 50) for col in waves.T for a, b in itertools.pairwise(col))
-    assert switches <= 1
+    # no waves: every env is stepped without pause until its last episode, so the chunks sent are the
+    # busiest env's chunks
+    per_env = [sum(-(-(i % 13 + 1) // CHUNK) for e2, i in env.started if e2 == e) for e in range(env.n)]
+    assert env.steps_sent == stats.chunks == max(per_env)
+    # each env starts with its own contiguous block, in plan (task-major) order
+    ids = [k.libero130_reset_state_id for k in plan]
+    for e in range(env.n):
+        mine = [i for e2, i in env.started if e2 == e]
+        assert mine[0] == ids[sum(len(b) for b in split_blocks(ids, env.n)[:e])]
 
 
 def test_worker_crash_reruns_lost_episodes(fake_env: type[FakeVectorEnv]) -> None:
@@ -137,5 +146,34 @@ def test_worker_crash_reruns_lost_episodes(fake_env: type[FakeVectorEnv]) -> Non
     records, stats = run_episodes(EchoPolicy(), settings, plan, log=False)
     assert sorted(r.trial for r in records) == [0, 1, 2, 3] and all(r.error == "" for r in records)
     assert stats.worker_restarts == 1
-    # trial 0 ran again in a final wave; libero_10 task 0 is libero_130 task 120 (RLinf order)
-    assert fake_env.instances[0].resets[-1][0] == 120 * 50 + 0
+    # trial 0 ran again, in env 0 right away; libero_10 task 0 is libero_130 task 120 (RLinf order)
+    assert fake_env.instances[0].started[:3] == [(0, 120 * 50), (1, 120 * 50 + 2), (0, 120 * 50)]
+
+
+class NoisePolicy:
+    """Actions are the policy's sampling noise: what an episode is sent shows which stream it drew from."""
+
+    num_action_chunks = CHUNK
+    cameras = ("main",)
+
+    def sample(self, obs: dict[str, Any], deterministic: bool = False, generator: Any = None) -> PolicyOutput:
+        from vlarl_cli.policies.noise import randn
+
+        actions = randn((len(obs[keys.STATES]), CHUNK, 7), generator)
+        z = torch.zeros(len(actions), CHUNK, 7)
+        return PolicyOutput(actions=actions, logprobs=z, values=torch.zeros(len(actions)))
+
+
+def test_an_episode_draws_the_same_noise_whatever_runs_beside_it(fake_env: type[FakeVectorEnv]) -> None:
+    fake_env.check_rows = False
+    plan = plan_episodes("libero_goal", (2, 5), 5)
+    settings = EvalSettings(suite="libero_goal", tasks=(2, 5), trials=5, num_envs=3, num_workers=1, max_steps=13)
+    run_episodes(NoisePolicy(), settings, plan, log=False)
+    # a resumed run: four episodes already finished, the rest in other envs beside other episodes
+    resumed, _ = run_episodes(NoisePolicy(), settings, plan[4:], log=False)
+    assert len(resumed) == 6
+    for r in resumed:
+        rid = (20 + r.task) * 50 + r.trial
+        first, second = fake_env.instances[0].received[rid], fake_env.instances[1].received[rid]
+        assert np.array_equal(np.stack(first), np.stack(second)), f"{r.key}: other noise when resumed"
+

@@ -64,7 +64,7 @@ class EpisodeRecord:
         max_steps, settle_steps: the step limit and settle steps of this episode.
         error: why the episode failed abnormally ('' when it ran normally).
         rank: process that ran it.
-        wall_s: seconds since the start of the run when the episode's wave ended.
+        wall_s: seconds since the start of the run when the episode ended.
         data: ``.npz`` with actions and fingerprints, relative to the results folder.
         frames: ``.npz`` with live-recorded frames, relative to the results folder ('' when none).
     """

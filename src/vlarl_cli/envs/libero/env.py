@@ -28,6 +28,8 @@ a soft reset, an episode is bit-identical to a freshly built, seeded, hard-reset
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
@@ -96,7 +98,8 @@ class EnvOptions:
             ``reset_gripper_open``).
         ignore_terminations: keep stepping after success until the step limit (RLinf
             ``ignore_terminations``); then ``success_at_end`` can differ from ``success_once``.
-        hard_reset: rebuild the MuJoCo model on every reset (~2.5 s slower); None = the protocol's.
+        hard_reset: robosuite's hard reset on every reset (a fresh model and data; made cheap by
+            reusing the compiled model, see ``_CompiledModel``); None = the protocol's.
         record_video: render both cameras on every step and keep the frames of the current episode.
         clip_actions: clip actions to [-1, 1] before executing them.
         obs_mode: ``rgb`` (the standard observation: cameras + the 8-d proprio state) or ``state``
@@ -244,6 +247,133 @@ def _install_gates(inner_env: Any, observable_names: list[str], gate: _Gate) -> 
         observable._sensor = gated
 
 
+class _CompiledModel:
+    """A hard reset without recompiling an unchanged model: robosuite's own reset with two methods replaced.
+
+    What a robosuite hard reset does (``MujocoEnv.reset``): free the simulator and its render context, rebuild
+    the task's XML (``_load_model``, ~25 ms, which also rebuilds robots' models and grippers), compile it into a
+    new ``MjSim`` (~3 s), ``forward``, create a new offscreen render context (~1 s, running ``forward`` once
+    more), then the ``_reset_internal`` and observable set-up a soft reset also runs, except that the new
+    observables each render their camera to check it (3-4 frames per camera that nothing reads). Beyond a soft
+    reset it changes only what a new ``MjModel`` and ``MjData`` bring: model arrays back to the compiled ones
+    (LIBERO's resets move fixtures through ``model.body_pos`` / ``body_quat``), and a fresh ``MjData``
+    (zero solver warm start ``qacc_warmstart``, warning counters, contacts); controllers are rebuilt by
+    ``_reset_internal`` either way.
+
+    So this keeps a copy of the model as compiled (taken at construction, before anything edits it; ~260 MB
+    for a LIBERO scene, most of it textures) with its XML. When a hard reset builds the same XML string, the
+    current model's arrays and parameter structs are copied back from it in place, the new ``MjSim`` wraps it
+    with a fresh ``MjData`` (what a compile gives, bit for bit), and the render context moves over (its GL
+    objects were uploaded from identical meshes and textures) after the ``forward`` its creation would run;
+    while ``blank`` is set, the new observables' check renders return black frames of the right shape
+    (the settle steps render the frame the policy sees). Another XML compiles as robosuite does and becomes
+    the kept copy. ``tests/envs/test_libero_env.py`` compares whole episodes (images, states, rewards) with
+    robosuite's own hard reset.
+    """
+
+    def __init__(self, inner_env: Any) -> None:
+        self.env = inner_env
+        # the construction's compile, recorded by _recording_compiles (else the next hard reset compiles)
+        compiled: tuple[str | None, Any] = getattr(inner_env, "_vlarl_compiled", (None, None))
+        self.xml, self.model = compiled
+        self.stashed: Any = None
+        self.blank = False
+        self.reused = 0
+        inner_env._destroy_sim = self._destroy_sim
+        inner_env._initialize_sim = self._initialize_sim
+
+    def uninstall(self) -> None:
+        """Back to robosuite's own hard reset (tests compare the two)."""
+        del self.env._destroy_sim, self.env._initialize_sim
+
+    def _destroy_sim(self) -> None:
+        # keep the simulator (and its render context) until the new XML is known
+        self.stashed, self.env.sim = self.env.sim, None
+
+    def _initialize_sim(self, xml_string: str | None = None) -> None:
+        import copy
+
+        from robosuite.utils.binding_utils import MjSim
+
+        env = self.env
+        xml = _model_xml(env, xml_string)
+        old, self.stashed = self.stashed, None
+        if old is not None and xml == self.xml:
+            _copy_into(old.model._model, self.model)
+            sim = MjSim(old.model._model)
+            context, old._render_context_offscreen = old._render_context_offscreen, None
+            if context is not None:
+                sim.forward()  # MjRenderContext.__init__ runs one
+                sim._render_context_offscreen = context
+                context.sim, context.model, context.data = sim, sim.model, sim.data
+            self.reused += 1
+        else:
+            if old is not None:
+                _make_current(getattr(old, "_render_context_offscreen", None))
+                old.free()
+            sim = MjSim.from_xml_string(xml)
+            self.xml, self.model = xml, copy.copy(sim.model._model)
+        if self.blank:
+            sim.render = _blank_render
+        env.sim = sim
+        sim.forward()
+        env.initialize_time(env.control_freq)
+
+
+def _blank_render(width: int | None = None, height: int | None = None, *, depth: bool = False,
+                  **_: Any) -> Any:
+    """Stands in for ``MjSim.render`` while observables check their sensors: a black frame of the shape asked."""
+    rgb = np.zeros((height or 1, width or 1, 3), np.uint8)
+    return (rgb, np.zeros((height or 1, width or 1), np.float32)) if depth else rgb
+
+
+def _copy_into(dst: Any, src: Any, depth: int = 0) -> None:
+    """Copy every array and number of a MuJoCo struct (``MjModel``, its ``opt`` / ``vis`` / ``stat``) in place."""
+    for name in dir(src):
+        if name.startswith("_"):
+            continue
+        value = getattr(src, name)
+        if isinstance(value, np.ndarray):
+            np.copyto(getattr(dst, name), value)
+        elif isinstance(value, (bool, int, float)):
+            if getattr(dst, name) != value:
+                setattr(dst, name, value)
+        elif depth < 2 and type(value).__module__.startswith("mujoco") and not callable(value):
+            _copy_into(getattr(dst, name), value, depth + 1)
+
+
+def _model_xml(inner_env: Any, xml_string: str | None) -> str:
+    """The XML robosuite's ``MujocoEnv._initialize_sim`` compiles."""
+    xml = xml_string if xml_string else inner_env.model.get_xml()
+    return inner_env._xml_processor(xml) if inner_env._xml_processor is not None else xml
+
+
+@contextmanager
+def _recording_compiles() -> Iterator[None]:
+    """While building a simulator, keep a copy of the model robosuite compiles (for :class:`_CompiledModel`)."""
+    import copy
+
+    from robosuite.environments.base import MujocoEnv
+
+    real = MujocoEnv._initialize_sim
+
+    def recording(self: Any, xml_string: str | None = None) -> None:
+        real(self, xml_string)
+        self._vlarl_compiled = (_model_xml(self, xml_string), copy.copy(self.sim.model._model))
+
+    MujocoEnv._initialize_sim = recording  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        MujocoEnv._initialize_sim = real  # type: ignore[method-assign]
+
+
+#: numpy's random stream after k resets of a seeded ``once_per_task`` simulator, per (task, seed, reset mode,
+#: cameras, resolution): shared by the envs of one process, so an env that starts at trial i after another
+#: env of its worker reset trial i - 1 needs no replay (:meth:`LiberoEnv._replay_stream`).
+_STREAMS: dict[tuple[Any, ...], dict[int, Any]] = {}
+
+
 def _physics_warnings(sim: Any) -> int:
     """Count of MuJoCo's bad-qacc/qpos/qvel warnings (MuJoCo resets the state when they fire)."""
     import mujoco
@@ -344,7 +474,10 @@ class LiberoEnv:
         task = suites.get_task(self.suite, task_id)
         self.close()
         start = time.perf_counter()
-        self._env = self._construct(task)
+        with _recording_compiles():
+            self._env = self._construct(task)
+        #: hard resets reuse the compiled model while the task's XML is unchanged (see _CompiledModel)
+        self._model_cache = _CompiledModel(self._env.env) if self.hard_reset else None
         if self.seeding == "once_per_task":
             # openpi _get_libero_env / OFT get_libero_env: env.seed(seed) right after building a task's env
             self._env.seed(self.seed)
@@ -414,14 +547,11 @@ class LiberoEnv:
             self._replay_stream(trial_id)
         if self.seeding == "once_per_task":
             np.random.set_state(self._stream_state)
-        if self.hard_reset:
-            # a hard reset frees this simulator's render context in whatever GL context is current
-            # (see close_libero_env): with another env's current, that env's GL objects were deleted and its
-            # later images went stale, so a re-run episode diverged from its first run
-            _make_current(getattr(env.env.sim, "_render_context_offscreen", None))
-        env.reset()
+        self._robosuite_reset()
         self._stream_resets += 1
         self._stream_state = np.random.get_state()
+        if self.seeding == "once_per_task" and init_state is None:
+            self._known_streams()[self._stream_resets] = self._stream_state
         if not self.hard_reset:
             # A soft reset keeps the gripper model object, whose speed-limited command
             # (robosuite models/grippers/panda_gripper.py format_action: current_action) would carry over
@@ -476,18 +606,50 @@ class LiberoEnv:
             ctx._set_mujoco_context_and_buffers()
         ctx._vlarl_render_quality = quality
 
+    def _robosuite_reset(self) -> None:
+        """robosuite's reset; a hard one reuses the compiled model and skips the check renders (_CompiledModel)."""
+        if self.hard_reset:
+            # robosuite's hard reset frees this simulator's render context in whatever GL context is current
+            # (see close_libero_env): with another env's current, that env's GL objects were deleted and its
+            # later images went stale (a re-run episode diverged from its first run; the stream replay's
+            # resets did the same to the env rendered last)
+            _make_current(getattr(self._env.env.sim, "_render_context_offscreen", None))
+        cache = self._model_cache
+        if cache is not None:
+            cache.blank = True
+        try:
+            self._env.reset()
+        finally:
+            if cache is not None:
+                cache.blank = False
+                vars(self._env.env.sim).pop("render", None)
+
+    def _known_streams(self) -> dict[int, Any]:
+        """numpy's stream after k resets of this task's seeded simulator, for every k seen in this process."""
+        assert self.task is not None
+        key = (str(self.task.bddl_file), self.seed, self.hard_reset, self.cameras_built, self.options.resolution)
+        return _STREAMS.setdefault(key, {0: None})
+
     def _replay_stream(self, trial_id: int) -> None:
         """Bring numpy's stream to where openpi's evaluator has it before trial ``trial_id``'s reset.
 
         openpi / OFT seed a task's env once and reset it for trials 0, 1, ... in order; resets draw
         placement noise, stepping draws nothing, and a hard reset rebuilds the model whatever the state, so
-        re-seeding and resetting ``trial_id`` times reproduces the stream exactly (~2.5 s per hard reset;
-        the env's camera observables are re-created by the next reset).
-        Needed when trials run out of order: a resumed evaluation, a task split over envs, re-simulation.
+        the stream before trial i depends on the task, the seed and i only. Every env of this process records
+        the stream after each of its resets (``_STREAMS``); a replay starts from the nearest recorded point at
+        or before ``trial_id`` (else from the seed) and resets the rest of the way (~0.4 s per cheap hard
+        reset). Needed when trials run out of order: a resumed evaluation, a task split over envs,
+        re-simulation.
         """
-        self._env.seed(self.seed)
-        for _ in range(trial_id):
-            self._env.reset()
+        known = self._known_streams()
+        start = max(k for k in known if k <= trial_id)
+        self._env.seed(self.seed)  # also where a replay from the seed starts
+        if known[start] is not None:
+            np.random.set_state(known[start])
+        for _ in range(trial_id - start):
+            self._robosuite_reset()
+            known.setdefault(start + 1, np.random.get_state())
+            start += 1
         self._stream_resets = trial_id
         self._stream_state = np.random.get_state()
 

@@ -571,6 +571,22 @@ class LiberoVectorEnv:
         self._start(list(range(n)))
         return self._observation(list(range(n)))
 
+    def restart(self, env_ids: list[int], reset_state_ids: list[int]) -> dict[str, Any]:
+        """Start new episodes in ``env_ids`` only, from the given flat reset-state ids; the other envs keep
+        their running episodes (the evaluation runner hands an env its next episode as soon as one ends).
+
+        Returns:
+            the observation batch of ALL envs (rows of ``env_ids`` hold their new episodes' first).
+        """
+        if len(env_ids) != len(reset_state_ids):
+            raise EnvError(f"restart got {len(env_ids)} envs and {len(reset_state_ids)} reset-state ids.")
+        for e, i in zip(env_ids, reset_state_ids, strict=True):
+            suites.address(self.spec.suite, int(i))  # range check with a clear message
+            self._reset_state_ids[e] = int(i)
+            self._lost.pop(e, None)
+        self._start([int(e) for e in env_ids])
+        return self._observation(list(range(self.spec.num_envs)))
+
     def _redraw_auto_reset(self, env_ids: list[int]) -> None:
         """RLinf ``_handle_train_auto_reset`` for the envs whose episode ended in this chunk."""
         if self.spec.fixed_reset_state_ids:

@@ -13,13 +13,14 @@ What one call does (:func:`evaluate`):
    state i), drop those already in ``episodes.jsonl``, split the rest over ranks (contiguous,
    task-major blocks) and over the envs of this rank's vector env (contiguous blocks again, so an env
    rarely switches task: a switch rebuilds the simulator, ~4 s);
-4. run them in waves of ``num_envs`` episodes (one per env, ``auto_reset`` off, the env renders only at
-   chunk boundaries), appending each finished episode atomically (:mod:`vlarl_cli.video.episodes`);
+4. run them in the ``num_envs`` envs, each env starting its next episode as soon as one ends (no waves;
+   ``auto_reset`` off, the env renders only at chunk boundaries), appending each finished episode
+   atomically (:mod:`vlarl_cli.video.episodes`);
 5. rank 0 summarises: per task, per suite and overall success rate with a 95% Wilson interval, printed
    as a table and written as ``summary.json`` / ``summary.csv`` (every CSV row carries the card).
 
 Statistics (:mod:`.stats`): Wilson score interval for one rate, Newcombe's hybrid score interval for the
-difference of two (:func:`compare`). Sampling noise is seeded per wave (:mod:`.runner`).
+difference of two (:func:`compare`). Sampling noise is seeded per episode (:mod:`.runner`).
 
 The package, by concern (everything is re-exported here, so ``from vlarl_cli.training.evaluation import X``
 works for every public name):
@@ -28,7 +29,7 @@ works for every public name):
 - :mod:`.plan`: :class:`EpisodeKey`, :func:`plan_episodes`, the block splits, :class:`EvalSettings`.
 - :mod:`.source`: :func:`load_policy`, checkpoint-folder resolution, weight hashes (:class:`PolicyInfo`).
 - :mod:`.card`: the protocol card and the resume check (:func:`make_card`, :func:`card_conflicts`).
-- :mod:`.runner`: :func:`run_episodes`, the wave scheduler over the vector env.
+- :mod:`.runner`: :func:`run_episodes`, the episode scheduler over the vector env.
 - :mod:`.results`: :class:`EvalSummary` (rates per task / suite / overall), summary files and table.
 - :mod:`.comparison`: :func:`compare` of two result folders.
 - :mod:`.api`: :func:`evaluate` (``vlarl eval``) and :func:`evaluate_policy`.

@@ -1,13 +1,19 @@
 """The episode runner: :func:`run_episodes` plays planned episodes in this process's vector env.
 
-Episodes run in waves of ``num_envs`` (one per env, ``auto_reset`` off, the env renders only at chunk
-boundaries); each finished episode is handed to ``on_episode`` (the crash-safe episode log,
+No lockstep waves: each env works through its own contiguous block of the plan (task-major, so it walks a
+task's trials in order and its seed stream needs no replay), and gets its next episode as soon as its
+current one ends (:meth:`LiberoVectorEnv.restart`, ``auto_reset`` off); an env whose block is done takes
+the last episode of the longest remaining block. Every chunk, one policy call computes the actions of all
+running episodes. Each finished episode is handed to ``on_episode`` (the crash-safe episode log,
 :mod:`vlarl_cli.video.episodes`) with its actions and states saved. Episodes lost to a worker crash get
 one more run.
 
-Sampling noise is seeded per wave from ``policy_seed`` and the wave's episodes, so a rerun with the same
-``num_envs`` and no resume reproduces every episode; resumed waves differ in composition and therefore
-in noise (deterministic ODE sampling still starts from seeded noise).
+Sampling noise is seeded per episode (``policy_seed`` and the episode's suite, task and trial, one stream
+per row: ``policies.noise.RowGenerator``), and the policy always runs at a batch of ``num_envs`` rows
+(idle rows padded), where a row's result does not depend on the other rows or its position (measured bit
+for bit on CPU; a different batch size changes the last float bits). So an episode's actions do not
+depend on which episodes share its chunk: a resumed evaluation equals the uninterrupted one episode by
+episode, with the same ``num_envs``.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import inspect
 import time
 import zlib
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,14 +53,15 @@ def _sampler(policy: Any) -> tuple[bool, bool]:
     return takes_gen, hasattr(policy, "temperature")
 
 
-def _wave_seed(policy_seed: int, wave: list[EpisodeKey]) -> int:
-    return (policy_seed * 1_000_003 + zlib.crc32(repr([(k.suite, k.task, k.trial) for k in wave]).encode())) % 2**63
+def episode_seed(policy_seed: int, key: EpisodeKey) -> int:
+    """The seed of one episode's sampling noise (depends on nothing but the episode and ``policy_seed``)."""
+    return (policy_seed * 1_000_003 + zlib.crc32(repr((key.suite, key.task, key.trial)).encode())) % 2**63
 
 
 @dataclass
 class RunStats:
     episodes: int = 0
-    waves: int = 0
+    chunks: int = 0
     env_time_s: float = 0.0
     policy_time_s: float = 0.0
     wall_s: float = 0.0
@@ -85,14 +93,10 @@ def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *
         print(f"vlarl eval: {budget.describe()}", flush=True)
     run = _Evaluation(policy, settings, n, takes_gen, rank=rank, out_dir=out_dir, log=log, on_episode=on_episode,
                       total=len(items))
-    queue = _waves(items, n)
     run.vec = LiberoVectorEnv(_vector_spec(policy, settings, n, budget.env_workers))
     try:
         with budget.inference():
-            while queue or run.retry:
-                if not queue:  # episodes lost to a worker crash get one more run, packed into fresh waves
-                    queue, run.retry = _waves(run.retry, n), []
-                run.wave(queue.pop(0))
+            run.play(_Schedule(items, n))
     finally:
         run.vec.close()
     run.stats.wall_s = time.perf_counter() - run.start
@@ -132,31 +136,39 @@ def _vector_spec(policy: Any, settings: EvalSettings, n: int, workers: int | Non
     )
 
 
-def _waves(items: list[EpisodeKey], n: int) -> list[list[EpisodeKey | None]]:
-    """``items`` in waves of ``n`` (one episode per env; None where an env has none)."""
-    blocks = split_blocks(items, n)
-    return [[b[k] if k < len(b) else None for b in blocks] for k in range(len(blocks[0]))]
+class _Schedule:
+    """Which episode each env plays next: its own contiguous block first, then the tail of the longest other
+    block (an env that has finished its block helps the slowest one)."""
+
+    def __init__(self, items: list[EpisodeKey], n: int) -> None:
+        self.blocks = [deque(b) for b in split_blocks(items, n)]
+
+    def next_for(self, env: int) -> EpisodeKey | None:
+        if self.blocks[env]:
+            return self.blocks[env].popleft()
+        donor = max(self.blocks, key=len)
+        return donor.pop() if donor else None
 
 
 @dataclass
-class _Played:
-    """One wave as played, per env: the action chunks sent, the states and joint positions seen, how the
-    episode ended ``(success, steps, error)`` and its live frames."""
+class _Episode:
+    """One running episode: its key, its noise stream, the action chunks sent, the states and joint positions
+    seen, and its live frames."""
 
-    sent: list[list[np.ndarray]]
-    states: list[list[np.ndarray]]
-    joints: list[list[np.ndarray]]
-    ended: dict[int, tuple[bool, int, str]] = field(default_factory=dict)
-    frames: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    key: EpisodeKey
+    generator: Any
+    sent: list[np.ndarray] = field(default_factory=list)
+    states: list[np.ndarray] = field(default_factory=list)
+    joints: list[np.ndarray] = field(default_factory=list)
+    frames: dict[str, np.ndarray] | None = None
 
-    def see(self, obs: dict[str, Any], rows: list[int] | range) -> None:
-        for e in rows:
-            self.states[e].append(obs[keys.STATES][e].numpy().copy())
-            self.joints[e].append(obs["joint_pos"][e].numpy().copy())
+    def see(self, obs: dict[str, Any], e: int) -> None:
+        self.states.append(obs[keys.STATES][e].numpy().copy())
+        self.joints.append(obs["joint_pos"][e].numpy().copy())
 
 
 class _Evaluation:
-    """The state of one :func:`run_episodes`: the vector env, the waves played, the records and retries."""
+    """The state of one :func:`run_episodes`: the vector env, the running episodes, the records and retries."""
 
     vec: Any
 
@@ -166,111 +178,112 @@ class _Evaluation:
         self.rank, self.out_dir, self.log, self.on_episode, self.total = rank, out_dir, log, on_episode, total
         self.predicted = int(policy.num_action_chunks)
         self.chunk = settings.replan(self.predicted)  # openpi executes the first 5 of pi0's chunk, then replans
+        self.batch = max(settings.num_envs, n)  # the policy's batch: fixed, so rows never change bits
         self.stats = RunStats()
         self.records: list[EpisodeRecord] = []
         self.live_left = settings.live_video
         self.retried: set[EpisodeKey] = set()
-        self.retry: list[EpisodeKey] = []
-        self.last: dict[int, EpisodeKey] = {}
+        self.running: dict[int, _Episode] = {}
         self.start = time.perf_counter()
 
-    def wave(self, wave: list[EpisodeKey | None]) -> None:
-        """Play one wave and record its episodes (or queue those a worker crash lost for one more run)."""
-        restarts = self.vec.restarts
-        played = self.play(wave)
-        wall = time.perf_counter() - self.start
-        lost = self.vec.restarts > restarts
-        self.stats.worker_restarts += self.vec.restarts - restarts
-        self.stats.waves += 1
-        for e, key in enumerate(wave):
-            if key is None:
-                continue
-            error = played.ended[e][2]
-            if error and lost and key not in self.retried:  # a worker died: not the policy's fault, run again
-                self.retried.add(key)
-                self.retry.append(key)
-                continue
-            self.record(key, e, played, wall)
-
-    def play(self, wave: list[EpisodeKey | None]) -> _Played:
-        """Reset the envs to the wave's episodes and step them until every one has ended."""
+    def begin(self, key: EpisodeKey, obs: dict[str, Any], e: int) -> None:
         import torch
 
-        n = self.n
-        # envs without an episode this wave restart their previous one (same task: no rebuild) and
-        # end it at once with a NaN chunk (the env fails a malformed chunk without stepping)
-        filler = [wave[e] is None for e in range(n)]
-        fallback = next(x for x in wave if x is not None)
-        keys_ = [w if w is not None else self.last.get(e, fallback) for e, w in enumerate(wave)]
-        self.last.update({e: w for e, w in enumerate(wave) if w is not None})
+        gen = torch.Generator().manual_seed(episode_seed(self.settings.policy_seed, key)) if self.takes_gen else None
+        self.running[e] = _Episode(key, gen)
+        self.running[e].see(obs, e)
+
+    def timed_env(self, call: Any, *args: Any) -> Any:
         t0 = time.perf_counter()
-        obs = self.vec.reset([k.libero130_reset_state_id for k in keys_])
+        out = call(*args)
         self.stats.env_time_s += time.perf_counter() - t0
-        active = np.array([not f for f in filler])
-        played = _Played(sent=[[] for _ in range(n)], states=[[] for _ in range(n)], joints=[[] for _ in range(n)])
-        played.see(obs, range(n))
-        gen = torch.Generator().manual_seed(_wave_seed(self.settings.policy_seed, [k for k in wave if k]))
-        first = True
-        while active.any() or first:
-            rows = [int(e) for e in np.flatnonzero(active)]
-            actions = self.act(obs, rows, gen)
-            first = False
-            t0 = time.perf_counter()
-            obs, _, _, info = self.vec.step_chunk(actions)
-            self.stats.env_time_s += time.perf_counter() - t0
-            for e in rows:
-                played.sent[e].append(actions[e])
-            played.see(obs, rows)
-            self.finish(info, rows, active, played, filler)
-        return played
+        return out
 
-    def act(self, obs: dict[str, Any], rows: list[int], gen: Any) -> np.ndarray:
-        """``[n, chunk, 7]`` actions: the policy's for ``rows``, NaN (which ends filler episodes at once) elsewhere."""
+    def play(self, schedule: _Schedule) -> None:
+        """Start every env on its first episode, then step until no episode is left; an env whose episode
+        ended starts its next one before the next chunk."""
+        first = {e: k for e in range(self.n) if (k := schedule.next_for(e)) is not None}
+        obs = self.timed_env(self.vec.reset, [k.libero130_reset_state_id for k in first.values()])
+        for e, key in first.items():
+            self.begin(key, obs, e)
+        while self.running:
+            actions = self.act(obs)
+            restarts = self.vec.restarts
+            obs, _, _, info = self.timed_env(self.vec.step_chunk, actions)
+            lost = self.vec.restarts > restarts
+            self.stats.worker_restarts += self.vec.restarts - restarts
+            nxt = self.finish(obs, actions, info, lost, schedule)
+            if nxt:
+                obs = self.timed_env(self.vec.restart, list(nxt), [k.libero130_reset_state_id for k in nxt.values()])
+                for e, key in nxt.items():
+                    self.begin(key, obs, e)
+
+    def act(self, obs: dict[str, Any]) -> np.ndarray:
+        """``[n, chunk, 7]`` actions: the policy's for running episodes, NaN for idle envs (never sent on).
+
+        The policy sees a batch of ``self.batch`` rows (the envs, then copies of row 0); rows without an
+        episode draw from throwaway streams."""
         import torch
+
+        from vlarl_cli.policies.noise import RowGenerator
 
         actions = np.full((self.n, self.chunk, 7), np.nan, np.float32)
-        if not rows:
-            return actions
+        rows = list(range(self.n)) + [0] * (self.batch - self.n)
+        kwargs: dict[str, Any] = {}
+        if self.takes_gen:
+            kwargs["generator"] = RowGenerator([self.running[e].generator if e in self.running and i == e
+                                                else torch.Generator().manual_seed(0) for i, e in enumerate(rows)])
         t0 = time.perf_counter()
-        kwargs = {"generator": gen} if self.takes_gen else {}
         with torch.no_grad():
             out = self.policy.sample(_subset(obs, rows), deterministic=self.settings.deterministic, **kwargs)
         self.stats.policy_time_s += time.perf_counter() - t0
+        self.stats.chunks += 1
         a = out.actions.detach().to("cpu", torch.float32).numpy()
         if a.shape != (len(rows), self.predicted, 7):
             raise ConfigError(f"The policy returned actions of shape {list(a.shape)}, expected "
                               f"[{len(rows)}, {self.predicted}, 7].", "Check actor.model.num_action_chunks.")
-        actions[rows] = a[:, :self.chunk]
+        running = sorted(self.running)
+        actions[running] = a[running, :self.chunk]
         return actions
 
-    def finish(self, info: dict[str, Any], rows: list[int], active: np.ndarray, played: _Played,
-               filler: list[bool]) -> None:
-        """Mark the episodes that ended in this chunk (with their live frames)."""
+    def finish(self, obs: dict[str, Any], actions: np.ndarray, info: dict[str, Any], lost: bool,
+               schedule: _Schedule) -> dict[int, EpisodeKey]:
+        """Log the chunk of every running episode; record those that ended (or queue those a worker crash
+        lost for one more run, in the same env); the next episode of each env that became free."""
         from vlarl_cli.envs.vector import EPISODE_DONE, ERRORS
 
         done = info[EPISODE_DONE].numpy()
-        record_video = self.settings.live_video > 0
-        for e in rows:
+        nxt: dict[int, EpisodeKey] = {}
+        for e in sorted(self.running):
+            ep = self.running[e]
+            ep.sent.append(actions[e])
+            ep.see(obs, e)
             if not done[e]:
                 continue
-            active[e] = False
-            played.ended[e] = (bool(info[keys.SUCCESS_ONCE][e]), int(info[keys.EPISODE_LEN][e]),
-                               info[ERRORS].get(e, ""))
-            if record_video:
-                got = self.vec.episode_frames(e)
-                if got and self.live_left > 0:
-                    played.frames[e] = got[-1]
-                    self.live_left -= 1
-        if record_video:
-            for e in np.flatnonzero(done):
-                if filler[int(e)]:
-                    self.vec.episode_frames(int(e))  # drop
+            del self.running[e]
+            error = info[ERRORS].get(e, "")
+            if error and lost and ep.key not in self.retried:  # a worker died: not the policy's fault, run again
+                self.retried.add(ep.key)
+                schedule.blocks[e].appendleft(ep.key)
+            else:
+                if self.settings.live_video > 0:
+                    got = self.vec.episode_frames(e)
+                    if got and self.live_left > 0:
+                        ep.frames = got[-1]
+                        self.live_left -= 1
+                self.record(ep, (bool(info[keys.SUCCESS_ONCE][e]), int(info[keys.EPISODE_LEN][e]), error))
+            key = schedule.next_for(e)
+            if key is not None:
+                nxt[e] = key
+        return nxt
 
-    def record(self, key: EpisodeKey, e: int, played: _Played, wall: float) -> None:
-        """The :class:`EpisodeRecord` of env ``e``'s episode ``key``, its data saved, handed on and logged."""
+    def record(self, ep: _Episode, ended: tuple[bool, int, str]) -> None:
+        """The :class:`EpisodeRecord` of a finished episode ``(success, steps, error)``: data saved, handed on,
+        logged."""
         from vlarl_cli.envs.libero.suites import get_task
 
-        success, steps, error = played.ended[e]
+        success, steps, error = ended
+        key, wall = ep.key, time.perf_counter() - self.start
         task = get_task(key.suite, key.task)
         max_steps, settle, seed = self.settings.effective(key.suite)
         rec = EpisodeRecord(suite=key.suite, task=key.task, trial=key.trial, reset_state_id=key.task * 50 + key.trial,
@@ -279,10 +292,9 @@ class _Evaluation:
                             wall_s=round(wall, 3), root=self.out_dir)
         if self.out_dir is not None:
             rec.data, frames_path = episode_paths(rec.label, key.suite)
-            EpisodeData(np.stack(played.sent[e]), np.stack(played.states[e]),
-                        np.stack(played.joints[e])).save(self.out_dir / rec.data)
-            if e in played.frames:
-                save_frames(self.out_dir / frames_path, played.frames[e])
+            EpisodeData(np.stack(ep.sent), np.stack(ep.states), np.stack(ep.joints)).save(self.out_dir / rec.data)
+            if ep.frames is not None:
+                save_frames(self.out_dir / frames_path, ep.frames)
                 rec.frames = frames_path
         self.records.append(rec)
         self.stats.episodes += 1
