@@ -59,7 +59,7 @@ def pro(wheel_dir: Path) -> None:
                 states = np.load(init)["states"]
                 rows.append({
                     "name": name,
-                    "instruction": " ".join(language.group(1).split()) if language else None,
+                    "instruction": " ".join(language.group(1).lower().split()) if language else None,
                     "task_language": language_from_name(name),
                     "bddl_sha256": _sha256(bddl),
                     "init_sha256": _sha256(init),

