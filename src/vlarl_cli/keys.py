@@ -41,8 +41,9 @@ ENV_IDS = "env_ids"  # list[int]: the global env ids of the rows (a pipeline sta
 FINAL_OBSERVATION = "final_observation"
 
 
-# What the env must render for a policy (a policy's ``cameras`` / ``obs_mode`` attributes; image policies
-# without them read main + wrist in LIBERO's standard rgb mode). Read on the training, evaluation and video
+# What the env must render for a policy and which gripper convention its actions speak (a policy's ``cameras`` /
+# ``obs_mode`` / ``env_gripper`` attributes; image policies without them read main + wrist in LIBERO's standard
+# rgb mode and speak LIBERO's gripper). Read on the training, evaluation and video
 # side; the env is told, never the policy imported.
 def policy_cameras(policy: Any) -> tuple[str, ...]:
     """The cameras ``policy`` reads (its ``cameras`` attribute; image policies without one read main + wrist)."""
@@ -52,3 +53,23 @@ def policy_cameras(policy: Any) -> tuple[str, ...]:
 def policy_obs_mode(policy: Any) -> str:
     """The LIBERO observation mode ``policy`` was trained on: ``rgb`` (standard) or ``state`` (privileged)."""
     return str(getattr(policy, "obs_mode", "rgb"))
+
+
+GRIPPERS = ("libero", "maniskill")
+
+
+def policy_gripper(policy: Any) -> str:
+    """The gripper convention of the env actions ``policy`` emits, as it declares it: ``libero`` (-1 open, +1
+    close: pi0 / pi0.5 / OpenVLA-OFT and GR00T's LIBERO embodiments map the model's [0, 1] gripper with
+    ``-sign(2 g - 1)``) or ``maniskill`` (+1 open, -1 closed: the controller's own).
+
+    Its ``env_gripper`` attribute (the toy policies: ``maniskill``); a GR00T policy declares it through its
+    modality (``gripper_convention: none`` passes the model's gripper to the env unchanged: its ``maniskill_*``
+    embodiments, RLinf ``convert_to_maniskill_action``); otherwise ``libero``."""
+    declared = getattr(policy, "env_gripper", None)
+    if declared is None:
+        modality = getattr(policy, "modality", None)
+        declared = "maniskill" if getattr(modality, "gripper_convention", None) == "none" else "libero"
+    if declared not in GRIPPERS:
+        raise ValueError(f'{type(policy).__name__}.env_gripper is "{declared}"; expected one of {GRIPPERS}')
+    return str(declared)

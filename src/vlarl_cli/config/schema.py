@@ -339,8 +339,9 @@ class EnvSplitConfig(Section):
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
         {"group_name", "wrap_obs_mode", "enable_offload", "policy_setup", "reward_mode", "use_full_state"})
 
-    env_type: Literal["libero", "toy_reach", "maniskill"] = Field(
-        "libero", description="Simulator: libero, maniskill (built-in tasks) or the CPU toy task.")
+    env_type: str = Field(
+        "libero", description="Simulator (envs/registry.py): libero, maniskill (built-in tasks), the CPU toy_reach "
+        "task, or one registered from outside.")
     task_suite_name: str = Field("libero_spatial", description="LIBERO suite: libero_spatial, libero_object, "
                                  "libero_goal, libero_10, libero_90 or libero_130.")
     task_ids: list[int] | None = Field(None, description="Restrict to these task ids of the suite (vlarl).")
@@ -388,60 +389,29 @@ class EnvSplitConfig(Section):
     @field_validator("env_type", mode="before")
     @classmethod
     def _supported_env(cls, value: Any) -> Any:
-        if value not in ("libero", "maniskill", "toy_reach"):
+        from vlarl_cli.envs import registry
+
+        table = registry.simulators()
+        if value not in table:
+            runs = "; ".join(s.summary for s in table.values())
             raise ValueError(f'env_type "{value}" is a simulator vlarl does not run (RLinf recipes also cover '
-                             "RoboTwin, CALVIN, BEHAVIOR, IsaacLab, real robots, ...); vlarl runs libero "
-                             "(libero_spatial, libero_object, libero_goal, libero_10, libero_90, libero_130), "
-                             "maniskill (ManiSkill3 built-in tasks such as PickCube-v1, CPU backend) and the "
-                             "CPU toy_reach task")
+                             f"RoboTwin, CALVIN, BEHAVIOR, IsaacLab, real robots, ...); vlarl runs {runs}")
         return value
-
-    def _check_libero(self) -> None:
-        """What a LIBERO launch would refuse, found at load time (so `--dry-run` finds it too)."""
-        from vlarl_cli.envs.libero.env import RESOLUTIONS
-        from vlarl_cli.envs.libero.suites import TRIALS_PER_TASK, num_tasks
-
-        if self.resolution not in RESOLUTIONS:
-            raise ValueError(f"init_params.camera_heights/camera_widths {self.resolution} is not a LIBERO render "
-                             f"size vlarl supports; use one of {', '.join(map(str, RESOLUTIONS))}")
-        n_tasks = num_tasks(self.task_suite_name)
-        bad = [t for t in self.task_ids or () if not 0 <= t < n_tasks]
-        if bad:
-            raise ValueError(f"task_ids {bad} are out of range for {self.task_suite_name}, which has tasks "
-                             f"0..{n_tasks - 1}")
-        if self.specific_reset_id is not None:
-            pool = len(self.task_ids or range(n_tasks)) * TRIALS_PER_TASK
-            if self.specific_reset_id >= pool:
-                raise ValueError(f"specific_reset_id {self.specific_reset_id} is out of range: the selected tasks "
-                                 f"have {pool} reset states (ids 0..{pool - 1})")
-            raise ValueError("specific_reset_id (one fixed reset state for every env) is not implemented by vlarl; "
-                             "restrict the tasks with task_ids and use use_ordered_reset_state_ids: true instead, "
-                             "or set it to null")
 
     @model_validator(mode="after")
     def _rules(self) -> EnvSplitConfig:
-        from vlarl_cli.errors import did_you_mean
+        from vlarl_cli.envs import registry
 
-        suites = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90", "libero_130")
-        if self.env_type == "libero" and self.task_suite_name not in suites:
-            raise ValueError(f'unknown task_suite_name "{self.task_suite_name}"; known: {", ".join(suites)}.'
-                             f"{did_you_mean(self.task_suite_name, suites)}")
-        if self.env_type == "maniskill":
-            from vlarl_cli.envs.maniskill.tasks import check_task_id
-            from vlarl_cli.errors import EnvError
-
-            try:
-                check_task_id(self.init_params.id)
-            except EnvError as err:
-                raise ValueError(str(err)) from None
+        simulator = registry.get(self.env_type)
         if self.init_params.camera_heights != self.init_params.camera_widths:
             raise ValueError("camera_heights must equal camera_widths (square images), got "
                              f"{self.init_params.camera_heights} x {self.init_params.camera_widths}")
-        if self.env_type == "libero":
-            self._check_libero()
-        if self.reward_mode != "only_success" and self.env_type != "maniskill":
-            raise ValueError(f'reward_mode "{self.reward_mode}" exists for env_type maniskill only; '
-                             f"{self.env_type} rewards success (reward_mode: only_success)")
+        if simulator.check_split is not None:  # the simulator's own load-time checks (LIBERO suites, tasks ...)
+            simulator.call("check_split", self)
+        if self.reward_mode not in simulator.reward_modes:
+            others = [s.name for s in registry.simulators().values() if self.reward_mode in s.reward_modes]
+            raise ValueError(f'reward_mode "{self.reward_mode}" exists for env_type {", ".join(others)} only; '
+                             f"{self.env_type} takes reward_mode {', '.join(simulator.reward_modes)}")
         if self.total_num_envs is not None and self.total_num_envs % self.group_size:
             raise ValueError(f"total_num_envs must be a multiple of group_size "
                              f"(got {self.total_num_envs} envs, group_size {self.group_size})")
@@ -858,6 +828,24 @@ class VlarlConfig(Section):
         """Chunk-step samples one iteration collects: envs x chunk steps x rollout epochs."""
         return self.train_num_envs * self.chunk_steps_per_epoch * self.rollout_epoch
 
+    def _check_simulator_fits(self) -> None:
+        """The policy fits env.train's simulator (``envs/registry.py`` facts): observations, action size, stages."""
+        from vlarl_cli.envs import registry
+
+        sim, model = registry.get(self.env.train.env_type), self.actor.model
+        toy_model = model_types.MODEL_TYPES[model.model_type].family == "toy"
+        if (sim.only_state_policies and not toy_model) or (toy_model and not sim.state_policies):
+            table = registry.simulators().values()
+            state, only = [s.name for s in table if s.state_policies], [s.name for s in table if s.only_state_policies]
+            raise ValueError(f"the toy policies ({', '.join(model_types.model_types_of('toy'))}) read state vectors: "
+                             f"they run on {', '.join(state)} (state observations), and {', '.join(only)} runs only "
+                             f"them (got env_type {sim.name} with model_type {model.model_type})")
+        if sim.action_dim is not None and model.action_dim != sim.action_dim:
+            raise ValueError(f"{sim.name} has {sim.action_dim}-d actions: set actor.model.action_dim {sim.action_dim}")
+        if not sim.pipelines and self.rollout.pipeline_stage_num != 1:
+            raise ValueError(f"{sim.name} steps its envs in-process: pipelining stages are not supported; set "
+                             "rollout.pipeline_stage_num 1")
+
     @model_validator(mode="after")
     def _rules(self, info: ValidationInfo) -> VlarlConfig:
         context = info.context or {}
@@ -896,17 +884,7 @@ class VlarlConfig(Section):
             raise ValueError("reward_type action_level with adv_type gae needs one value per executed action: set "
                              "actor.model.value_type: action_level (OpenVLA-OFT, toy policies); a policy with one "
                              "value per chunk needs reward_type chunk_level (or adv_type grpo)")
-        toy_env = self.env.train.env_type == "toy_reach"
-        toy_model = model_types.MODEL_TYPES[self.actor.model.model_type].family == "toy"
-        state_env = toy_env or self.env.train.env_type == "maniskill"  # ManiSkill gives them state observations
-        if (toy_env and not toy_model) or (toy_model and not state_env):
-            raise ValueError(f"the toy policies ({', '.join(model_types.model_types_of('toy'))}) "
-                             "read state vectors: they run on toy_reach and maniskill (state observations), and "
-                             f"toy_reach runs only them (got env_type {self.env.train.env_type} "
-                             f"with model_type {self.actor.model.model_type})")
-        if toy_env and (self.actor.model.action_dim != 2 or self.rollout.pipeline_stage_num != 1):
-            raise ValueError("toy_reach has 2-d actions and runs in-process: set actor.model.action_dim 2 and "
-                             "rollout.pipeline_stage_num 1")
+        self._check_simulator_fits()
         placement = self.cluster.placement(world_size)
         dp = len(placement["actor"])
         micro, glob = self.actor.micro_batch_size, self.actor.global_batch_size

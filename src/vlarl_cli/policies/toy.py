@@ -66,6 +66,7 @@ class ToyFlowPolicy(nn.Module):
     """Flow-matching chunk policy: velocity MLP on ``[x_t, t, state]``; action horizon = ``chunk``."""
 
     cameras: tuple[str, ...] = ()  # states only: ManiSkill builds state observations for it
+    env_gripper = "maniskill"  # no LIBERO processor: it learns the simulator's own gripper (keys.policy_gripper)
 
     def __init__(self, state_dim: int = 4, action_dim: int = 2, chunk: int = 4, *,
                  flow: FlowConfig | None = None, hidden: int = 64, seed: int = 0, action_values: bool = False
@@ -139,6 +140,7 @@ class ToyGaussianPolicy(nn.Module):
     """Diagonal Gaussian chunk policy: ``N(mlp(state), exp(log_std)^2)`` per element."""
 
     cameras: tuple[str, ...] = ()  # states only: ManiSkill builds state observations for it
+    env_gripper = "maniskill"  # no LIBERO processor: it learns the simulator's own gripper (keys.policy_gripper)
 
     def __init__(self, state_dim: int = 4, action_dim: int = 2, chunk: int = 4, *, hidden: int = 64,
                  init_std: float = 1.0, seed: int = 0, action_values: bool = False) -> None:
@@ -187,6 +189,7 @@ class ToyTokenPolicy(nn.Module):
     """Per-element categorical over ``n_bins`` action bins in ``[-1, 1]``, sampled at ``temperature``."""
 
     cameras: tuple[str, ...] = ()  # states only: ManiSkill builds state observations for it
+    env_gripper = "maniskill"  # no LIBERO processor: it learns the simulator's own gripper (keys.policy_gripper)
 
     def __init__(self, state_dim: int = 4, action_dim: int = 2, chunk: int = 4, *, n_bins: int = 9,
                  temperature: float = 1.0, hidden: int = 64, seed: int = 0) -> None:

@@ -496,3 +496,26 @@ def read_recording_report(dataset: str | Path) -> RecordReport:
                          "Use a dataset written by record_expert_dataset / vlarl sft --record.")
     d = json.loads(path.read_text())
     return RecordReport(path.parent.parent, d["attempts"], d["successes"], d["kept"], d["unscripted_tasks"])
+
+
+# The simulators' experts as the simulator table names them (``record_demos`` in ``envs/<sim>/simulator.py``):
+# ``(config, folder, n, *, progress) -> folder``, called by ``vlarl sft`` when it records its own demonstrations.
+
+
+def record_toy_demos_for(config: Any, folder: Path, n: int, *, progress: Any = None) -> Path:
+    """The toy reach expert (straight to the goal) for ``config.env.train``: episode files in ``folder``."""
+    split = config.env.train
+    record_toy_demos(folder, n, max_steps=split.max_episode_steps, seed=split.seed)
+    return folder
+
+
+def record_libero_demos(config: Any, folder: Path, n: int, *, progress: Any = None) -> Path:
+    """LIBERO's scripted pick-and-place expert for ``config.env.train``: a new LeRobot v3.0 dataset in ``folder``
+    (``sft.record_workers`` simulator processes)."""
+    split = config.env.train
+    report = record_expert_dataset(folder, n, suite=split.task_suite_name, task_ids=split.task_ids,
+                                   resolution=split.resolution, max_episode_steps=split.max_episode_steps,
+                                   settle_steps=split.settle_steps, protocol=split.protocol,
+                                   first_trial=split.seed, workers=config.sft.record_workers,
+                                   keep_failures=config.sft.keep_failures, progress=progress)
+    return report.path

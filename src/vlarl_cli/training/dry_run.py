@@ -3,8 +3,8 @@
 Builds the policy on the ``meta`` device (no memory, no weights), counts parameters, and estimates the
 memory each device needs for the actor (weights, gradients, AdamW states, sharded by FSDP over the actor
 ranks, or moved to the host by ``cpu_offload`` / ``enable_offload``), the rollout copy, and the host
-memory of the envs (LIBERO: ~1.7 GB per env process, measured, REFERENCE.md section 1; ManiSkill: one
-process per env rank, measured figures below).
+memory of the envs (each simulator's measured figures: LIBERO ~1.7 GB per env process, REFERENCE.md section
+1; ManiSkill one process per env rank, ``envs/maniskill/simulator.py``).
 Activations: each family declares the transformer stacks its backward keeps (``activation_stacks`` on the
 policy, :mod:`vlarl_cli.policies.activations`); one micro-batch of them, in the compute dtype, is added to
 every actor device (an estimate from the shapes, to be calibrated against a measured peak on a GPU).
@@ -18,15 +18,10 @@ from typing import Any
 import torch
 
 from vlarl_cli.config.schema import VlarlConfig
+from vlarl_cli.envs import registry
 
 GIB = 1024**3
-LIBERO_ENV_BYTES = int(1.7 * GIB)  # RSS of one LIBERO env process, measured on these machines
-# ManiSkill3 steps all of a rank's envs inside that rank's process (envs/maniskill/vector.py). Measured here
-# (mani-skill 3.0.1, sapien 3.0.3, CPU backend, lavapipe; PickCube-v1, obs_mode rgb, 256 px, VmRSS after
-# reset + 5 steps): importing mani_skill next to torch +158 MiB, the first env +410 MiB (engine and
-# renderer), each further env +6.6 MiB (1 -> 16 envs: 794 -> 893 MiB). State-only envs cost less.
-MANISKILL_RANK_BYTES = (158 + 410) * 1024**2
-MANISKILL_ENV_BYTES = int(6.6 * 1024**2)
+# The envs' host memory is each simulator's fact (``envs/<sim>/simulator.py``: rank_bytes, env_bytes).
 # The largest machines one can rent (2026): 192 GB accelerators (B200 / MI300X) and ~4 TiB of host memory
 # per node (8-socket or high-memory cloud instances). A plan above these fits on no machine at all.
 LARGEST_DEVICE_BYTES = 192 * 10**9
@@ -157,10 +152,10 @@ def estimate_memory(config: VlarlConfig, params: ParamCount, world_size: int,
 
 
 def env_host_bytes(config: VlarlConfig, envs: float) -> float:
-    """Host memory of one env rank's ``envs`` training envs: a process per LIBERO env, one process for ManiSkill."""
-    if config.env.train.env_type == "maniskill":
-        return MANISKILL_RANK_BYTES + envs * MANISKILL_ENV_BYTES
-    return envs * LIBERO_ENV_BYTES
+    """Host memory of one env rank's ``envs`` training envs, from its simulator's facts (``envs/registry.py``:
+    a process per LIBERO env, one process for ManiSkill's scenes)."""
+    simulator = registry.get(config.env.train.env_type)
+    return simulator.rank_bytes + envs * simulator.env_bytes
 
 
 def memory_warnings(config: VlarlConfig, estimates: dict[str, MemoryEstimate], world_size: int) -> list[str]:

@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from vlarl_cli.config.schema import EnvSplitConfig, VlarlConfig
+from vlarl_cli.envs import registry
 from vlarl_cli.envs.base import VectorEnv
+from vlarl_cli.envs.registry import EnvRequest
 from vlarl_cli.training.common import derived_seed
 
 
@@ -47,70 +49,45 @@ def sampling_generator(seed: int, epoch_index: int, env_ids: range) -> Any:
 def rank_budget(config: VlarlConfig, device_type: str, num_envs: int, machine: Any = None) -> Any:
     """This rank's CPU budget (``distributed.cpu_budget``) with ``cluster.cpu_budget``'s overrides.
 
-    ``num_envs``: the LIBERO training envs this rank hosts in worker processes (ManiSkill and the toy task
-    step inside the rank's own process: 0 there).
+    ``num_envs``: the training envs this rank hosts; they count only for a simulator whose envs run in worker
+    processes (LIBERO; ManiSkill and the toy task step inside the rank's own process).
     """
     from vlarl_cli.distributed.cpu_budget import decide
 
     split = config.env.train
-    in_workers = num_envs if split.env_type == "libero" else 0
+    in_workers = num_envs if registry.get(split.env_type).in_workers else 0
     return decide(device_type=device_type, num_envs=in_workers, requested_workers=split.num_workers,
                   offload=config.actor.fsdp_config.cpu_offload, machine=machine,
                   **config.cluster.cpu_budget.model_dump())
 
 
 def render_deviations(config: VlarlConfig) -> list[str]:
-    """``env.<split>.render_quality`` other than exact, one line per LIBERO split (run plan, dry-run)."""
-    from vlarl_cli.training.evaluation.plan import render_quality_deviation
+    """Each split's settings that differ from its simulator's published protocols, one line each (run plan,
+    dry-run): LIBERO's ``render_quality`` other than exact."""
+    lines: list[str] = []
+    for name, split in (("train", config.env.train), ("eval", config.env.eval)):
+        simulator = registry.get(split.env_type)
+        if simulator.deviations is not None:
+            lines += simulator.call("deviations", name, split)
+    return lines
 
-    return [f"env.{name}.{render_quality_deviation(split.render_quality)}"
-            for name, split in (("train", config.env.train), ("eval", config.env.eval))
-            if split.env_type == "libero" and split.render_quality != "exact"]
+
+def task_name(split: EnvSplitConfig) -> str:
+    """The task a run is named by: the simulator's (LIBERO: the suite), else the env_type."""
+    simulator = registry.get(split.env_type)
+    return simulator.call("task_name", split) if simulator.task_name else split.env_type
 
 
 def make_env(config: VlarlConfig, split: EnvSplitConfig, *, num_envs: int, rank: int, group_size: int,
-             cameras: tuple[str, ...], record_video: bool, stages: int, obs_mode: str = "rgb",
+             cameras: tuple[str, ...], gripper: str, record_video: bool, stages: int, obs_mode: str = "rgb",
              workers: int | None = None) -> VectorEnv:
-    """This rank's vector env for ``split`` (LIBERO subprocess workers: ``workers``, the CPU budget's, or
-    ``split.num_workers``, or one per core)."""
-    if split.env_type == "toy_reach":
-        from vlarl_cli.envs.toy import ToyVectorEnv
-
-        return ToyVectorEnv(num_envs, chunk=config.actor.model.num_action_chunks,
-                            max_steps=split.max_episode_steps, seed=split.seed, auto_reset=split.auto_reset)
-    if split.env_type == "maniskill":
-        from vlarl_cli.envs.maniskill.make import gripper_convention, make_maniskill_env
-
-        model = config.actor.model
-        return make_maniskill_env(split, num_envs=num_envs, rank=rank, group_size=group_size, cameras=cameras,
-                                  record_video=record_video, stages=stages,
-                                  gripper=gripper_convention(model.model_type, model.embodiment_tag))
-    from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec, split_spec_fields, workers_for
-
-    spec = VectorEnvSpec(
-        suite=split.task_suite_name,
-        task_ids=tuple(split.task_ids or ()),
-        num_envs=num_envs,
-        num_workers=workers or workers_for(num_envs, split.num_workers),
-        resolution=split.resolution,
-        cameras=cameras,
-        obs_mode=obs_mode,
-        max_episode_steps=split.max_episode_steps,
-        settle_steps=split.settle_steps,
-        protocol=split.protocol,
-        **split_spec_fields(split, rank),  # seeds, reset-state switches, step penalty as RLinf (envs/vector.py)
-        auto_reset=split.auto_reset,
-        group_size=group_size,
-        init_state_order="ordered" if split.use_ordered_reset_state_ids else "random",
-        reward_coef=split.reward_coef,
-        use_rel_reward=split.use_rel_reward,
-        ignore_terminations=split.ignore_terminations,
-        record_video=record_video,
-        stages=stages,
-        hard_reset=split.hard_reset,
-    )
-    spec.validate()
-    return LiberoVectorEnv(spec)
+    """This rank's vector env for ``split``, made by its simulator (``envs/registry.py``). ``cameras`` /
+    ``obs_mode`` / ``gripper``: the policy's declarations (``keys.policy_*``); LIBERO's subprocess workers:
+    ``workers``, the CPU budget's, or ``split.num_workers``, or one per core."""
+    request = EnvRequest(num_envs=num_envs, rank=rank, group_size=group_size,
+                         chunk=config.actor.model.num_action_chunks, cameras=tuple(cameras), obs_mode=obs_mode,
+                         gripper=gripper, record_video=record_video, stages=stages, workers=workers)
+    return registry.get(split.env_type).call("make_env", split, request)
 
 
 def write_videos(env: VectorEnv, video: Any, iteration: int) -> None:

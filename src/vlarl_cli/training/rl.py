@@ -45,7 +45,7 @@ from vlarl_cli.config.schema import VlarlConfig
 from vlarl_cli.distributed import dist
 from vlarl_cli.distributed.placement import Cluster
 from vlarl_cli.envs.base import VectorEnv
-from vlarl_cli.keys import policy_cameras, policy_obs_mode
+from vlarl_cli.keys import policy_cameras, policy_gripper, policy_obs_mode
 from vlarl_cli.policies.base import Policy
 from vlarl_cli.training import checkpoint as ckpt
 from vlarl_cli.training.actor import (
@@ -70,6 +70,7 @@ from vlarl_cli.training.envs import (
     rank_budget,
     render_deviations,
     sampling_generator,
+    task_name,
     write_videos,
 )
 from vlarl_cli.training.rollout import Rollout, collect
@@ -257,7 +258,8 @@ class Trainer:
                     else remote_env.receive_setup(roles.rollout_of_env(cluster.rank)))
             self.env = make_env(config, split, num_envs=roles.envs_per_env_rank, rank=cluster.rank,
                                 group_size=config.train_group_size, cameras=tuple(view["cameras"]),
-                                obs_mode=view["obs_mode"], workers=self.cpu.env_workers or None,
+                                obs_mode=view["obs_mode"], gripper=view["gripper"],
+                                workers=self.cpu.env_workers or None,
                                 record_video=split.video_cfg.save_video and cluster.is_first_env, stages=stages)
             if cluster.is_env_only:
                 remote_env.send_hello(self.env, roles.rollout_of_env(cluster.rank), stages)
@@ -499,13 +501,14 @@ class Trainer:
 
 
 def _env_view(policy: torch.nn.Module | None) -> dict[str, Any]:
-    """What the env renders for ``policy``: its cameras and LIBERO observation mode (sent to env-only ranks)."""
-    return {"cameras": list(policy_cameras(policy)), "obs_mode": policy_obs_mode(policy)}
+    """What the env renders for ``policy`` and how its actions grip: its cameras, LIBERO observation mode and
+    gripper convention (sent to env-only ranks)."""
+    return {"cameras": list(policy_cameras(policy)), "obs_mode": policy_obs_mode(policy),
+            "gripper": policy_gripper(policy)}
 
 
 def _task_name(config: VlarlConfig) -> str:
-    split = config.env.train
-    return split.task_suite_name if split.env_type == "libero" else split.env_type
+    return task_name(config.env.train)
 
 
 def _print_plan(config: VlarlConfig, world_size: int, policy: torch.nn.Module, run_dir: Path, actor_ranks: int) -> None:

@@ -72,6 +72,7 @@ import torch
 from vlarl_cli.config.loading import LoadedConfig
 from vlarl_cli.config.schema import VlarlConfig
 from vlarl_cli.distributed import dist
+from vlarl_cli.envs import registry
 from vlarl_cli.errors import ConfigError, VlarlError
 from vlarl_cli.keys import policy_obs_mode
 from vlarl_cli.model_types import model_types_of
@@ -113,28 +114,20 @@ class SftResult:
 
 
 def default_record_count(config: VlarlConfig) -> int:
-    """Demonstrations recorded when neither ``--demos`` nor ``--record`` is given: 100 toy episodes (they
-    take milliseconds), 2 LIBERO episodes (about a minute each with both cameras rendered)."""
-    return 100 if config.env.train.env_type == "toy_reach" else 2
+    """Demonstrations recorded when neither ``--demos`` nor ``--record`` is given: the simulator's figure
+    (``envs/<sim>/simulator.py``: 100 toy episodes, which take milliseconds; 2 LIBERO episodes, about a minute
+    each with both cameras rendered)."""
+    return registry.get(config.env.train.env_type).default_demos
 
 
 def record_demos(config: VlarlConfig, folder: Path, n: int, *, progress: Any = None) -> Path:
-    """Record ``n`` successful expert episodes for ``config.env.train`` into ``folder`` (toy: episode files;
-    LIBERO: a new LeRobot v3.0 dataset, ``sft.record_workers`` simulator processes)."""
-    split = config.env.train
-    if split.env_type == "toy_reach":
-        from vlarl_cli.training.demos import record_toy_demos
-
-        record_toy_demos(folder, n, max_steps=split.max_episode_steps, seed=split.seed)
-        return folder
-    from vlarl_cli.training.demos import record_expert_dataset
-
-    report = record_expert_dataset(folder, n, suite=split.task_suite_name, task_ids=split.task_ids,
-                                   resolution=split.resolution, max_episode_steps=split.max_episode_steps,
-                                   settle_steps=split.settle_steps, protocol=split.protocol,
-                                   first_trial=split.seed, workers=config.sft.record_workers,
-                                   keep_failures=config.sft.keep_failures, progress=progress)
-    return report.path
+    """Record ``n`` successful expert episodes for ``config.env.train`` into ``folder`` with its simulator's
+    expert (toy: episode files; LIBERO: a new LeRobot v3.0 dataset, ``sft.record_workers`` simulator processes)."""
+    simulator = registry.get(config.env.train.env_type)
+    if simulator.record_demos is None:
+        raise ConfigError(f"env_type {simulator.name} has no scripted expert to record demonstrations with.",
+                          "Give recorded demonstrations with --demos PATH.")
+    return Path(simulator.call("record_demos", config, folder, n, progress=progress))
 
 
 def check_dataset(dataset: Any, policy: torch.nn.Module, config: VlarlConfig, demos: Path | str) -> None:

@@ -12,7 +12,8 @@ from typing import Any, cast
 import torch
 
 from vlarl_cli.config.schema import VlarlConfig
-from vlarl_cli.keys import policy_cameras, policy_obs_mode
+from vlarl_cli.envs import registry
+from vlarl_cli.keys import policy_cameras, policy_gripper, policy_obs_mode
 from vlarl_cli.policies.base import Policy
 from vlarl_cli.training.batch import rollout_metrics
 from vlarl_cli.training.envs import make_env, sampling_generator
@@ -23,14 +24,13 @@ def evaluate_in_training(policy: torch.nn.Module, config: VlarlConfig, iteration
                          rank: int, ranks: list[int], group: Any = None) -> dict[str, float]:
     """``eval/*`` metrics of ``policy`` on ``env.eval``, split over the rollout ``ranks`` (process ``group``)."""
     split = config.env.eval
-    if split.env_type == "libero":
-        from vlarl_cli.training.evaluation import training_eval_metrics
-
-        return training_eval_metrics(policy, config, rank=ranks.index(rank), world_size=len(ranks),
-                                     out_dir=run_dir / "eval" / f"iter_{iteration:05d}", group=group)
+    simulator = registry.get(split.env_type)
+    if simulator.evaluate is not None:  # the simulator's own evaluation protocol (LIBERO: standard / rlinf)
+        return simulator.call("evaluate", policy, config, rank=ranks.index(rank), world_size=len(ranks),
+                              out_dir=run_dir / "eval" / f"iter_{iteration:05d}", group=group)
     env = make_env(config, split, num_envs=max(1, split.total_num_envs or 1), rank=rank, group_size=1,
-                   cameras=policy_cameras(policy), obs_mode=policy_obs_mode(policy), record_video=False,
-                   stages=1)  # toy_reach ignores cameras; ManiSkill renders the policy's
+                   cameras=policy_cameras(policy), obs_mode=policy_obs_mode(policy), gripper=policy_gripper(policy),
+                   record_video=False, stages=1)  # toy_reach ignores cameras; ManiSkill renders the policy's
     try:
         policy.eval()
         steps = split.max_steps_per_rollout_epoch // config.actor.model.num_action_chunks

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vlarl_cli import keys
-from vlarl_cli.envs.maniskill.make import gripper_convention, sim_backend_for
+from vlarl_cli.envs.maniskill.make import sim_backend_for
 from vlarl_cli.envs.maniskill.vector import ManiSkillSpec, ManiSkillVectorEnv
 from vlarl_cli.errors import EnvError
 
@@ -69,12 +69,26 @@ class BatchedSim:
         pass
 
 
-def test_gripper_convention_per_family() -> None:
-    assert gripper_convention("openvla_oft", None) == "libero"
-    assert gripper_convention("pi0", None) == "libero"
-    assert gripper_convention("gr00t", "libero_franka") == "libero"
-    assert gripper_convention("gr00t_n1d6", "maniskill_widowx") == "maniskill"
-    assert gripper_convention("toy_gaussian", None) == "maniskill"
+def test_each_policy_declares_its_gripper_convention() -> None:
+    """The policy says which gripper its env actions speak (keys.policy_gripper); the env is told, never infers."""
+    from vlarl_cli.policies.gr00t import ModelSettings as Gr00tSettings
+    from vlarl_cli.policies.gr00t import build_policy as build_gr00t
+    from vlarl_cli.policies.toy import ModelSettings as ToySettings
+    from vlarl_cli.policies.toy import build_policy as build_toy
+
+    def gr00t(tag: str) -> torch.nn.Module:
+        return build_gr00t(Gr00tSettings(model_type="gr00t", preset="tiny", embodiment_tag=tag), "cpu")
+
+    assert keys.policy_gripper(gr00t("libero_franka")) == "libero"  # -sign(2 g - 1) of the model's [0, 1]
+    assert keys.policy_gripper(gr00t("maniskill_widowx")) == "maniskill"  # passed unchanged (RLinf)
+    assert keys.policy_gripper(build_toy(ToySettings(model_type="toy_gaussian"), "cpu")) == "maniskill"
+    assert keys.policy_gripper(torch.nn.Linear(1, 1)) == "libero"  # pi0 / OFT: LIBERO's processors
+
+    class Odd(torch.nn.Module):
+        env_gripper = "sideways"
+
+    with pytest.raises(ValueError, match="sideways"):
+        keys.policy_gripper(Odd())
 
 
 def test_libero_gripper_is_negated_into_maniskills_and_matches_rlinf_for_oft() -> None:
@@ -147,8 +161,8 @@ def test_a_gpu_config_is_refused_on_this_machine_before_any_scene_is_built() -> 
 
     config = load_config("maniskill_pushcube_ppo_mlp", ["env.train.init_params.sim_backend=gpu"]).config
     with pytest.raises(EnvError, match="physx_cuda"):
-        make_env(config, config.env.train, num_envs=2, rank=0, group_size=1, cameras=(), record_video=False,
-                 stages=1)
+        make_env(config, config.env.train, num_envs=2, rank=0, group_size=1, cameras=(), gripper="maniskill",
+                 record_video=False, stages=1)
 
 
 def test_gr00t_maniskill_embodiment_reads_one_camera_and_a_zero_state() -> None:

@@ -6,6 +6,7 @@
 - ``envs.maniskill.setup``: ``check_maniskill`` (import + Vulkan check naming the missing packages).
 - ``envs.maniskill.vector``: ``ManiSkillVectorEnv``, the LIBERO vector-env contract over ManiSkill.
 - ``envs.maniskill.sims``: the simulators behind it: N single-env CPU scenes, or one batched physx_cuda scene.
-- ``envs.maniskill.make``: config -> env; the one place the backend (cpu / gpu) and the policy's gripper
-  convention are chosen.
+- ``envs.maniskill.make``: config -> env; the one place the backend (cpu / gpu) is chosen. The gripper
+  convention is the policy's declaration (``keys.policy_gripper``).
+- ``envs.maniskill.simulator``: its row of the simulator table (``envs.registry``).
 """

@@ -1,12 +1,12 @@
-"""``env.<split>`` (``env_type: maniskill``) -> :class:`ManiSkillVectorEnv` (called by ``training.envs.make_env``)."""
+"""``env.<split>`` (``env_type: maniskill``) -> :class:`ManiSkillVectorEnv` (named by ``envs/maniskill/simulator.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from vlarl_cli.envs.maniskill.vector import ManiSkillSpec, ManiSkillVectorEnv
+from vlarl_cli.envs.registry import EnvRequest
 from vlarl_cli.errors import EnvError
-from vlarl_cli.model_types import MODEL_TYPES
 
 
 def sim_backend_for(requested: str, cuda_available: bool | None = None) -> str:
@@ -32,21 +32,22 @@ def sim_backend_for(requested: str, cuda_available: bool | None = None) -> str:
     return "physx_cuda"
 
 
-def gripper_convention(model_type: str, embodiment_tag: str | None) -> str:
-    """The gripper convention of a policy's env actions: ``libero`` (-1 open, +1 close) or ``maniskill``.
+def check_split(split: Any) -> None:
+    """Load-time check of an ``env.<split>`` section: the task id (built-in, or a refused digital twin)."""
+    from vlarl_cli.envs.maniskill.tasks import check_task_id
 
-    pi0 / pi0.5 / OpenVLA-OFT and GR00T with a LIBERO embodiment emit LIBERO's convention (their
-    processors map the model's [0, 1] gripper with ``-sign(2 g - 1)``); GR00T's ``maniskill_*``
-    embodiments emit ManiSkill actions unchanged (RLinf ``gr00t/simulation_io.py``
-    ``convert_to_maniskill_action``); the toy MLP policies have no convention and learn ManiSkill's.
-    """
-    known = MODEL_TYPES.get(model_type)
-    family = known.family if known is not None else None  # the schema refuses unknown types before this
-    if family == "toy":
-        return "maniskill"
-    if family == "gr00t" and (embodiment_tag or "").startswith("maniskill"):
-        return "maniskill"
-    return "libero"
+    try:
+        check_task_id(split.init_params.id)
+    except EnvError as err:
+        raise ValueError(str(err)) from None
+
+
+def make_env(split: Any, request: EnvRequest) -> ManiSkillVectorEnv:
+    """The registry's factory (``envs/maniskill/simulator.py``): the policy's gripper convention comes in the
+    request (``keys.policy_gripper``), never worked out here."""
+    return make_maniskill_env(split, num_envs=request.num_envs, rank=request.rank, group_size=request.group_size,
+                              cameras=request.cameras, record_video=request.record_video, stages=request.stages,
+                              gripper=request.gripper)
 
 
 def make_maniskill_env(split: Any, *, num_envs: int, rank: int, group_size: int, cameras: tuple[str, ...],

@@ -67,8 +67,8 @@ class ManiSkillEvalResult:
     wall_s: float = 0.0
 
 
-def _spec(settings: ManiSkillEvalSettings, split: Any, model: Any, cameras: tuple[str, ...]) -> Any:
-    from vlarl_cli.envs.maniskill.make import gripper_convention, sim_backend_for
+def _spec(settings: ManiSkillEvalSettings, split: Any, model: Any, cameras: tuple[str, ...], gripper: str) -> Any:
+    from vlarl_cli.envs.maniskill.make import sim_backend_for
     from vlarl_cli.envs.maniskill.vector import ManiSkillSpec
 
     return ManiSkillSpec(
@@ -79,7 +79,7 @@ def _spec(settings: ManiSkillEvalSettings, split: Any, model: Any, cameras: tupl
         reward_coef=split.reward_coef, use_rel_reward=split.use_rel_reward, step_penalty=0.0,
         ignore_terminations=False, reward_mode=split.reward_mode,
         sim_backend=sim_backend_for(split.init_params.sim_backend),
-        gripper=gripper_convention(model.model_type, model.embodiment_tag), record_video=settings.videos > 0)
+        gripper=gripper, record_video=settings.videos > 0)
 
 
 def run_maniskill_episodes(policy: Any, env: Any, seeds: list[int], *, temperature: float | None,
@@ -138,7 +138,7 @@ def evaluate_maniskill(checkpoint: Path | None, config: str | None, overrides: l
     policy, info, cfg = load_policy(checkpoint, config, overrides, "cpu")
     split = cfg.env.eval
     cameras = keys.policy_cameras(policy)
-    spec = _spec(settings, split, cfg.actor.model, cameras)
+    spec = _spec(settings, split, cfg.actor.model, cameras, keys.policy_gripper(policy))
     seeds = list(range(settings.first_seed, settings.first_seed + settings.episodes))
     with ManiSkillVectorEnv(spec) as env:
         records = run_maniskill_episodes(policy, env, seeds, temperature=settings.temperature,
