@@ -79,3 +79,34 @@ def test_checkpoints_on_different_episodes_are_refused() -> None:
                      inputs={"A": ("images",), "B": ("images",)})
     with pytest.raises(EnvError, match="one or two checkpoints"):
         build_report("LIBERO-PRO", "libero_pro", PRO, {}, inputs={})
+
+
+def _folder(path: Path, outcomes: dict[tuple[str, int, int], bool], obs_mode: str = "state") -> Path:
+    from vlarl_cli.checkpoints.atomic import atomic_write_json
+    from vlarl_cli.video.episodes import EpisodeLog, EpisodeRecord
+
+    path.mkdir(parents=True)
+    atomic_write_json(path / "card.json", {"protocol": "standard", "obs_mode": obs_mode,
+                                           "deviations": ["obs_mode state: no camera"]})
+    log = EpisodeLog(path / "episodes.jsonl")
+    for (suite, task, trial), success in outcomes.items():
+        log.append(EpisodeRecord(suite, task, trial, task * 50 + trial, "t", "l", success, 10, 7, 220, 10))
+    return path
+
+
+def test_report_from_two_results_folders_uses_their_common_episodes(tmp_path: Path) -> None:
+    from vlarl_cli.training.evaluation.robustness import report_from_folders
+
+    sft = _folder(tmp_path / "sft", {("libero_spatial", 0, 0): True, ("libero_spatial_swap", 0, 0): False,
+                                     ("libero_spatial_swap", 0, 1): False, ("libero_spatial_task", 0, 0): False})
+    rl = _folder(tmp_path / "rl", {("libero_spatial", 0, 0): True, ("libero_spatial_swap", 0, 0): True,
+                                   ("libero_spatial_swap", 0, 1): True, ("libero_spatial_lan", 0, 0): True})
+    report = report_from_folders([sft, rl])
+    assert report.labels == ["sft", "rl"] and report.split == "libero_spatial"
+    # only the episodes both folders hold: original (1) and swap (2); task and lan are in one folder each
+    assert [(r.key, r.successes, r.episodes) for r in report.runs["rl"]] == [
+        ("original", 1, 1), ("swap", 2, 2), ("total", 3, 3)]
+    assert report.inputs["sft"] == ("state",) and report.deviations == [
+        "rl: obs_mode state: no camera", "sft: obs_mode state: no camera"]
+    with pytest.raises(EnvError, match="not part of LIBERO-PRO"):
+        report_from_folders([_folder(tmp_path / "x", {("libero_90", 0, 0): True})])

@@ -8,8 +8,9 @@ from dataclasses import asdict
 from typing import Any
 
 from vlarl_cli import __version__
+from vlarl_cli.envs.libero.suites import all_suite_order
 from vlarl_cli.keys import policy_cameras, policy_obs_mode
-from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings, expand_suite
+from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings
 from vlarl_cli.training.evaluation.source import PolicyInfo
 
 
@@ -20,7 +21,7 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
     p = get_protocol(settings.protocol)
     chunk = int(getattr(policy, "num_action_chunks", 0))
     denoising = policy_denoising_steps(policy)
-    suites = sorted({k.suite for k in plan}, key=lambda s: expand_suite("libero_130").index(s))
+    suites = sorted({k.suite for k in plan}, key=all_suite_order().index)
     temperature = settings.temperature if not settings.deterministic else None
     mode = "deterministic" if settings.deterministic else "sampled"
     # render_quality enters the card only when not exact, so folders written before it existed still resume

@@ -24,6 +24,8 @@ from vlarl_cli.envs.robustness import Category
 from vlarl_cli.errors import EnvError
 from vlarl_cli.training.evaluation.stats import newcombe_interval, wilson_interval
 
+#: the base suite's own (unperturbed) episodes, when a LIBERO-PRO evaluation includes them
+ORIGINAL = Category("original", "Original (LIBERO)", "no perturbation", ("images", "state", "language"))
 REPORT_JSON = "robustness.json"
 REPORT_PNG = "robustness.png"
 TOTAL = "total"
@@ -211,3 +213,46 @@ def print_report(report: RobustnessReport, console: Any = None) -> None:
         console.print(f"* {note}", highlight=False)
     for deviation in report.deviations:
         console.print(f"[yellow]deviation from the protocol:[/] {deviation}", highlight=False)
+
+
+def suite_category(suite: str) -> str:
+    """The category key of a results folder's suite: a LIBERO-PRO suite's perturbation, ``original`` for the
+    four base suites; anything else raises (it is not a robustness result)."""
+    from vlarl_cli.envs.libero_pro.catalog import BASE_SUITES, pro_suites
+
+    if suite in pro_suites():
+        return pro_suites()[suite].category.key
+    if suite in BASE_SUITES:
+        return ORIGINAL.key
+    raise EnvError(f'Suite "{suite}" is not part of LIBERO-PRO; a robustness report needs PRO suites.',
+                   fix="Evaluate a LIBERO-PRO split, e.g. vlarl eval --suite libero_pro_spatial.")
+
+
+def _policy_inputs(card: dict[str, Any]) -> tuple[str, ...]:
+    """What the evaluated policy reads, from its protocol card (state mode: no camera, no language)."""
+    return ("state",) if card.get("obs_mode") == "state" else ("images", "state", "language")
+
+
+def report_from_folders(folders: Sequence[Path]) -> RobustnessReport:
+    """The robustness report of one or two ``vlarl eval`` results folders of LIBERO-PRO suites (two: over the
+    episodes both hold, so both rates come from the same init states). Labels are the folder names."""
+    from vlarl_cli.envs.libero_pro.catalog import CATEGORIES, pro_suites
+    from vlarl_cli.video.episodes import CARD, load_card, read_episodes, unique_episodes
+
+    loaded = []
+    for folder in folders:
+        folder = Path(folder)
+        loaded.append((folder, load_card(folder / CARD), unique_episodes(read_episodes(folder))))
+    common = set.intersection(*(set(eps) for _, _, eps in loaded))
+    if not common:
+        raise EnvError(f"The results folders {', '.join(map(str, folders))} share no episode.",
+                       fix="Evaluate both checkpoints on the same split, tasks and trials.")
+    labels = [f.name if [x.name for x, _, _ in loaded].count(f.name) == 1 else str(f) for f, _, _ in loaded]
+    outcomes = {label: [(suite_category(k[0]), eps[k].success) for k in sorted(common)]
+                for label, (_, _, eps) in zip(labels, loaded, strict=True)}
+    inputs = {label: _policy_inputs(card) for label, (_, card, _) in zip(labels, loaded, strict=True)}
+    deviations = sorted({f"{label}: {d}" for label, (_, card, _) in zip(labels, loaded, strict=True)
+                         for d in card.get("deviations", [])})
+    split = ", ".join(sorted({pro_suites()[k[0]].base_suite if k[0] in pro_suites() else k[0] for k in common}))
+    return build_report("LIBERO-PRO", split, (ORIGINAL, *CATEGORIES), outcomes, inputs=inputs,
+                        deviations=deviations)

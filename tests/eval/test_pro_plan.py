@@ -1,0 +1,40 @@
+"""LIBERO-PRO suites in the evaluation plan: split expansion, categories, libero_all addressing, step limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlarl_cli.envs.libero import suites
+from vlarl_cli.envs.libero.protocol import get_protocol
+from vlarl_cli.errors import EnvError
+from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings, expand_suite, plan_episodes
+
+
+def test_pro_splits_expand_to_the_suites_vlarl_runs() -> None:
+    assert expand_suite("libero_pro_goal") == ("libero_goal_lan", "libero_goal_swap", "libero_goal_task")
+    assert expand_suite("libero_pro", ("swap",)) == tuple(f"{b}_swap" for b in
+                                                          ("libero_spatial", "libero_object", "libero_goal", "libero_10"))
+    assert expand_suite("libero_10_task") == ("libero_10_task",)
+    with pytest.raises(EnvError, match="own object classes"):
+        expand_suite("libero_pro_goal", ("object",))
+    with pytest.raises(EnvError, match=r'Unknown LIBERO-PRO category "swp"\. Did you mean "swap"'):
+        EvalSettings(suite="libero_pro", categories=("swp",)).validate()
+
+
+def test_plan_addresses_pro_tasks_after_the_130() -> None:
+    plan = plan_episodes("libero_pro_spatial", (0,), 2, categories=("swap", "task"))
+    assert plan == [EpisodeKey("libero_spatial_swap", 0, 0), EpisodeKey("libero_spatial_swap", 0, 1),
+                    EpisodeKey("libero_spatial_task", 0, 0), EpisodeKey("libero_spatial_task", 0, 1)]
+    order = suites.all_suite_order()
+    assert order[:5] == ("libero_spatial", "libero_object", "libero_goal", "libero_90", "libero_10")
+    # libero_130 ids unchanged; spatial_lan is the first PRO suite, spatial_swap the second
+    assert EpisodeKey("libero_10", 9, 0).libero130_task == 129
+    assert plan[1].libero130_task == 140 and plan[1].libero130_reset_state_id == 140 * 50 + 1
+    assert suites.num_tasks(suites.LIBERO_ALL) == 130 + 12 * 10
+
+
+def test_pro_step_limits_are_the_base_suites() -> None:
+    standard, rlinf = get_protocol("standard"), get_protocol("rlinf")
+    assert [standard.max_steps_for(f"{b}_lan") for b in ("libero_spatial", "libero_object", "libero_goal",
+                                                          "libero_10")] == [220, 280, 300, 520]
+    assert rlinf.max_steps_for("libero_goal_swap") == 320
