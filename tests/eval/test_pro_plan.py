@@ -38,3 +38,18 @@ def test_pro_step_limits_are_the_base_suites() -> None:
     assert [standard.max_steps_for(f"{b}_lan") for b in ("libero_spatial", "libero_object", "libero_goal",
                                                           "libero_10")] == [220, 280, 300, 520]
     assert rlinf.max_steps_for("libero_goal_swap") == 320
+
+
+def test_plus_splits_are_checked_then_refused_with_what_they_need(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VLARL_CACHE", str(tmp_path))
+    with pytest.raises(EnvError) as err:
+        expand_suite("libero_plus_goal", ("camera", "layout"))
+    text = str(err.value)
+    assert "libero_plus_goal (833 episodes, categories camera, layout)" in text  # 408 camera + 425 layout
+    assert "mujoco >= 3.0, < 3.4" in text and "Categories layout also need" in text
+    assert f"--local-dir {tmp_path}/libero_plus" in text and "not downloaded yet" in text
+    with pytest.raises(EnvError) as err:
+        expand_suite("libero_plus", ("camera",))
+    assert "assets.zip" not in str(err.value)  # camera scenes are LIBERO's own
+    with pytest.raises(EnvError, match=r'Unknown LIBERO-Plus category "noize"\. Did you mean "noise"'):
+        expand_suite("libero_plus", ("noize",))

@@ -31,9 +31,12 @@ import typer
 def command(
     suite: str = typer.Option("libero_10", "--suite", "-s", help="libero_spatial, libero_object, libero_goal, "
                               "libero_10, libero_90, libero_130, all (the four standard suites), a LIBERO-PRO "
-                              "suite (libero_goal_swap ...) or split: libero_pro, libero_pro_<spatial|object|goal|10>."),
-    categories: str | None = typer.Option(None, "--categories", help="LIBERO-PRO perturbations to run, "
-                                          "comma-separated: lan, swap, task (default: all three)."),
+                              "suite (libero_goal_swap ...) or split: libero_pro, libero_pro_<spatial|object|goal|10>; "
+                              "LIBERO-Plus splits libero_plus[_<base>] are named but not runnable yet."),
+    categories: str | None = typer.Option(None, "--categories", help="Perturbation categories of a robustness "
+                                          "split, comma-separated. LIBERO-PRO: lan, swap, task (default: all "
+                                          "three; object needs PRO's own package). LIBERO-Plus: camera, robot, "
+                                          "language, light, background, noise, layout."),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="A vlarl training checkpoint folder "
                                            "(model.safetensors + config.yaml) or a run folder (its latest). "
                                            "Default: the newest checkpoint of the newest run under runs/."),

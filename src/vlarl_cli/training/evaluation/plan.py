@@ -49,8 +49,11 @@ def expand_suite(suite: str, categories: tuple[str, ...] | None = None) -> tuple
 
     if suite == "all":
         return STANDARD_SUITES
+    from vlarl_cli.envs.libero_plus import catalog as plus
     from vlarl_cli.envs.libero_pro import catalog as pro
 
+    if plus.is_plus_split(suite):
+        raise plus.unavailable(suite, list(categories) if categories else None)
     if pro.is_pro_split(suite) and (categories or suite not in pro.pro_suites()):
         from vlarl_cli.envs.libero_pro.data import RUNS_IN_VLARL_LIBERO
 
