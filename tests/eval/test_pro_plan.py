@@ -53,3 +53,20 @@ def test_plus_splits_are_checked_then_refused_with_what_they_need(tmp_path, monk
     assert "assets.zip" not in str(err.value)  # camera scenes are LIBERO's own
     with pytest.raises(EnvError, match=r'Unknown LIBERO-Plus category "noize"\. Did you mean "noise"'):
         expand_suite("libero_plus", ("noize",))
+
+
+def test_rlinf_pro_keys_select_a_pro_suite_for_env_train(tmp_path, monkeypatch) -> None:
+    """RLinf's libero_variant / perturbation_suffix name the PRO suite a split runs; object, all and plus are
+    refused at load time with the reason."""
+    from vlarl_cli.config.loading import load_config
+    from vlarl_cli.envs.libero.make import suite_of
+    from vlarl_cli.errors import ConfigError
+
+    keys = ["env.train.libero_variant=pro", "env.train.perturbation_suffix=swap"]
+    config = load_config("quickstart", keys).config
+    assert suite_of(config.env.train) == "libero_spatial_swap" and suite_of(config.env.eval) == "libero_spatial"
+    for suffix, needle in (("object", "own object classes"), ("all", "one split per perturbation")):
+        with pytest.raises(ConfigError, match=needle):
+            load_config("quickstart", ["env.train.libero_variant=pro", f"env.train.perturbation_suffix={suffix}"])
+    with pytest.raises(ConfigError, match="LIBERO-Plus's own simulator environment"):
+        load_config("quickstart", ["env.train.libero_variant=plus"])
