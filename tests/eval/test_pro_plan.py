@@ -10,7 +10,30 @@ from vlarl_cli.errors import EnvError
 from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings, expand_suite, plan_episodes
 
 
-def test_pro_splits_expand_to_the_suites_vlarl_runs() -> None:
+@pytest.fixture
+def pro_files(tmp_path, monkeypatch):
+    """Placeholder files where `vlarl setup-libero --pro` puts PRO's (planning only checks they exist)."""
+    from vlarl_cli.envs.libero_pro import data
+    from vlarl_cli.envs.libero_pro.catalog import pro_suites
+
+    monkeypatch.setenv("VLARL_CACHE", str(tmp_path))
+    for suite in pro_suites().values():
+        for task in suite.tasks:
+            for path in data.task_files(task):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+    return tmp_path
+
+
+def test_pro_splits_need_the_files(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VLARL_CACHE", str(tmp_path))
+    with pytest.raises(EnvError, match=r"task files are not installed.*vlarl setup-libero --pro"):
+        expand_suite("libero_pro_goal")
+    with pytest.raises(EnvError, match=r"vlarl setup-libero --pro"):
+        expand_suite("libero_goal_task")
+
+
+def test_pro_splits_expand_to_the_suites_vlarl_runs(pro_files) -> None:
     assert expand_suite("libero_pro_goal") == ("libero_goal_lan", "libero_goal_swap", "libero_goal_task")
     assert expand_suite("libero_pro", ("swap",)) == tuple(f"{b}_swap" for b in
                                                           ("libero_spatial", "libero_object", "libero_goal", "libero_10"))
@@ -21,7 +44,7 @@ def test_pro_splits_expand_to_the_suites_vlarl_runs() -> None:
         EvalSettings(suite="libero_pro", categories=("swp",)).validate()
 
 
-def test_plan_addresses_pro_tasks_after_the_130() -> None:
+def test_plan_addresses_pro_tasks_after_the_130(pro_files) -> None:
     plan = plan_episodes("libero_pro_spatial", (0,), 2, categories=("swap", "task"))
     assert plan == [EpisodeKey("libero_spatial_swap", 0, 0), EpisodeKey("libero_spatial_swap", 0, 1),
                     EpisodeKey("libero_spatial_task", 0, 0), EpisodeKey("libero_spatial_task", 0, 1)]

@@ -110,3 +110,16 @@ def test_report_from_two_results_folders_uses_their_common_episodes(tmp_path: Pa
         "rl: obs_mode state: no camera", "sft: obs_mode state: no camera"]
     with pytest.raises(EnvError, match="not part of LIBERO-PRO"):
         report_from_folders([_folder(tmp_path / "x", {("libero_90", 0, 0): True})])
+
+
+def test_cli_robustness_of_two_folders_writes_the_report(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    sft = _folder(tmp_path / "sft", {("libero_goal_swap", 0, 0): False, ("libero_goal_task", 0, 0): False})
+    rl = _folder(tmp_path / "rl", {("libero_goal_swap", 0, 0): True, ("libero_goal_task", 0, 0): False})
+    run = run_cli(["eval", "--robustness", str(sft), "--robustness", str(rl), "--out", str(tmp_path / "rep")],
+                  cwd=tmp_path, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "Position" in run.stdout and "rl - sft" in run.stdout.lower()
+    data = json.loads((tmp_path / "rep" / REPORT_JSON).read_text())
+    assert [r["successes"] for r in data["runs"]["rl"]] == [1, 0, 1] and (tmp_path / "rep" / REPORT_PNG).is_file()

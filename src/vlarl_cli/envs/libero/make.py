@@ -13,7 +13,13 @@ SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero
 def make_env(split: Any, request: EnvRequest) -> Any:
     """This rank's LIBERO envs in subprocess workers (``request.workers``, else ``split.num_workers``, else one
     per core)."""
+    from vlarl_cli.envs.libero_pro.catalog import pro_suites
     from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec, split_spec_fields, workers_for
+
+    if suite_of(split) in pro_suites():  # PRO's files must be in the cache before workers try to read them
+        from vlarl_cli.envs.libero_pro.data import check_runnable
+
+        check_runnable([pro_suites()[suite_of(split)]])
 
     spec = VectorEnvSpec(
         suite=suite_of(split),

@@ -51,14 +51,17 @@ def expand_suite(suite: str, categories: tuple[str, ...] | None = None) -> tuple
         return STANDARD_SUITES
     from vlarl_cli.envs.libero_plus import catalog as plus
     from vlarl_cli.envs.libero_pro import catalog as pro
+    from vlarl_cli.envs.libero_pro.data import RUNS_IN_VLARL_LIBERO, check_runnable
 
     if plus.is_plus_split(suite):
         raise plus.unavailable(suite, list(categories) if categories else None)
     if pro.is_pro_split(suite) and (categories or suite not in pro.pro_suites()):
-        from vlarl_cli.envs.libero_pro.data import RUNS_IN_VLARL_LIBERO
-
         chosen = pro.resolve(suite, list(categories or sorted(RUNS_IN_VLARL_LIBERO)))
-        return tuple(check_suite(s.name) for s in chosen)
+        names = tuple(check_suite(s.name) for s in chosen)
+        check_runnable(chosen)  # PRO's files are in vlarl's cache, else the command that fetches them
+        return names
+    if suite in pro.pro_suites():
+        check_runnable([pro.pro_suites()[suite]])
     check_suite(suite)
     return tuple(SUITE_ORDER) if suite == "libero_130" else (suite,)
 
