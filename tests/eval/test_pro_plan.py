@@ -38,6 +38,7 @@ def test_pro_splits_expand_to_the_suites_vlarl_runs(pro_files) -> None:
     assert expand_suite("libero_pro", ("swap",)) == tuple(f"{b}_swap" for b in
                                                           ("libero_spatial", "libero_object", "libero_goal", "libero_10"))
     assert expand_suite("libero_10_task") == ("libero_10_task",)
+    assert expand_suite("libero_pro_spatial", ("original", "swap")) == ("libero_spatial", "libero_spatial_swap")
     with pytest.raises(EnvError, match="own object classes"):
         expand_suite("libero_pro_goal", ("object",))
     with pytest.raises(EnvError, match=r'Unknown LIBERO-PRO category "swp"\. Did you mean "swap"'):

@@ -35,7 +35,8 @@ def command(
                               "LIBERO-Plus splits libero_plus[_<base>] are named but not runnable yet."),
     categories: str | None = typer.Option(None, "--categories", help="Perturbation categories of a robustness "
                                           "split, comma-separated. LIBERO-PRO: lan, swap, task (default: all "
-                                          "three; object needs PRO's own package). LIBERO-Plus: camera, robot, "
+                                          "three; object needs PRO's own package), original (the unperturbed "
+                                          "base suites too). LIBERO-Plus: camera, robot, "
                                           "language, light, background, noise, layout."),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="A vlarl training checkpoint folder "
                                            "(model.safetensors + config.yaml) or a run folder (its latest). "

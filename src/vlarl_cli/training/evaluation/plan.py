@@ -56,10 +56,13 @@ def expand_suite(suite: str, categories: tuple[str, ...] | None = None) -> tuple
     if plus.is_plus_split(suite):
         raise plus.unavailable(suite, list(categories) if categories else None)
     if pro.is_pro_split(suite) and (categories or suite not in pro.pro_suites()):
-        chosen = pro.resolve(suite, list(categories or sorted(RUNS_IN_VLARL_LIBERO)))
+        # "original": the split's unperturbed base suites too, the reference column of PRO's own table
+        wanted = [c for c in categories or sorted(RUNS_IN_VLARL_LIBERO) if c != "original"]
+        bases = tuple(dict.fromkeys(s.base_suite for s in pro.resolve(suite)))
+        chosen = pro.resolve(suite, wanted) if wanted else []
         names = tuple(check_suite(s.name) for s in chosen)
         check_runnable(chosen)  # PRO's files are in vlarl's cache, else the command that fetches them
-        return names
+        return (bases if categories and "original" in categories else ()) + names
     if suite in pro.pro_suites():
         check_runnable([pro.pro_suites()[suite]])
     check_suite(suite)
