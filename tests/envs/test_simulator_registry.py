@@ -84,3 +84,20 @@ def test_a_third_simulator_trains_and_evaluates_through_the_cli(fake_hop, tmp_pa
     assert {s for e in fake_hop.MADE for s in e.actions_seen} == {(8, 4, 1), (4, 4, 1)}
     saved = (folder / "config.yaml").read_text() if (folder / "config.yaml").is_file() else ""
     assert "fake_hop" in saved or any("fake_hop" in p.read_text() for p in folder.rglob("*.yaml"))
+
+
+def test_libero_env_settings_are_taken_by_name_from_the_spec() -> None:
+    """VectorEnvSpec -> EnvOptions is one by-name step: every option the spec has arrives, none is restated."""
+    import dataclasses
+
+    from vlarl_cli.envs.libero.env import EnvOptions
+    from vlarl_cli.envs.libero.vector import VectorEnvSpec
+
+    changed = dict(resolution=224, cameras=("main",), obs_mode="state", protocol="rlinf", max_episode_steps=7,
+                   settle_steps=3, env_seed=5, seeding="every_reset", reward_coef=2.0, use_rel_reward=True,
+                   step_penalty=0.5, reset_gripper_open=False, ignore_terminations=True, hard_reset=True,
+                   record_video=True, render_quality="fast")
+    options = VectorEnvSpec(suite="libero_10", seed=9, **changed).env_options()
+    defaults = EnvOptions()
+    differ = {f.name for f in dataclasses.fields(EnvOptions) if getattr(options, f.name) != getattr(defaults, f.name)}
+    assert differ == (set(changed) - {"env_seed"}) | {"seed"} and options.seed == 5  # the env seed, not the draws'

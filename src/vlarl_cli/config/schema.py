@@ -499,6 +499,14 @@ class RlHeadOptions(Section):
                                        "(the mean of all VL tokens) is implemented; others are refused.")
 
 
+def _family_default(model_type: str, name: str) -> Any:
+    """What a null flat key means for ``model_type``'s family. ``train_expert_only``: true (expert only) for
+    every family but GR00T, whose null keeps the checkpoint config's trainable set (Isaac-GR00T / RLinf)."""
+    if name == "train_expert_only" and model_types.MODEL_TYPES[model_type].family != "gr00t":
+        return True
+    return None
+
+
 class ModelConfig(Section):
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset(
         {"trust_remote_code", "policy_setup", "obs_converter_type", "no_split_modules", "model_name",
@@ -528,7 +536,10 @@ class ModelConfig(Section):
     detach_critic_input: bool | None = Field(None, description="Stop value gradients into the backbone (pi0, OpenVLA-OFT; GR00T never detaches, as RLinf's GR00T code, and says so when this is true).")
     is_lora: bool = Field(False, description="Train LoRA adapters on the VLM.")
     lora_rank: int = Field(32, ge=1, description="LoRA rank.")
-    train_expert_only: bool = Field(True, description="pi0: train the action expert only (VLM frozen).")
+    train_expert_only: bool | None = Field(
+        None, description="Train the action expert / head only (VLM frozen). null: the family's default: true for "
+        "pi0; for GR00T the checkpoint config's tune_* flags, as Isaac-GR00T and RLinf (N1.6: the top 4 LLM layers "
+        "and the whole head; true there is a printed deviation from RLinf).")
     disable_dropout: bool = Field(True, description="Replace dropout by identity so log-probs are exact.")
     embodiment_tag: str | None = Field(None, description="GR00T embodiment tag, e.g. libero_franka.")
     tokenizer_path: str | None = Field(None, description="Tokenizer file/folder for real checkpoints when the "
@@ -609,11 +620,13 @@ class ModelConfig(Section):
 
     def setting(self, name: str) -> Any:
         """The value of setting ``name`` (a flat field name, or a nested-only key such as ``config_name``):
-        the nested block's when set there, else the flat field's (None when neither exists)."""
+        the nested block's when set there, else the flat field's, else the family's default for a flat key whose
+        null depends on the family (None when neither exists)."""
         nested = self._nested_values()
         if name in nested:
             return nested[name][1]
-        return getattr(self, name, None)
+        value = getattr(self, name, None)
+        return _family_default(self.model_type, name) if value is None else value
 
     @property
     def nested_only(self) -> dict[str, Any]:

@@ -1,4 +1,12 @@
-"""The simulator side (LIBERO). Nothing heavy is imported here.
+"""The simulator side. Nothing heavy is imported here.
+
+- ``envs.registry``: the simulator table (``libero``, ``maniskill``, ``toy_reach`` and any registered from
+  outside); each simulator is a folder ``envs/<name>/`` whose ``simulator.py`` holds its row.
+- ``envs.pool``: the generic pool of simulator worker processes (a worker factory, shared-memory arrays,
+  tagged requests, replacement of a dead worker).
+- ``envs.base``: the ``VectorEnv`` protocol the rollout drives.
+
+LIBERO (``envs/libero/``):
 
 - ``envs.libero.setup``: ``prepare_libero`` (config without a prompt, MUJOCO_GL choice, asset checks);
   ``python -m vlarl_cli.envs.libero.install`` links and verifies the assets at install time.
@@ -9,6 +17,7 @@
 - ``envs.libero.env``: ``LiberoEnv``, one simulator executing ``[C, 7]`` chunks, rendering only at chunk
   boundaries.
 - ``envs.libero.expert``: a scripted pick-and-place expert (tests, reward-path checks).
-- ``envs.vector``: ``LiberoVectorEnv(VectorEnvSpec)``, N simulators in W spawned workers with
-  shared-memory observations, GRPO groups, pipeline stages and crash recovery.
+- ``envs.libero.vector``: ``LiberoVectorEnv(VectorEnvSpec)``, N simulators in W workers of ``envs.pool`` with
+  shared-memory observations, GRPO groups, pipeline stages and crash recovery (``envs.vector`` re-exports it).
+- ``envs.libero.make``: the config mapping (``env.<split>`` -> ``LiberoVectorEnv``) and load-time checks.
 """

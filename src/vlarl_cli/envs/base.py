@@ -1,8 +1,8 @@
 """The vector-env contract that ``training.rollout.collect`` drives.
 
-Three implementations satisfy it: ``envs.vector.LiberoVectorEnv`` (subprocess workers),
-``envs.toy.ToyVectorEnv`` (in-process, pure torch) and ``distributed.remote_env.RemoteVectorEnv`` (envs
-on other ranks). A structural :class:`typing.Protocol`: nothing inherits from it, mypy checks the fit.
+Each simulator of ``envs.registry`` makes one: ``envs.libero.vector.LiberoVectorEnv`` (subprocess workers of
+``envs.pool``), ``envs.maniskill.vector.ManiSkillVectorEnv`` and ``envs.toy.ToyVectorEnv`` (in-process);
+``distributed.remote_env.RemoteVectorEnv`` serves envs of other ranks. A structural :class:`typing.Protocol`: nothing inherits from it, mypy checks the fit.
 
 Shapes (``N`` = ``num_envs``, ``C`` env steps per chunk, ``A`` action dims):
     reset(ids)          -> obs: dict keyed by ``vlarl_cli.keys`` observation names, batch first

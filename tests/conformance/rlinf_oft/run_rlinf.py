@@ -104,8 +104,10 @@ def _config(ckpt: Path, official: bool):
     if official:
         from rlinf.models.embodiment.openvla_oft.official.openvla_oft_action_model import OpenVLAOFTRLConfig
 
-        cfg = OpenVLAOFTRLConfig(action_dim=7, num_action_chunks=8, add_value_head=False, use_proprio=True,
+        critic = any(k.startswith("value_head.") for k in load_file(str(ckpt / "model.safetensors")))
+        cfg = OpenVLAOFTRLConfig(action_dim=7, num_action_chunks=8, add_value_head=critic, use_proprio=True,
                                  proprio_dim=8, max_prompt_length=arch["max_prompt_len"], **common)
+        cfg.value_type = "chunk_level"
     else:
         cfg = OpenVLAConfig(**common)
         cfg.value_type = "action_level"  # RLinf sets the yaml keys on the config (setattr loop in get_model)
@@ -172,11 +174,15 @@ def run_official(ckpt: Path, inputs: dict[str, torch.Tensor]) -> dict[str, torch
                                                   do_sample=False, temperature=TEMPERATURE, top_k=-1)
         fwd = {k: inputs[k] for k in ("input_ids", "attention_mask", "pixel_values", "proprio")}
         fwd["action_tokens"] = inputs["action_tokens"]
+        critic = cfg.add_value_head
         out = model.default_forward(forward_inputs=fwd, compute_logprobs=True, compute_entropy=True,
-                                    temperature=TEMPERATURE, top_k=-1)
-    return {"actions": torch.as_tensor(actions).double(), "greedy_tokens": res["forward_inputs"]["action_tokens"],
-            "greedy_logprobs": res["prev_logprobs"].float(), "logprobs": out["logprobs"].float(),
-            "entropy": out["entropy"].float()}
+                                    compute_values=critic, temperature=TEMPERATURE, top_k=-1)
+    result = {"actions": torch.as_tensor(actions).double(), "greedy_tokens": res["forward_inputs"]["action_tokens"],
+              "greedy_logprobs": res["prev_logprobs"].float(), "logprobs": out["logprobs"].float(),
+              "entropy": out["entropy"].float()}
+    if critic:  # RLinf's official critic: last_hidden_states[:, -action_dim * num_action_chunks - 1]
+        result.update(values=out["values"].float(), greedy_values=res["prev_values"].float())
+    return result
 
 
 def run_images(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -144,22 +144,40 @@ def test_rlinf_variant_matches_rlinf(tmp_path: Path) -> None:
 
 
 def test_official_variant_matches_rlinf(tmp_path: Path) -> None:
+    """Log-probs, entropies and greedy actions equal RLinf's; so does the critic, at the position RLinf reads.
+
+    RLinf's official-variant critic reads ``last_hidden_states[:, -action_dim * num_action_chunks - 1]``,
+    counted from the END of a sequence whose padding it moved to the end, after the STOP token: with ``k`` pad
+    tokens in a row that is the slot ``k + 1`` places after the last prompt token (the first action slot when
+    ``k = 0``), so the position depends on the row's prompt length. vlarl reads the last prompt token in every
+    row, on purpose (``OftModel.values_from_hidden``); both facts are asserted here on RLinf's own code."""
     _reference()
-    policy = _policy(implement_version="official", use_proprio=True, num_images_in_input=2)
+    policy = _policy(implement_version="official", use_proprio=True, num_images_in_input=2, add_value_head=True,
+                     value_hidden=(512, 128))  # RLinf: fixed sizes
     save_policy(policy, tmp_path / "ckpt", format="openvla_hf")
-    ids, mask = _prompts(3, LLAMA_IDS["max_prompt_len"])
-    images = torch.randint(0, 256, (3, 2, 28, 28, 3), generator=torch.Generator().manual_seed(5), dtype=torch.uint8)
-    states = torch.rand(3, 8, generator=torch.Generator().manual_seed(6)) - 0.2
+    ids, mask = _prompts(4, LLAMA_IDS["max_prompt_len"])  # 0, 3, 5 and 1 pads
+    pads = (mask == 0).sum(dim=1)
+    images = torch.randint(0, 256, (4, 2, 28, 28, 3), generator=torch.Generator().manual_seed(5), dtype=torch.uint8)
+    states = torch.rand(4, 8, generator=torch.Generator().manual_seed(6)) - 0.2
     proprio = normalize_proprio(states, ActionStats.from_dict("p", STATS["libero_10_no_noops"], "proprio"))
-    tokens = torch.randint(0, 256, (3, 56), generator=torch.Generator().manual_seed(7))
+    tokens = torch.randint(0, 256, (4, 56), generator=torch.Generator().manual_seed(7))
     inputs = {"input_ids": ids, "attention_mask": mask, "pixel_values": pixel_values(images), "proprio": proprio,
               "action_tokens": tokens}
     ref = _run("official", tmp_path / "ckpt", inputs, tmp_path)
-    logits, _ = _ours(policy, inputs)
+    logits, hidden = _ours(policy, inputs)  # hidden[:, 0]: the last prompt token; hidden[:, j]: j slots later
     _greedy_checks(logits, ref, 0)
     lp, ent = token_logprobs(logits, tokens, 1.6)
     torch.testing.assert_close(lp, ref["logprobs"], atol=ATOL, rtol=0)
     torch.testing.assert_close(ent, ref["entropy"], atol=ATOL, rtol=0)
+    with torch.no_grad():
+        at_rlinf_slot = policy.value_head(hidden[torch.arange(4), 1 + pads]).float()
+        ours = policy.values_from_hidden(hidden)
+    assert ref["values"].shape == (4, 1) and ref["values"].abs().max() > 1e-2
+    # measured: max |diff| 2.7e-7 at slot 1 + k (the best-matching slot of every row); the greedy pass's values
+    # equal default_forward's exactly; vlarl's last-prompt-token values differ from RLinf's by 0.046 to 0.13
+    torch.testing.assert_close(ref["values"], at_rlinf_slot, atol=1e-6, rtol=0)
+    torch.testing.assert_close(ref["greedy_values"], ref["values"], atol=1e-6, rtol=0)
+    assert bool(((ours - ref["values"]).abs() > 1e-2).all())  # the deliberate difference, in every row
 
 
 def test_image_preprocessing_matches_rlinfs_processor(tmp_path: Path) -> None:

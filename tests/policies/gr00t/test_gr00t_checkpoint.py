@@ -323,3 +323,26 @@ def test_n16_image_settings_come_from_processor_config(tmp_path, policy_factory)
     proc_file.write_text(json.dumps(proc))
     with pytest.raises(CheckpointError, match="torchvision image path"):
         ck.read_config(path)
+
+
+def test_n16_trainable_flags_come_from_config_json(tmp_path, policy_factory) -> None:
+    """The trainable set is read from the N1.6 config.json as Gr00tN1d6Config reads it: the tune_* keys written
+    there, Gr00tN1d6Config's defaults (top 4 LLM layers, the whole head) where a key is absent."""
+    path = tmp_path / "n16"
+    ck.save_policy(policy_factory("n1.6"), path, format="gr00t_n16")
+    data = json.loads((path / "config.json").read_text())
+    assert (data["tune_top_llm_layers"], data["tune_llm"], data["tune_vlln"]) == (4, False, True)
+    data.update(tune_top_llm_layers=1, tune_vlln=False, tune_visual=True)
+    (path / "config.json").write_text(json.dumps(data))
+    cfg, _ = ck.read_config(path)
+    assert (cfg.tune_top_llm_layers, cfg.tune_vlln, cfg.tune_visual, cfg.tune_llm) == (1, False, True, False)
+    loaded = ck.load_policy(path)
+    trained = {n for n, p in loaded.named_parameters() if p.requires_grad and n.startswith("backbone.")}
+    assert any(".vision_model." in n for n in trained) and any(".mlp1." in n for n in trained)
+    assert {n.split(".layers.")[1].split(".")[0] for n in trained if ".layers." in n and "language_model" in n} == {"1"}
+    assert not any(p.requires_grad for p in loaded.action_head.vlln.parameters())
+    for key in ("tune_top_llm_layers", "tune_vlln", "tune_visual", "tune_llm"):
+        del data[key]
+    (path / "config.json").write_text(json.dumps(data))
+    cfg, _ = ck.read_config(path)
+    assert (cfg.tune_top_llm_layers, cfg.tune_vlln, cfg.tune_visual, cfg.tune_llm) == (4, True, False, False)

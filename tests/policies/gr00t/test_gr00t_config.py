@@ -142,11 +142,18 @@ def test_recipe_yaml_maps_onto_model_settings(name, version, chunks, noise) -> N
     s = policy.settings
     assert policy.config.version == version and policy.num_action_chunks == chunks and policy.action_dim == 7
     assert (s.noise_method, s.noise_level, s.denoising_steps, s.joint_logprob) == ("flow_sde", 0.5, 4, False)
-    assert s.disable_dropout and s.add_value_head and s.train_expert_only
+    assert s.disable_dropout and s.add_value_head and s.train_expert_only is None  # RLinf's GR00T never reads it
+    assert cfg.actor.model.setting("train_expert_only") is None
     assert s.effective_action_noise_scale == noise
     assert policy.modality.embodiment_tag == ("libero_franka" if version == "n1.5" else "libero_panda")
     assert not any(isinstance(m, torch.nn.Dropout) for m in policy.modules())
-    assert not any(p.requires_grad for p in policy.backbone.parameters())
+    # the checkpoint config's trainable set (RLinf): N1.6 trains its top LLM layers, N1.5 no backbone tensor here
+    trained = {n.split(".layers.")[1].split(".")[0] for n, p in policy.backbone.named_parameters() if p.requires_grad}
+    assert trained == (set() if version == "n1.5" else {"0", "1"})
+    from vlarl_cli.config.schema import ModelConfig
+
+    pi0 = ModelConfig(model_type="pi0", preset="tiny")
+    assert pi0.train_expert_only is None and pi0.setting("train_expert_only") is True  # pi0 keeps its default
 
 
 def test_rlinf_value_keys_are_checked_not_ignored() -> None:

@@ -3,6 +3,8 @@ dropout, head-only training and N1.6 exploration noise."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -94,7 +96,11 @@ def test_disable_dropout_makes_evaluate_repeatable_in_train_mode(policy_factory,
 
 @pytest.mark.parametrize("version", ["n1.5", "n1.6"])
 def test_head_only_training_leaves_backbone_bit_identical(version, policy_factory, obs_factory) -> None:
-    policy = policy_factory(version)
+    if version == "n1.6":  # its config trains the top LLM layers: head-only is a deviation from RLinf, printed
+        with pytest.warns(UserWarning, match=r"train_expert_only=True freezes the backbone .*tune_top_llm_layers"):
+            policy = policy_factory(version, train_expert_only=True)
+    else:
+        policy = policy_factory(version, train_expert_only=True)
     assert not any(p.requires_grad for p in policy.backbone.parameters())
     before_backbone = {k: v.clone() for k, v in policy.backbone.state_dict().items()}
     before_head = {k: v.clone() for k, v in policy.action_head.state_dict().items()}
@@ -136,8 +142,72 @@ def test_detach_critic_input_true_is_reported_not_followed() -> None:
         gr00t.build_policy(settings)
 
 
-def test_top_llm_layers_can_be_tuned(policy_factory) -> None:
-    policy = policy_factory("n1.6", train_expert_only=False, tune_top_llm_layers=1)
+def _trainable(policy: Any) -> set[str]:
+    return {n for n, p in policy.named_parameters() if p.requires_grad}
+
+
+def _n16_policy(**flags: Any) -> Any:
+    """A tiny N1.6 policy whose (checkpoint) config carries ``flags``; 3 LLM layers so that "top" means something."""
+    from vlarl_cli.policies.gr00t.config import ModelSettings, preset
+    from vlarl_cli.policies.gr00t.modality import default_modality
+    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
+
+    torch.manual_seed(0)
+    cfg = preset("tiny", "n1.6").replace(select_layer=3, **flags)
+    s = ModelSettings(model_type="gr00t_n1d6", preset="tiny")
+    return Gr00tPolicy(cfg, s, default_modality(s.effective_embodiment_tag, cfg))
+
+
+def test_n16_trainable_set_is_the_config_s_as_isaac_gr00t(obs_factory) -> None:
+    """Isaac-GR00T's EagleBackbone.set_trainable_parameters with Gr00tN1d6Config's defaults (tune_llm / tune_visual
+    False, tune_top_llm_layers 4; the head's tune_* True), which RLinf keeps (it passes no flags): the top LLM layers
+    and the whole head train, the embeddings, the LLM's final norm, the vision tower and mlp1 do not."""
+    policy = _n16_policy(tune_top_llm_layers=2)
+    assert policy.config.tune_top_llm_layers == 2 and preset_top("n1.6") == 4 and preset_top("n1.5") == 0
+    lm = "backbone.model.language_model.model."
+    want = {n for n, _ in policy.named_parameters()
+            if n.startswith("action_head.") or n.startswith((lm + "layers.1.", lm + "layers.2."))}
+    assert _trainable(policy) == want
+    policy.train()
+    out = policy.sample(obs_factory(2), generator=torch.Generator().manual_seed(0))
+    ev = policy.evaluate(out.replay)
+    (-ev.logprobs.mean() + ev.values.pow(2).mean()).backward()
+    grads = {n for n, p in policy.named_parameters() if p.grad is not None and p.grad.abs().max() > 0}
+    assert any(n.startswith(lm + "layers.1.") for n in grads) and any(n.startswith(lm + "layers.2.") for n in grads)
+    # the head's flags: frozen projectors / DiT / VL LayerNorm, as Gr00tN1d6ActionHead.set_trainable_parameters
+    frozen = _n16_policy(tune_projector=False, tune_diffusion_model=False, tune_vlln=False, tune_llm=True)
+    names = _trainable(frozen)
+    assert not any(n.startswith(("action_head.model.", "action_head.state_encoder.", "action_head.vlln.",
+                                 "action_head.position_embedding.", "action_head.action_decoder.")) for n in names)
+    assert any(n.startswith("action_head.value_head.") for n in names)  # the critic always trains
+    assert {n for n in names if n.startswith("backbone.")} == {
+        n for n, _ in frozen.named_parameters() if n.startswith("backbone.model.language_model.")}
+
+
+def preset_top(version: str) -> int:
+    from vlarl_cli.policies.gr00t.config import preset
+
+    return int(preset("full", version).tune_top_llm_layers or 0)
+
+
+def test_n15_trains_eagle_linear_and_the_head_as_rlinf() -> None:
+    """RLinf passes tune_visual=False, tune_llm=False for N1.5: upstream EagleBackbone first makes every tensor
+    trainable, so the projection eagle_linear trains with the head; vision, mlp1 and the LLM do not."""
+    from vlarl_cli.policies.gr00t.config import ModelSettings, preset
+    from vlarl_cli.policies.gr00t.modality import default_modality
+    from vlarl_cli.policies.gr00t.modeling import Gr00tPolicy
+
+    cfg = preset("tiny", "n1.5").replace(project_to_dim=64)
+    s = ModelSettings(model_type="gr00t", preset="tiny")
+    policy = Gr00tPolicy(cfg, s, default_modality(s.effective_embodiment_tag, cfg))
+    assert {n for n in _trainable(policy) if n.startswith("backbone.")} == {
+        "backbone.eagle_linear.weight", "backbone.eagle_linear.bias"}
+    assert all(p.requires_grad for p in policy.action_head.parameters())
+
+
+def test_settings_override_the_config_flags_with_a_printed_deviation(policy_factory) -> None:
+    with pytest.warns(UserWarning, match=r"tune_top_llm_layers=1 \(the checkpoint config says 4\).*differs from RLinf"):
+        policy = policy_factory("n1.6", tune_top_llm_layers=1)
     layers = policy.backbone.eagle.language_model.model.layers
     assert all(p.requires_grad for p in layers[-1].parameters())
     assert not any(p.requires_grad for p in layers[0].parameters())
@@ -245,3 +315,14 @@ def test_rlinf_state_rounding_only_in_bf16() -> None:
     assert torch.equal(rlinf_state_rounding(x, torch.float32), x)
     r = rlinf_state_rounding(x, torch.bfloat16)
     assert r.dtype == torch.float32 and torch.equal(r, x.bfloat16().float()) and not torch.equal(r, x)
+
+
+def test_activation_estimate_counts_the_llm_layers_backward_reaches() -> None:
+    """--dry-run's Qwen3 activation term: only the layers from the lowest trained one up keep activations (the
+    frozen layers below run without a graph); all of them when the LLM trains; none when only the head does."""
+    def qwen3_layers(policy: Any) -> int:
+        return sum(s.layers for s in policy.activation_stacks() if s.name == "qwen3")
+
+    assert qwen3_layers(_n16_policy(tune_top_llm_layers=2)) == 2
+    assert qwen3_layers(_n16_policy(tune_top_llm_layers=0, tune_llm=True)) == 3
+    assert qwen3_layers(_n16_policy(tune_top_llm_layers=0)) == 0

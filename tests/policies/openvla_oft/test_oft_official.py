@@ -259,3 +259,10 @@ def test_a_critic_of_the_earlier_layout_is_refused_with_the_way_out(make_policy,
     assert "strict=False" in (err.value.fix or "")
     loaded = load_policy(tmp_path / "ck", strict=False)
     assert "value_head.out.bias" in loaded.load_report.unexpected
+
+
+def test_official_critic_position_is_a_printed_deviation_from_rlinf(make_policy):
+    """RLinf's official code reads its critic k + 1 slots after the last prompt token (k: the row's padding;
+    checked on RLinf's code in tests/conformance/rlinf_oft); vlarl reads the last prompt token and says so."""
+    with pytest.warns(UserWarning, match="RLinf's official code reads the slot k \\+ 1"):
+        make_policy(**OFFICIAL, add_value_head=True)

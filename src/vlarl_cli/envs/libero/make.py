@@ -1,4 +1,4 @@
-"""``env.<split>`` (``env_type: libero``) -> :class:`~vlarl_cli.envs.vector.LiberoVectorEnv`: LIBERO's config
+"""``env.<split>`` (``env_type: libero``) -> :class:`~vlarl_cli.envs.libero.vector.LiberoVectorEnv`: LIBERO's config
 mapping, its load-time checks and its deviation lines (named by ``envs/libero/simulator.py``)."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero
 def make_env(split: Any, request: EnvRequest) -> Any:
     """This rank's LIBERO envs in subprocess workers (``request.workers``, else ``split.num_workers``, else one
     per core)."""
+    from vlarl_cli.envs.libero.vector import LiberoVectorEnv, VectorEnvSpec, split_spec_fields
     from vlarl_cli.envs.libero_pro.catalog import pro_suites
-    from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec, split_spec_fields, workers_for
+    from vlarl_cli.envs.pool import workers_for
 
     if suite_of(split) in pro_suites():  # PRO's files must be in the cache before workers try to read them
         from vlarl_cli.envs.libero_pro.data import check_runnable

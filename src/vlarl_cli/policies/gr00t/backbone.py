@@ -8,7 +8,8 @@ for N1.5; ``gr00t/model/modules/eagle_backbone.py`` for N1.6):
 2. optional 2x2 pixel shuffle (N1.6), then the ``mlp1`` connector maps them to the LLM width;
 3. the image tokens replace the ``<image>`` placeholder embeddings of the prompt;
 4. a Qwen3 LM truncated to its first ``select_layer`` layers runs over the sequence; its final hidden
-   state (after the model norm) is the VL feature map; N1.5 may project it (``eagle_linear``).
+   state (after the model norm) is the VL feature map; N1.5 may project it (``eagle_linear``). Upstream runs
+   it with FlashAttention-2; SDPA here gets FA2's pad semantics (:mod:`vlarl_cli.policies.pad_attention`).
 
 Module nesting mirrors upstream so keys match: N1.5 ``backbone.eagle_model.{vision_model, mlp1,
 language_model.model}`` (+ ``backbone.eagle_linear``), N1.6 ``backbone.model.{...}``. transformers 5
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vlarl_cli.policies import pad_attention
 from vlarl_cli.policies.gr00t.config import Gr00tConfig
 
 __all__ = ["EagleBackbone", "merge_patches", "pixel_shuffle"]
@@ -125,7 +127,7 @@ class EagleBackbone(nn.Module):
             rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta}, rms_norm_eps=cfg.rms_norm_eps,
             max_position_embeddings=cfg.max_position_embeddings, attention_dropout=0.0, use_cache=False,
             pad_token_id=cfg.pad_token_id, tie_word_embeddings=False)
-        lcfg._attn_implementation = "sdpa"
+        lcfg._attn_implementation = pad_attention.register()  # SDPA with FlashAttention-2's pad semantics
         # Only the first `select_layer` decoder layers are built: upstream pops the rest after loading.
         setattr(self, self.inner_name, _Eagle(vision, mlp1, Qwen3Model(lcfg)))
         if cfg.project_to_dim is not None:
@@ -168,7 +170,11 @@ class EagleBackbone(nn.Module):
                              f"got {counts.tolist()}")
         # scatter image features into the placeholder positions, row-major per sample (upstream order)
         embeds = embeds.masked_scatter(is_image.unsqueeze(-1), vit.reshape(b, expected, -1).to(embeds.dtype))
-        out = lm(inputs_embeds=embeds, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        # FlashAttention-2's pad semantics, as upstream and RLinf run Qwen3: a pad query's attention output is 0
+        # (pad features never depend on the prompt), real queries never see pad keys (policies/pad_attention.py)
+        masks = {"full_attention": pad_attention.padded_causal_mask(attention_mask)}
+        out = lm(inputs_embeds=embeds, attention_mask=masks, use_cache=False,
+                 query_valid=attention_mask.bool()).last_hidden_state
         if self.cfg.project_to_dim is not None:
             out = self.eagle_linear(out)
         return out

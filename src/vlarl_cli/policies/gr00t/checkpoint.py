@@ -126,6 +126,12 @@ def _detect_external(root: Path, cfg: dict[str, Any]) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- config
+#: N1.6 config.json keys that set the trainable set (Gr00tN1d6Config names = Gr00tConfig fields; absent keys keep
+#: Gr00tN1d6Config's defaults, which are Gr00tConfig's for N1.6)
+_N16_TUNE_FLAGS = ("tune_llm", "tune_visual", "tune_top_llm_layers", "tune_projector", "tune_diffusion_model",
+                   "tune_vlln")
+
+
 def _upstream_config(cfg: Gr00tConfig) -> dict[str, Any]:
     dit = {"attention_head_dim": cfg.dit_head_dim, "cross_attention_dim": cfg.backbone_embedding_dim,
            "dropout": cfg.dropout, "final_dropout": True, "interleave_self_attention": True,
@@ -154,8 +160,8 @@ def _upstream_config(cfg: Gr00tConfig) -> dict[str, Any]:
                                  "use_flash_attention": True, "eagle_config": eagle},
                 "action_head_cfg": head}
     return {"model_type": "Gr00tN1d6", "architectures": ["Gr00tN1d6"], "model_name": "nvidia/Eagle-Block2A-2B-v2",
-            "backbone_model_type": "eagle", "tune_top_llm_layers": 4, "backbone_embedding_dim": cfg.backbone_embedding_dim,
-            "tune_llm": False, "tune_visual": False, "select_layer": cfg.select_layer, "max_state_dim": cfg.state_dim,
+            "backbone_model_type": "eagle", "backbone_embedding_dim": cfg.backbone_embedding_dim,
+            **{k: getattr(cfg, k) for k in _N16_TUNE_FLAGS}, "select_layer": cfg.select_layer, "max_state_dim": cfg.state_dim,
             "max_action_dim": cfg.action_dim, "action_horizon": cfg.action_horizon, "hidden_size": cfg.hidden_size,
             "input_embedding_dim": cfg.input_embedding_dim, "add_pos_embed": cfg.add_pos_embed,
             "attn_dropout": cfg.dropout, "use_vlln": cfg.use_vlln, "max_seq_len": cfg.max_seq_len,
@@ -251,7 +257,8 @@ def _config_from_upstream(data: dict[str, Any], version: str, shapes: dict[str, 
                 alternate_vl_dit=data.get("use_alternate_vl_dit", True),
                 attend_text_every_n_blocks=data.get("attend_text_every_n_blocks", 2),
                 num_embodiments=data.get("max_num_embodiments", 32), max_seq_len=data.get("max_seq_len", 1024),
-                add_pos_embed=data.get("add_pos_embed", True), use_vlln=data.get("use_vlln", True))
+                add_pos_embed=data.get("add_pos_embed", True), use_vlln=data.get("use_vlln", True),
+                **{k: data[k] for k in _N16_TUNE_FLAGS if k in data})
         changes.update(dit_num_layers=dit["num_layers"], dit_num_heads=dit["num_attention_heads"],
                        dit_head_dim=dit["attention_head_dim"], dropout=dit.get("dropout", 0.2),
                        num_timestep_buckets=(data.get("action_head_cfg") or data).get("num_timestep_buckets", 1000))

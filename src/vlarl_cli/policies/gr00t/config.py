@@ -28,10 +28,12 @@ __all__ = [
     "FSDP_WRAP_CLASSES",
     "MODEL_TYPE_TO_VERSION",
     "PRESETS",
+    "TUNE_FLAGS",
     "VERSIONS",
     "Gr00tConfig",
     "ModelSettings",
     "preset",
+    "trainability",
 ]
 
 VERSIONS = ("n1.5", "n1.6")
@@ -114,8 +116,22 @@ class Gr00tConfig:
     alternate_vl_dit: bool = False  # N1.6: cross-attention alternates non-image / image tokens
     attend_text_every_n_blocks: int = 2
     use_attention_mask: bool = False  # N1.5's DiT ignores the VL padding mask upstream; N1.6 uses it
+    # The trainable set. N1.6: the checkpoint config.json's flags (Gr00tN1d6Config defaults below), applied by
+    # Isaac-GR00T's EagleBackbone / Gr00tN1d6ActionHead.set_trainable_parameters (RLinf's fork, n1.6.1-release
+    # 5dc80c4a; N1.5: n1.5-release 4af2b622 gr00t_n1.py from_pretrained); RLinf (a3816b59,
+    # rlinf/models/embodiment/gr00t/gr00t_n1d6/__init__.py) passes none and its optimiser takes every tensor that
+    # requires grad. N1.5: RLinf passes tune_visual=False, tune_llm=False and GR00T_N1_5.from_pretrained's
+    # defaults tune_projector / tune_diffusion_model True apply (the config.json's flags are not read there).
+    tune_llm: bool = False
+    tune_visual: bool = False  # vision tower and mlp1
+    tune_top_llm_layers: int | None = None  # N1.6 top LLM layers trained; None: 4 for N1.6 (its default), 0 for N1.5
+    tune_projector: bool = True  # state / action encoders, action decoder, position embedding
+    tune_diffusion_model: bool = True  # the DiT
+    tune_vlln: bool = True  # N1.6's VL LayerNorm (N1.5 always trains it)
 
     def __post_init__(self) -> None:
+        if self.tune_top_llm_layers is None:
+            object.__setattr__(self, "tune_top_llm_layers", 4 if self.version == "n1.6" else 0)  # frozen dataclass
         self.validate()
 
     def validate(self) -> None:
@@ -304,10 +320,15 @@ class ModelSettings:
     value_hidden: tuple[int, ...] = (1024, 512, 256)  # RLinf GR00T value MLP widths
     disable_dropout: bool = True  # dropout -> Identity so recomputed log-probs are exact
     embodiment_tag: str | None = None  # None: libero_franka (N1.5) / libero_panda (N1.6)
-    tune_visual: bool = False
-    tune_llm: bool = False
-    tune_top_llm_layers: int = 0  # N1.6 upstream SFT tunes 4; RLinf RL trains the head only
-    train_expert_only: bool = True  # head-only training: every backbone tensor requires_grad=False
+    # The trainable set: None takes the checkpoint / preset config's (Gr00tConfig.tune_*, as Isaac-GR00T and
+    # RLinf); a value overrides it, and one that differs from the config's is printed as a deviation from RLinf
+    tune_visual: bool | None = None
+    tune_llm: bool | None = None
+    tune_top_llm_layers: int | None = None
+    tune_projector: bool | None = None
+    tune_diffusion_model: bool | None = None
+    tune_vlln: bool | None = None
+    train_expert_only: bool | None = None  # True: every backbone tensor frozen (head only); None / False: as above
     is_lora: bool = False
     lora_rank: int = 32
     use_proprio: bool = True  # False feeds a zero state
@@ -399,3 +420,25 @@ class ModelSettings:
         refuse_unknown(changes, (f.name for f in dataclasses.fields(self)), "GR00T model setting",
                        "Check the spelling against vlarl_cli.policies.gr00t.config.ModelSettings.")
         return dataclasses.replace(self, **changes)
+
+
+TUNE_FLAGS = ("tune_llm", "tune_visual", "tune_top_llm_layers", "tune_projector", "tune_diffusion_model", "tune_vlln")
+
+
+def trainability(cfg: Gr00tConfig, settings: ModelSettings) -> tuple[dict[str, Any], list[str]]:
+    """The trainable-set flags a policy applies (the config's, as Isaac-GR00T and RLinf, under the settings'
+    overrides) and, in words, each way they make vlarl train otherwise than RLinf would."""
+    flags = {k: getattr(cfg, k) for k in TUNE_FLAGS}
+    deviations = []
+    for key in TUNE_FLAGS:
+        value = getattr(settings, key)
+        if value is not None and value != flags[key]:
+            deviations.append(f"{key}={value} (the checkpoint config says {flags[key]})")
+            flags[key] = value
+    backbone = flags["tune_llm"] or flags["tune_visual"] or flags["tune_top_llm_layers"] or (
+        cfg.version == "n1.5" and cfg.project_to_dim is not None)
+    if settings.train_expert_only and backbone:
+        deviations.append("train_expert_only=True freezes the backbone the config would train (" + ", ".join(
+            k for k in ("tune_llm", "tune_visual", "tune_top_llm_layers") if flags[k]) + (
+            ", eagle_linear" if cfg.version == "n1.5" and cfg.project_to_dim is not None else "") + ")")
+    return flags, deviations

@@ -40,7 +40,7 @@ from vlarl_cli.policies.flow_matching import (
 )
 from vlarl_cli.policies.gr00t.action_head import ActionHead
 from vlarl_cli.policies.gr00t.backbone import EagleBackbone
-from vlarl_cli.policies.gr00t.config import FSDP_WRAP_CLASSES, Gr00tConfig, ModelSettings
+from vlarl_cli.policies.gr00t.config import FSDP_WRAP_CLASSES, Gr00tConfig, ModelSettings, trainability
 from vlarl_cli.policies.gr00t.critic import Gr00tCritic, pool_vl
 from vlarl_cli.policies.gr00t.modality import ZERO_STATE_TAGS, ModalitySpec
 from vlarl_cli.policies.gr00t.processing import (
@@ -167,25 +167,40 @@ class Gr00tPolicy(nn.Module):
         s.check_padding(cfg.padding_value, cfg.prompt_length(len(m.video_keys)))
 
     def apply_trainability(self) -> None:
-        """Head-only by default: every backbone tensor gets ``requires_grad=False``; optional tuning of
-        vision / LLM / top LLM layers when ``train_expert_only`` is False."""
-        s = self.settings
-        self.backbone.requires_grad_(False)
-        self.action_head.requires_grad_(True)
-        if s.train_expert_only:
-            return
-        eagle = self.backbone.eagle
-        if s.tune_visual:
-            eagle.vision_model.requires_grad_(True)
-            eagle.mlp1.requires_grad_(True)
-        if s.tune_llm:
-            eagle.language_model.requires_grad_(True)
-        if s.tune_top_llm_layers > 0:
+        """The trainable set as Isaac-GR00T builds it from the config (``EagleBackbone`` /
+        ``Gr00tN1d6ActionHead.set_trainable_parameters``): every tensor trains, then the LLM (``tune_llm``), the
+        vision tower + ``mlp1`` (``tune_visual``), the head's projectors / DiT / VL LayerNorm are frozen when their
+        flag is off, and the top ``tune_top_llm_layers`` LLM layers train again. ``train_expert_only`` freezes the
+        whole backbone on top (vlarl's former default); the value / noise heads always train."""
+        flags, deviations = trainability(self.config, self.settings)
+        if deviations:
+            import warnings
+
+            warnings.warn(f"GR00T trainable set: {'; '.join(deviations)}. RLinf passes no such flags: it trains what "
+                          "the checkpoint's config.json says, so this run differs from RLinf's.", stacklevel=3)
+        head, eagle = self.action_head, self.backbone.eagle
+        self.requires_grad_(True)
+        frozen: list[nn.Module] = []
+        if not flags["tune_llm"]:
+            frozen.append(eagle.language_model)
+        if not flags["tune_visual"]:
+            frozen += [eagle.vision_model, eagle.mlp1]
+        if not flags["tune_projector"]:
+            frozen += [head.state_encoder, head.action_encoder, head.action_decoder]
+            frozen += [head.position_embedding] if self.config.add_pos_embed else []
+        if not flags["tune_diffusion_model"]:
+            frozen.append(head.model)
+        if not flags["tune_vlln"] and self.config.version == "n1.6":
+            frozen.append(head.vlln)
+        for module in frozen:
+            module.requires_grad_(False)
+        top = int(flags["tune_top_llm_layers"])
+        if top > 0:
             lm: Any = eagle.language_model.model
-            for layer in lm.layers[-s.tune_top_llm_layers:]:
+            for layer in lm.layers[-top:]:
                 layer.requires_grad_(True)
-        if hasattr(self.backbone, "eagle_linear"):
-            self.backbone.eagle_linear.requires_grad_(True)
+        if self.settings.train_expert_only:
+            self.backbone.requires_grad_(False)
 
     @property
     def backbone_trainable(self) -> bool:
@@ -206,10 +221,11 @@ class Gr00tPolicy(nn.Module):
             stacks.append(ActivationStack("vision", images * patches, cfg.vision_hidden_size,
                                           cfg.vision_intermediate_size, 4 * cfg.vision_hidden_size,
                                           cfg.vision_num_layers, heads=cfg.vision_num_heads, gated=False))
-        if keeps_activations(self.backbone):
+        llm_layers = self._llm_layers_with_graph(inner)
+        if llm_layers:
             qkv = 2 * (cfg.llm_num_heads + cfg.llm_num_kv_heads) * cfg.llm_head_dim
             stacks.append(ActivationStack("qwen3", vl, cfg.llm_hidden_size, cfg.llm_intermediate_size, qkv,
-                                          cfg.select_layer, heads=cfg.llm_num_heads))
+                                          llm_layers, heads=cfg.llm_num_heads))
         if cfg.vl_self_attention_layers:
             width = cfg.backbone_embedding_dim
             stacks.append(ActivationStack("vl_self_attention", vl, width, 4 * width, 4 * cfg.vl_num_heads *
@@ -225,10 +241,32 @@ class Gr00tPolicy(nn.Module):
                                           checkpointed=ckpt))
         return stacks
 
+    @staticmethod
+    def _llm_layers_with_graph(inner: Any) -> int:
+        """Qwen3 layers whose activations backward keeps: all of them when the vision tower, mlp1 or the token
+        embeddings train, else those from the lowest layer with a trainable tensor up (N1.6's default: the
+        top ``tune_top_llm_layers``); 0 when none trains (N1.5's ``eagle_linear`` alone keeps no LLM layer)."""
+        lm: Any = inner.language_model.model
+        layers = list(lm.layers)
+        if keeps_activations(inner.vision_model, inner.mlp1, lm.embed_tokens):
+            return len(layers)
+        first = next((i for i, layer in enumerate(layers) if keeps_activations(layer)), len(layers))
+        return len(layers) - first
+
     def train(self, mode: bool = True) -> Gr00tPolicy:
+        """Frozen modules stay in eval mode, as upstream's ``set_frozen_modules_to_eval_mode``: the LLM unless
+        ``tune_llm`` (its trained top layers included, as there), the vision tower and mlp1 unless
+        ``tune_visual``, the whole backbone when nothing in it trains."""
         super().train(mode)
+        flags, _ = trainability(self.config, self.settings)
+        eagle = self.backbone.eagle
         if not self.backbone_trainable:
-            self.backbone.eval()  # frozen modules stay in eval mode (upstream set_frozen_modules_to_eval_mode)
+            self.backbone.eval()
+        if not flags["tune_llm"]:
+            eagle.language_model.eval()
+        if not flags["tune_visual"]:
+            eagle.vision_model.eval()
+            eagle.mlp1.eval()
         return self
 
     @property

@@ -19,9 +19,20 @@ Padding (RLinf, not Isaac-GR00T): RLinf right-pads ``input_ids`` / ``attention_m
 ``padding_value`` = 570 (``rlinf/models/embodiment/gr00t/gr00t_n1d5/gr00t_action_model.py``
 ``predict_action_batch``; ``examples/embodiment/config/model/gr00t*.yaml``). Token 0 is a real Qwen token
 ("!"): N1.5's VL self-attention and DiT cross-attention take no mask, so they see those pad positions,
-and so does RLinf's value head (mean over all VL tokens). We follow RLinf for the seed recipes. Upstream
-additionally LEFT-pads inside a batch (``padding_side="left"``) before that; we process every row as
-Isaac-GR00T processes a batch of one, so a row never depends on the other rows of its batch.
+and so does RLinf's value head (mean over all VL tokens). We follow RLinf for the seed recipes. The Qwen3
+runs with FlashAttention-2's pad semantics as upstream (:mod:`vlarl_cli.policies.pad_attention`): a pad
+position's feature is its token's embedding through the residual MLPs, the same for every prompt.
+
+Left padding is NOT reproduced, on purpose. Before that right padding, the Eagle processor pads each
+rollout batch on the LEFT to its longest prompt (``padding_side="left"``, id 151643 ``<|endoftext|>``, mask
+0), so how many left pads a row gets depends on the other prompts of its batch. Under FA2 the real tokens
+barely notice (RoPE is relative: shifting every real position by k changes scores only by rounding), but
+the k left-pad features are k more tokens that N1.5's unmasked VL self-attention / DiT cross-attention and
+both releases' value mean read, so a row's action and value would depend on its batch-mates -- and on how a
+vlarl rollout batches envs, which differs from RLinf's worker layout anyway. We process every row as
+Isaac-GR00T processes a batch of one (no left pads), so a row never depends on the other rows of its
+batch; with prompts of one length in a batch (a LIBERO suite's rows of one task) RLinf adds no left pads
+either and the two agree.
 """
 
 from __future__ import annotations

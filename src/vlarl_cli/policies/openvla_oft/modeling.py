@@ -251,7 +251,12 @@ class OftModel(nn.Module):
     def values_from_hidden(self, hidden: Tensor) -> Tensor:
         """Action hidden ``[B, T, D]`` -> values ``[B, num_values]`` float32 (zeros without a value head).
 
-        RLinf reads its critic at the last prompt token (``value_pooling: first``)."""
+        RLinf's ``rlinf`` variant reads its critic at the last prompt token (``value_pooling: first``), and so
+        does vlarl for both variants. RLinf's ``official`` variant reads ``last_hidden_states[:, -A*C - 1]`` of
+        a sequence that ends with the STOP token and then the row's ``k`` pad tokens: the slot ``k + 1`` after
+        the last prompt token, a position that moves with the prompt's length. vlarl does not reproduce that
+        on purpose (a row's critic input would depend on how long its prompt is); the policy says so when it is
+        built, and ``tests/conformance/rlinf_oft`` asserts both positions on RLinf's own code."""
         if self.value_head is None:
             return torch.zeros(hidden.shape[0], self.cfg.num_values, dtype=torch.float32, device=hidden.device)
         pooled = hidden.mean(dim=1) if self.cfg.value_pooling == "mean" else hidden[:, 0]

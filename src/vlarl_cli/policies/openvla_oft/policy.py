@@ -95,6 +95,12 @@ class OftPolicy(OftModel):
         if cfg.is_lora:
             self._apply_lora()
         self.apply_trainability()
+        if cfg.add_value_head and cfg.implement_version == "official" and cfg.value_pooling == "first":
+            import warnings
+
+            warnings.warn("OpenVLA-OFT official variant: the critic reads the last prompt token of every row. "
+                          "RLinf's official code reads the slot k + 1 after it (k = the row's prompt padding; the "
+                          "first action slot when there is none), so values differ from RLinf's.", stacklevel=2)
 
     # ------------------------------------------------------------------ setup
     def _apply_lora(self) -> None:

@@ -249,7 +249,7 @@ class EvalSettings:
 
 
 def render_quality_deviation(quality: str) -> str:
-    """The deviation line of a ``render_quality`` other than ``exact`` (cards, run plan, dry-run)."""
-    from vlarl_cli.envs.libero.env import RENDER_QUALITIES
+    """The deviation line of a ``render_quality`` other than ``exact`` (cards; LIBERO's, ``envs/libero/make.py``)."""
+    from vlarl_cli.envs.libero.make import render_quality_deviation as line
 
-    return f"render_quality {quality}: {RENDER_QUALITIES[quality]}; images differ from the published protocols' (exact)"
+    return line(quality)
