@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,12 +115,11 @@ def test_report_from_two_results_folders_uses_their_common_episodes(tmp_path: Pa
 
 
 def test_cli_robustness_of_two_folders_writes_the_report(tmp_path: Path) -> None:
-    from conftest import run_cli
-
     sft = _folder(tmp_path / "sft", {("libero_goal_swap", 0, 0): False, ("libero_goal_task", 0, 0): False})
     rl = _folder(tmp_path / "rl", {("libero_goal_swap", 0, 0): True, ("libero_goal_task", 0, 0): False})
-    run = run_cli(["eval", "--robustness", str(sft), "--robustness", str(rl), "--out", str(tmp_path / "rep")],
-                  cwd=tmp_path, timeout=120)
+    run = subprocess.run([sys.executable, "-m", "vlarl_cli.cli.main", "eval", "--robustness", str(sft),
+                          "--robustness", str(rl), "--out", str(tmp_path / "rep")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "Position" in run.stdout and "rl - sft" in run.stdout.lower()
     data = json.loads((tmp_path / "rep" / REPORT_JSON).read_text())
