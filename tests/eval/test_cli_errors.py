@@ -47,3 +47,16 @@ def test_compare_cli(tmp_path: Path) -> None:
     run = run_cli(["eval", "--compare", str(a), str(b)], cwd=tmp_path, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "+60.0%" in run.stdout and "Newcombe" in run.stdout and "yes" in run.stdout
+
+
+def test_eval_robustness_splits_refuse_in_one_paragraph(tmp_path: Path) -> None:
+    """An unknown PRO category lists the known ones; LIBERO-Plus says what it needs (its own simulator
+    environment, and for light / background / layout the download command of its assets)."""
+    run = run_cli(["eval", "--suite", "libero_pro_goal", "--categories", "postion", "--config", "libero_tiny_ppo"],
+                  cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "Known categories: lan (Language), object (Object), swap (Position), task (Task)" in run.stderr
+    run = run_cli(["eval", "--suite", "libero_plus_goal", "--categories", "light", "--config", "libero_tiny_ppo"],
+                  cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "mujoco >= 3.0, < 3.4" in run.stderr and "vlarl download Sylvest/LIBERO-plus" in run.stderr

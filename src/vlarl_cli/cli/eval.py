@@ -14,6 +14,9 @@ Examples:
   vlarl eval --suite libero_spatial --config quickstart --tasks 0,1 --trials 5 actor.model.preset=tiny
   vlarl eval --suite libero_10 --checkpoint PATH --temperature 1.0       # sampled actions
   vlarl eval --compare eval/a eval/b                                     # B - A per task, significance
+  vlarl eval --suite libero_pro_spatial --checkpoint PATH                # LIBERO-PRO: lan, swap, task
+  vlarl eval --suite libero_pro --categories swap,task --trials 10       # a robustness report per category
+  vlarl eval --robustness eval/sft/pro --robustness eval/rl/pro          # two checkpoints side by side
   vlarl eval --task PickCube-v1 --checkpoint PATH --episodes 100         # ManiSkill3 (env_type maniskill)
   torchrun --nproc-per-node 2 -m vlarl_cli.cli.main eval --suite libero_90 --checkpoint PATH
 """
@@ -27,7 +30,14 @@ import typer
 
 def command(
     suite: str = typer.Option("libero_10", "--suite", "-s", help="libero_spatial, libero_object, libero_goal, "
-                              "libero_10, libero_90, libero_130, or all (the four standard suites)."),
+                              "libero_10, libero_90, libero_130, all (the four standard suites), a LIBERO-PRO "
+                              "suite (libero_goal_swap ...) or split: libero_pro, libero_pro_<spatial|object|goal|10>; "
+                              "LIBERO-Plus splits libero_plus[_<base>] are named but not runnable yet."),
+    categories: str | None = typer.Option(None, "--categories", help="Perturbation categories of a robustness "
+                                          "split, comma-separated. LIBERO-PRO: lan, swap, task (default: all "
+                                          "three; object needs PRO's own package), original (the unperturbed "
+                                          "base suites too). LIBERO-Plus: camera, robot, "
+                                          "language, light, background, noise, layout."),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="A vlarl training checkpoint folder "
                                            "(model.safetensors + config.yaml) or a run folder (its latest). "
                                            "Default: the newest checkpoint of the newest run under runs/."),
@@ -69,6 +79,9 @@ def command(
     episodes: int = typer.Option(50, "--episodes", min=1, help="ManiSkill (--task): number of episodes."),
     compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Compare two results folders A B "
                                                      "(B - A per task, Newcombe 95% interval) and exit."),
+    robustness: list[Path] | None = typer.Option(None, "--robustness", help="Per-category robustness report of "
+                                                 "one or two LIBERO-PRO results folders (repeat the option); "
+                                                 "writes robustness.json / .png into --out (default: the first)."),
 ) -> None:
     """Evaluate a policy on LIBERO with the standard protocol."""
     from vlarl_cli.errors import ConfigError
@@ -77,6 +90,9 @@ def command(
         from vlarl_cli.training.evaluation import compare as compare_results
 
         compare_results(compare[0], compare[1])
+        return
+    if robustness:
+        _robustness(list(robustness), out)
         return
     if deterministic and temperature is not None:
         raise ConfigError("--deterministic and --temperature exclude each other.", "Pass only one of them.")
@@ -105,10 +121,25 @@ def command(
                             deterministic=temperature is None, temperature=temperature, num_envs=num_envs,
                             num_workers=num_workers, resolution=resolution, max_steps=max_steps,
                             settle_steps=settle_steps, policy_seed=seed, live_video=live_video,
-                            env_seed=env_seed, render_quality=render_quality)
+                            env_seed=env_seed, render_quality=render_quality,
+                            categories=tuple(c.strip() for c in categories.split(",") if c.strip()) if categories else None)
     settings.validate()  # a mistyped suite or protocol is named before the choice of checkpoint
-    evaluate(_policy_source(checkpoint, config, run), config, list(overrides or []), settings=settings, out_dir=out,
-             resume=resume)
+    summary = evaluate(_policy_source(checkpoint, config, run), config, list(overrides or []), settings=settings,
+                       out_dir=out, resume=resume)
+    from vlarl_cli.envs.libero_pro.catalog import is_pro_split
+
+    if is_pro_split(suite) and summary.out_dir is not None and summary.complete:
+        _robustness([Path(summary.out_dir)], None)
+
+
+def _robustness(folders: list[Path], out: Path | None) -> None:
+    """Print and write the per-category report of one or two LIBERO-PRO results folders."""
+    from vlarl_cli.training.evaluation.robustness import print_report, report_from_folders, write_report
+
+    report = report_from_folders(folders)
+    print_report(report)
+    paths = write_report(out or folders[0], report)
+    typer.echo(f"robustness report: {paths[0]} and {paths[1]}")
 
 
 def _policy_source(checkpoint: Path | None, config: str | None, run: Path | None) -> Path | None:

@@ -343,7 +343,14 @@ class EnvSplitConfig(Section):
         "libero", description="Simulator (envs/registry.py): libero, maniskill (built-in tasks), the CPU toy_reach "
         "task, or one registered from outside.")
     task_suite_name: str = Field("libero_spatial", description="LIBERO suite: libero_spatial, libero_object, "
-                                 "libero_goal, libero_10, libero_90 or libero_130.")
+                                 "libero_goal, libero_10, libero_90, libero_130, or a LIBERO-PRO suite "
+                                 "(libero_goal_swap ...: lan, swap, task of the four 10-task suites).")
+    libero_variant: Literal["standard", "pro", "plus"] = Field(
+        "standard", description="RLinf's key (or its LIBERO_TYPE): pro runs task_suite_name's LIBERO-PRO suite "
+        "named by perturbation_suffix, with PRO's own init states (RLinf keeps the base suite's); plus is refused "
+        "(LIBERO-Plus needs its own simulator environment).")
+    perturbation_suffix: str | None = Field(
+        None, description="RLinf's key: with libero_variant pro, the perturbation (lan, swap or task; one per split).")
     task_ids: list[int] | None = Field(None, description="Restrict to these task ids of the suite (vlarl).")
     protocol: Literal["rlinf", "standard"] = Field(
         "rlinf", description="Episode protocol: rlinf (240/240/320/512/512 steps, 15 settle) or standard "

@@ -512,8 +512,10 @@ def record_toy_demos_for(config: Any, folder: Path, n: int, *, progress: Any = N
 def record_libero_demos(config: Any, folder: Path, n: int, *, progress: Any = None) -> Path:
     """LIBERO's scripted pick-and-place expert for ``config.env.train``: a new LeRobot v3.0 dataset in ``folder``
     (``sft.record_workers`` simulator processes)."""
+    from vlarl_cli.envs.libero.make import suite_of
+
     split = config.env.train
-    report = record_expert_dataset(folder, n, suite=split.task_suite_name, task_ids=split.task_ids,
+    report = record_expert_dataset(folder, n, suite=suite_of(split), task_ids=split.task_ids,
                                    resolution=split.resolution, max_episode_steps=split.max_episode_steps,
                                    settle_steps=split.settle_steps, protocol=split.protocol,
                                    first_trial=split.seed, workers=config.sft.record_workers,

@@ -14,10 +14,16 @@ def make_env(split: Any, request: EnvRequest) -> Any:
     """This rank's LIBERO envs in subprocess workers (``request.workers``, else ``split.num_workers``, else one
     per core)."""
     from vlarl_cli.envs.libero.vector import LiberoVectorEnv, VectorEnvSpec, split_spec_fields
+    from vlarl_cli.envs.libero_pro.catalog import pro_suites
     from vlarl_cli.envs.pool import workers_for
 
+    if suite_of(split) in pro_suites():  # PRO's files must be in the cache before workers try to read them
+        from vlarl_cli.envs.libero_pro.data import check_runnable
+
+        check_runnable([pro_suites()[suite_of(split)]])
+
     spec = VectorEnvSpec(
-        suite=split.task_suite_name,
+        suite=suite_of(split),
         task_ids=tuple(split.task_ids or ()),
         num_envs=request.num_envs,
         num_workers=request.workers or workers_for(request.num_envs, split.num_workers),
@@ -45,7 +51,30 @@ def make_env(split: Any, request: EnvRequest) -> Any:
 
 
 def task_name(split: Any) -> str:
-    return str(split.task_suite_name)
+    return suite_of(split)
+
+
+def suite_of(split: Any) -> str:
+    """The suite a split runs: ``task_suite_name``, or with RLinf's ``libero_variant: pro`` the LIBERO-PRO suite
+    ``<task_suite_name>_<perturbation_suffix>``."""
+    if split.libero_variant != "pro":
+        return str(split.task_suite_name)
+    return f"{split.task_suite_name}_{str(split.perturbation_suffix).removeprefix('_')}"
+
+
+def _check_variant(split: Any) -> None:
+    """RLinf's LIBERO-PRO / LIBERO-Plus keys: what vlarl runs of them, refused with the reason otherwise."""
+    from vlarl_cli.envs.libero_plus import catalog as plus
+    from vlarl_cli.envs.libero_pro.data import RUNS_IN_VLARL_LIBERO
+
+    if split.libero_variant == "plus":
+        name = f"libero_plus_{split.task_suite_name.removeprefix('libero_')}"
+        raise ValueError(str(plus.unavailable(name if plus.is_plus_split(name) else "libero_plus")))
+    suffix = str(split.perturbation_suffix or "").removeprefix("_")
+    if split.libero_variant == "pro" and suffix not in RUNS_IN_VLARL_LIBERO:
+        raise ValueError(f'libero_variant pro needs perturbation_suffix lan, swap or task (one per split), got '
+                         f'"{split.perturbation_suffix}"; object needs LIBERO-PRO\'s own object classes, and "all" '
+                         "mixes four suites: use one split per perturbation, or vlarl eval --suite libero_pro")
 
 
 def render_quality_deviation(quality: str) -> str:
@@ -63,19 +92,22 @@ def deviations(name: str, split: Any) -> list[str]:
 def check_split(split: Any) -> None:
     """What a LIBERO launch would refuse, found at load time (so `--dry-run` finds it too)."""
     from vlarl_cli.envs.libero.env import RESOLUTIONS
-    from vlarl_cli.envs.libero.suites import TRIALS_PER_TASK, num_tasks
+    from vlarl_cli.envs.libero.suites import TRIALS_PER_TASK, num_tasks, pro_suite_names
     from vlarl_cli.errors import did_you_mean
 
-    if split.task_suite_name not in SUITES:
-        raise ValueError(f'unknown task_suite_name "{split.task_suite_name}"; known: {", ".join(SUITES)}.'
-                         f"{did_you_mean(split.task_suite_name, SUITES)}")
+    _check_variant(split)
+    suite = suite_of(split)
+    known = (*SUITES, *pro_suite_names())
+    if suite not in known:
+        raise ValueError(f'unknown task_suite_name "{suite}"; known: {", ".join(known)}.'
+                         f"{did_you_mean(suite, known)}")
     if split.resolution not in RESOLUTIONS:
         raise ValueError(f"init_params.camera_heights/camera_widths {split.resolution} is not a LIBERO render "
                          f"size vlarl supports; use one of {', '.join(map(str, RESOLUTIONS))}")
-    n_tasks = num_tasks(split.task_suite_name)
+    n_tasks = num_tasks(suite)
     bad = [t for t in split.task_ids or () if not 0 <= t < n_tasks]
     if bad:
-        raise ValueError(f"task_ids {bad} are out of range for {split.task_suite_name}, which has tasks "
+        raise ValueError(f"task_ids {bad} are out of range for {suite}, which has tasks "
                          f"0..{n_tasks - 1}")
     if split.specific_reset_id is not None:
         pool = len(split.task_ids or range(n_tasks)) * TRIALS_PER_TASK

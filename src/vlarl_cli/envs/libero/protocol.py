@@ -101,7 +101,12 @@ class Protocol:
     notes: str = field(default="", compare=False)
 
     def max_steps_for(self, suite: str) -> int:
-        """Max policy steps for ``suite``; libero_130 mixes suites, so use the task's original suite."""
+        """Max policy steps for ``suite``; libero_130 mixes suites, so use the task's original suite. A
+        LIBERO-PRO suite takes its base suite's limit (PRO's README TASK_MAX_STEPS)."""
+        from vlarl_cli.envs.libero_pro.catalog import pro_suites
+
+        if suite in pro_suites():
+            suite = pro_suites()[suite].base_suite
         if suite not in self.max_steps:
             raise EnvError(
                 f'Protocol "{self.name}" has no step limit for suite "{suite}".'

@@ -5,6 +5,12 @@ Task lists and init states come from the installed ``libero`` package (its ``ben
 section 1), with task order index 0 as every evaluator uses. ``libero_130`` is our name for all 130 tasks
 in the order spatial, object, goal, 90, 10 (RLinf's, see protocol.SUITE_ORDER).
 
+LIBERO-PRO suites (``libero_goal_swap`` ...) are LIBERO suites here too: their tasks build in this LIBERO from
+PRO's bddl files and ``.npz`` init states (``vlarl setup-libero --pro`` fetches and verifies them; the
+``_object`` suites need PRO's own object classes and are refused, see ``envs/libero_pro/data.py``). Their
+instruction is the bddl's ``(:language ...)`` (PRO's maintained evaluator). ``libero_all`` is the 130 tasks
+followed by the runnable PRO suites' (what the evaluation runner addresses).
+
 Addressing: an episode start is ``(suite, task_id, trial_id)`` with ``trial_id`` in ``[0, 50)`` selecting
 init state ``trial_id`` of the task. The flat reset-state id is ``task_id * 50 + trial_id`` (task ids are
 positions inside the requested suite, so libero_130 ids run 0..6499).
@@ -31,6 +37,22 @@ from vlarl_cli.errors import EnvError, did_you_mean
 TRIALS_PER_TASK = 50
 ALL_SUITES = (*SUITE_ORDER, "libero_130")
 SUITE_SIZES = {"libero_spatial": 10, "libero_object": 10, "libero_goal": 10, "libero_10": 10, "libero_90": 90}
+#: every task vlarl's LIBERO runs: libero_130 then the runnable LIBERO-PRO suites (evaluation addressing)
+LIBERO_ALL = "libero_all"
+
+
+@functools.cache
+def pro_suite_names() -> tuple[str, ...]:
+    """The LIBERO-PRO suites this LIBERO runs (``_lan``, ``_swap``, ``_task`` of the four base suites)."""
+    from vlarl_cli.envs.libero_pro.catalog import pro_suites
+    from vlarl_cli.envs.libero_pro.data import RUNS_IN_VLARL_LIBERO
+
+    return tuple(n for n, s in pro_suites().items() if s.category.key in RUNS_IN_VLARL_LIBERO)
+
+
+def all_suite_order() -> tuple[str, ...]:
+    """The original suites in ``libero_all`` order: libero_130's five, then the runnable PRO suites."""
+    return (*SUITE_ORDER, *pro_suite_names())
 
 
 @dataclass(frozen=True)
@@ -68,19 +90,44 @@ class EpisodeAddress:
 
 
 def check_suite(suite: str) -> str:
-    """Return ``suite`` if known, else raise EnvError with a suggestion."""
-    if suite not in ALL_SUITES:
-        raise EnvError(
-            f'Unknown LIBERO suite "{suite}".{did_you_mean(suite, list(ALL_SUITES))}',
-            fix=f"Use one of {', '.join(ALL_SUITES)}.",
-        )
-    return suite
+    """Return ``suite`` if known, else raise EnvError with a suggestion (a PRO ``_object`` suite: why not)."""
+    if suite in ALL_SUITES or suite in pro_suite_names() or suite == LIBERO_ALL:
+        return suite
+    from vlarl_cli.envs.libero_pro.catalog import pro_suites
+
+    if suite in pro_suites():
+        from vlarl_cli.envs.libero_pro.data import check_runnable
+
+        check_runnable([pro_suites()[suite]])  # raises: the category this LIBERO cannot build
+    known = [*ALL_SUITES, *pro_suite_names()]
+    raise EnvError(
+        f'Unknown LIBERO suite "{suite}".{did_you_mean(suite, known)}',
+        fix=f"Use one of {', '.join(known)}.",
+    )
 
 
 def num_tasks(suite: str) -> int:
     """Number of tasks in ``suite`` (no LIBERO import needed)."""
     check_suite(suite)
-    return sum(SUITE_SIZES.values()) if suite == "libero_130" else SUITE_SIZES[suite]
+    if suite in ("libero_130", LIBERO_ALL):
+        return sum(num_tasks(s) for s in (SUITE_ORDER if suite == "libero_130" else all_suite_order()))
+    return SUITE_SIZES.get(suite, 10)  # every PRO suite has 10 tasks
+
+
+@functools.cache
+def _pro_suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
+    """A PRO suite's tasks from vlarl's catalog and the verified files in the cache (missing: the setup command)."""
+    from vlarl_cli.envs.libero_pro.catalog import pro_suites
+    from vlarl_cli.envs.libero_pro.data import check_runnable, task_files
+
+    pro = pro_suites()[suite]
+    root = check_runnable([pro])
+    out = []
+    for task in pro.tasks:
+        bddl, init = task_files(task, root)
+        out.append(TaskInfo(suite=suite, suite_task_id=task.task_id, name=task.name, language=task.prompt("bddl"),
+                            bddl_file=bddl, init_states_file=init))
+    return tuple(out)
 
 
 def _language(task: str) -> str:
@@ -113,6 +160,8 @@ def _task_map() -> dict[str, list[str]]:
 def _original_suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
     """LIBERO's tasks of ``suite`` at task order index 0 (LIBERO's ``Benchmark``: the task map's order),
     built as ``benchmark.get_benchmark_dict()[suite](0)`` builds them, without importing it (torch)."""
+    if suite in pro_suite_names():
+        return _pro_suite_tasks(suite)
     from vlarl_cli.envs.libero.setup import prepare_libero
 
     paths = prepare_libero(check_assets=False)
@@ -129,10 +178,12 @@ def _original_suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
 
 
 def suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
-    """All tasks of ``suite`` in LIBERO's order (task order index 0); libero_130 concatenates the five."""
+    """All tasks of ``suite`` in LIBERO's order (task order index 0); libero_130 concatenates the five,
+    libero_all those and the PRO suites."""
     check_suite(suite)
-    if suite == "libero_130":
-        return tuple(t for s in SUITE_ORDER for t in _original_suite_tasks(s))
+    if suite in ("libero_130", LIBERO_ALL):
+        return tuple(t for s in (SUITE_ORDER if suite == "libero_130" else all_suite_order())
+                     for t in _original_suite_tasks(s))
     return _original_suite_tasks(suite)
 
 
@@ -141,6 +192,11 @@ def get_task(suite: str, task_id: int) -> TaskInfo:
     n = num_tasks(suite)
     if not 0 <= task_id < n:
         raise EnvError(f"task_id {task_id} is out of range for {suite} ({n} tasks).", fix=f"Use 0..{n - 1}.")
+    if suite in ("libero_130", LIBERO_ALL):  # only the suite the id falls in is loaded (PRO's files may be absent)
+        for original in SUITE_ORDER if suite == "libero_130" else all_suite_order():
+            if task_id < num_tasks(original):
+                return _original_suite_tasks(original)[task_id]
+            task_id -= num_tasks(original)
     return suite_tasks(suite)[task_id]
 
 
@@ -158,6 +214,11 @@ def _load_init_states(path: str) -> np.ndarray:
     """LIBERO's own loader (``Benchmark.get_task_init_states``) is ``torch.load(weights_only=False)``; the files
     are numpy arrays pickled by ``torch.save`` (a zip holding ``<name>/data.pkl``), read here without torch (a
     simulator worker in its own environment has none)."""
+    if path.endswith(".npz"):  # LIBERO-PRO's files: the same arrays, converted to npz (key ``states``)
+        with np.load(path, allow_pickle=False) as archive:
+            states = np.array(archive["states"])
+        states.setflags(write=False)
+        return states
     try:
         with zipfile.ZipFile(path) as archive:
             data = archive.read(next(n for n in archive.namelist() if n.endswith("/data.pkl")))

@@ -124,12 +124,13 @@ def training_eval_metrics(policy: Any, config: Any, *, rank: int = 0, world_size
     """
     split = config.env.eval
     from vlarl_cli.envs.libero import suites as S
+    from vlarl_cli.envs.libero.make import suite_of
 
-    n_tasks = len(split.task_ids) if split.task_ids else S.num_tasks(split.task_suite_name)
+    n_tasks = len(split.task_ids) if split.task_ids else S.num_tasks(suite_of(split))
     total = split.total_num_envs or 1
     trials = min(S.TRIALS_PER_TASK, max(1, math.ceil(total * split.rollout_epoch / n_tasks)))
     settings = EvalSettings(
-        suite=split.task_suite_name, tasks=tuple(split.task_ids) if split.task_ids else None, trials=trials,
+        suite=suite_of(split), tasks=tuple(split.task_ids) if split.task_ids else None, trials=trials,
         protocol=split.protocol, deterministic=True, num_envs=max(1, total // world_size),
         num_workers=split.num_workers, resolution=split.resolution, max_steps=split.max_episode_steps,
         settle_steps=split.settle_steps, policy_seed=config.actor.seed, env_seed=split.seed,

@@ -40,7 +40,8 @@ def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | N
     settings.validate()
     if hasattr(policy, "configure_eval"):  # OpenVLA-OFT: rlinf samples at temperature 1.6, standard takes argmax
         policy.configure_eval(settings.protocol)
-    plan = plan_episodes(settings.suite, settings.tasks, settings.trials, get_protocol(settings.protocol).eval_order)
+    plan = plan_episodes(settings.suite, settings.tasks, settings.trials, get_protocol(settings.protocol).eval_order,
+                         settings.categories)
     card = make_card(settings, policy, info, plan)
     log = EpisodeLog(out_dir / EPISODES) if out_dir is not None else None
     if out_dir is not None and rank == 0:

@@ -8,8 +8,9 @@ from dataclasses import asdict
 from typing import Any
 
 from vlarl_cli import __version__
+from vlarl_cli.envs.libero.suites import all_suite_order
 from vlarl_cli.keys import policy_cameras, policy_obs_mode
-from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings, expand_suite
+from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings
 from vlarl_cli.training.evaluation.source import PolicyInfo
 
 
@@ -20,7 +21,7 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
     p = get_protocol(settings.protocol)
     chunk = int(getattr(policy, "num_action_chunks", 0))
     denoising = policy_denoising_steps(policy)
-    suites = sorted({k.suite for k in plan}, key=lambda s: expand_suite("libero_130").index(s))
+    suites = sorted({k.suite for k in plan}, key=all_suite_order().index)
     temperature = settings.temperature if not settings.deterministic else None
     mode = "deterministic" if settings.deterministic else "sampled"
     # render_quality enters the card only when not exact, so folders written before it existed still resume
@@ -50,6 +51,7 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
         # "state": no camera, privileged 14-d state (envs/libero/env.py EnvOptions.obs_mode), not a protocol's
         "obs_mode": policy_obs_mode(policy),
         **rendering,
+        **_pro_card(suites),
         "policy_seed": settings.policy_seed,
         "checkpoint": asdict(info) if info is not None else None,
         # the prompt tokenizer (path, sha256, vocab_size, source) of policies that read a real one
@@ -96,3 +98,20 @@ def _observation_deviations(policy: Any) -> list[str]:
         return ["obs_mode state: no camera; the policy reads the 8-d proprio state plus the positions of the "
                 "goal's object and target (privileged, 14-d) instead of images"]
     return []
+
+
+def _pro_card(suites: list[str]) -> dict[str, Any]:
+    """For LIBERO-PRO suites: where their files come from, whose instruction the policy reads, what each
+    category perturbs (absent otherwise, so folders of other suites keep their cards)."""
+    from vlarl_cli.envs.libero_pro.catalog import INSTRUCTION_SOURCES, pro_suites
+    from vlarl_cli.envs.libero_pro.data import WHEEL_REQUIREMENT
+
+    pro = [pro_suites()[s] for s in suites if s in pro_suites()]
+    if not pro:
+        return {}
+    return {"libero_pro": {
+        "files": f"bddl + init states of {WHEEL_REQUIREMENT} (sha256-checked), run in vlarl's LIBERO",
+        "init_states": "PRO's 50 per task; trial i starts from init state i",
+        "instruction": INSTRUCTION_SOURCES["bddl"],
+        "categories": {s.name: f"{s.category.title}: {s.category.changes}" for s in pro},
+    }}

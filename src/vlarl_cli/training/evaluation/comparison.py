@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vlarl_cli.envs.libero.suites import all_suite_order
 from vlarl_cli.training.evaluation.card import card_conflicts
-from vlarl_cli.training.evaluation.plan import expand_suite
 from vlarl_cli.training.evaluation.results import _console
 from vlarl_cli.training.evaluation.stats import newcombe_interval
 from vlarl_cli.video.episodes import CARD, ResultsError, load_card, unique_episodes
@@ -62,7 +62,7 @@ def compare(a_dir: Path, b_dir: Path, *, show: bool = True) -> Comparison:
                                "Pass two folders written by `vlarl eval --out DIR`.")
         folders.append((load_card(d / CARD), unique_episodes(read_episodes(d))))
     (card_a, eps_a), (card_b, eps_b) = folders
-    common = sorted(set(eps_a) & set(eps_b), key=lambda k: (expand_suite("libero_130").index(k[0]), k[1], k[2]))
+    common = sorted(set(eps_a) & set(eps_b), key=lambda k: (all_suite_order().index(k[0]), k[1], k[2]))
     if not common:
         raise ResultsError(f"{a_dir} and {b_dir} have no episode in common.",
                            "Evaluate both checkpoints on the same suite, tasks and trials.")

