@@ -21,7 +21,9 @@ variant logits and values bit-identical, official log-probs within 1e-6).
 
 Tolerances: both sides run float32 on CPU with different attention kernels (eager vs SDPA), different
 vision implementations (timm vs transformers) and, for the official variant, padding moved to the end of
-the sequence: agreement to ~1e-6 is expected, 1e-4 absolute is asserted.
+the sequence. Measured (float32, CPU, the stand-in): logits 1.2e-6, token log-probs 9.5e-7, entropies 2.9e-6,
+rlinf-variant values 3.3e-7, official values (at RLinf's slot) 2.7e-7; asserted: 2e-5 for logits / log-probs /
+entropies, 3e-6 / 1e-6 for the values (each within 10x of its measured error).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from vlarl_cli.policies.token import token_logprobs
 ROOT = Path(__file__).resolve().parents[3]
 PYTHON = ROOT / ".reference" / "rlinf_models" / "bin" / "python"
 RUNNER = Path(__file__).with_name("run_rlinf.py")
-ATOL = 1e-4
+ATOL = 2e-5  # measured max 2.9e-6 (entropies), see the module docstring
 # Llama-2 ids as RLinf asserts them: BOS 1, pad 32000, STOP 2, prompts end with "▁" 29871; 32064 rows
 LLAMA_IDS = {"vocab_size": 32064, "pad_to_multiple_of": 64, "bos_token_id": 1, "pad_token_id": 32000,
              "stop_token_id": 2, "max_prompt_len": 12}
@@ -139,7 +141,7 @@ def test_rlinf_variant_matches_rlinf(tmp_path: Path) -> None:
     torch.testing.assert_close(ent, ref["entropy"], atol=ATOL, rtol=0)
     values = policy.values_from_hidden(hidden)  # [B, 8]: one per action, read at the last prompt token
     assert values.shape == ref["values"].shape == (4, 8) and values.abs().max() > 1e-3
-    torch.testing.assert_close(values, ref["values"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(values, ref["values"], atol=3e-6, rtol=0)  # measured 3.3e-7
     torch.testing.assert_close(ref["greedy_values"], ref["values"], atol=1e-6, rtol=0)
 
 
