@@ -1,6 +1,6 @@
 """RLinf's own side of the conformance test: run by ``.reference/rlinf_env/bin/python`` (never imports vlarl).
 
-    python rlinf_side.py <actions.npz> <out.npz> <seed> <max_episode_steps> <resolution>
+    python rlinf_side.py <actions.npz> <out.npz> <seed> <max_episode_steps> <resolution> [<auto_reset 1|0>]
 
 Builds RLinf 0.3.0's ``LiberoEnv`` (libero_spatial, ``task_id_filter`` [0], one env, training mode:
 ``auto_reset``, ``use_fixed_reset_state_ids``, random reset-state ids, ``use_rel_reward``,
@@ -18,13 +18,14 @@ from omegaconf import OmegaConf
 
 def main() -> None:
     actions_path, out_path, seed, max_steps, res = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+    auto_reset = len(sys.argv) < 7 or sys.argv[6] == "1"
     import rlinf_shim  # noqa: F401  (rlinf.utils.logging without ray)
     from rlinf.envs.libero.libero_env import LiberoEnv
 
     cfg = OmegaConf.create({
         "task_suite_name": "libero_spatial", "task_id_filter": [0], "seed": seed, "group_size": 1,
         "use_fixed_reset_state_ids": True, "use_ordered_reset_state_ids": False, "specific_reset_id": None,
-        "ignore_terminations": False, "auto_reset": True, "is_eval": False, "max_episode_steps": max_steps,
+        "ignore_terminations": False, "auto_reset": auto_reset, "is_eval": False, "max_episode_steps": max_steps,
         "use_rel_reward": True, "use_step_penalty": True, "reward_coef": 5.0, "reset_gripper_open": True,
         "init_params": {"camera_heights": res, "camera_widths": res}, "video_cfg": {"save_video": False},
     })

@@ -20,7 +20,10 @@ metrics. Differences, each deliberate and asserted as such:
    is the step where the episode ended.
 4. RLinf returns float64 states; vlarl float32 (the same values rounded).
 
-Needs ``.reference/rlinf_env`` (``bash scripts/reference/rlinf_env.sh``). About 2-4 minutes on 2 cores.
+A second test runs the same expert episode WITHOUT auto-reset (per-step dones and rewards, from which the loss masks
+come; see its docstring for the one deliberate difference).
+
+Needs ``.reference/rlinf_env`` (``bash scripts/reference/rlinf_env.sh``). About 2-4 minutes on 2 cores each.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ def _reference_libero_config(tmp_path: Path) -> Path:
     return config
 
 
-def _run_rlinf(chunks: np.ndarray, seed: int, tmp_path: Path) -> subprocess.Popen:
+def _run_rlinf(chunks: np.ndarray, seed: int, tmp_path: Path, auto_reset: bool = True) -> subprocess.Popen:
     from vlarl_cli.envs.libero.setup import prepare_libero
 
     gl = prepare_libero().mujoco_gl  # the same rendering backend on both sides
@@ -98,16 +101,16 @@ def _run_rlinf(chunks: np.ndarray, seed: int, tmp_path: Path) -> subprocess.Pope
     env.update(PYTHONPATH=str(HERE), LIBERO_CONFIG_PATH=str(_reference_libero_config(tmp_path)),
                MUJOCO_GL=gl, OMP_NUM_THREADS="1")
     args = [str(REF_PYTHON), str(HERE / "rlinf_side.py"), str(tmp_path / "chunks.npz"), str(tmp_path / "rlinf.npz"),
-            str(seed), str(MAX_STEPS), str(RES)]
+            str(seed), str(MAX_STEPS), str(RES), str(int(auto_reset))]
     return subprocess.Popen(args, env=env, stdout=open(tmp_path / "rlinf.log", "w"), stderr=subprocess.STDOUT)
 
 
-def _run_ours(chunks: np.ndarray, seed: int) -> dict[str, list]:
+def _run_ours(chunks: np.ndarray, seed: int, auto_reset: bool = True) -> dict[str, list]:
     from vlarl_cli.envs.vector import EPISODE_DONE, RESET_STATE_IDS, LiberoVectorEnv, VectorEnvSpec
 
     spec = VectorEnvSpec(
         suite="libero_spatial", task_ids=(0,), num_envs=1, num_workers=1, resolution=RES, protocol="rlinf",
-        max_episode_steps=MAX_STEPS, seed=seed, env_seed=seed, auto_reset=True, init_state_order="random",
+        max_episode_steps=MAX_STEPS, seed=seed, env_seed=seed, auto_reset=auto_reset, init_state_order="random",
         reward_coef=5.0, use_rel_reward=True, step_penalty=1.0,
     )
     out: dict[str, list] = {k: [] for k in ("obs", "rewards", "dones", "success", "truncated", "episode", "ids")}
@@ -190,3 +193,45 @@ def test_vlarl_rlinf_protocol_equals_rlinf_libero_env(tmp_path):
     # rewards: -1 on each episode's first step (penalty before the relative change), +5 on the success
     assert ours["rewards"][0][0] == -1.0 and ours["rewards"][20][1] == 5.0 and ours["rewards"][21][0] == -1.0
     assert len({ours["id0"][0], ours["ids"][20], ours["ids"][42]}) > 1  # new ids were drawn
+
+
+def test_no_auto_reset_dones_and_rewards_equal_rlinf(tmp_path):
+    """Without auto-reset (RLinf ``auto_reset: False``), where the loss masks come from per-step dones: the
+    expert episode, then one chunk holding its last action (176 steps, the limit). RLinf reports raw per-step
+    terminations (the success persists, so every step from the success on) and keeps stepping the finished env
+    with reward 0; vlarl stops the env at the success step, its ``dones`` True from there and its rewards 0
+    (padding). Both agree step by step on rewards and dones, on observations until the episode ends, and
+    neither resets. Deliberate difference: RLinf also truncates the finished env at the step limit. About
+    2-5 minutes on 2 busy cores (one LIBERO episode on each side, in parallel)."""
+    ref = _reference_or_skip()
+    assert ref.is_file()
+    _libero_or_skip()
+    rec = np.load(HERE / "expert_actions.npz")
+    chunks, seed = _chunks()
+    chunks = np.concatenate([chunks[:21], np.repeat(chunks[20][-1:], CHUNK, axis=0)[None]])  # 176 steps
+    proc = _run_rlinf(chunks, seed, tmp_path, auto_reset=False)
+    try:
+        ours = _run_ours(chunks, seed, auto_reset=False)
+    finally:
+        code = proc.wait(timeout=1800)
+    assert code == 0, f"RLinf side failed:\n{(tmp_path / 'rlinf.log').read_text()[-4000:]}"
+    theirs = dict(np.load(tmp_path / "rlinf.npz"))
+    assert ours["id0"][0] == int(theirs["id0"]) == int(rec["trial"])
+    for k in range(len(chunks)):
+        where = f"chunk {k}"
+        np.testing.assert_allclose(ours["rewards"][k], theirs["rewards"][k], atol=1e-6, err_msg=where)
+        rlinf_done = theirs["terminations"][k] | theirs["truncations"][k]  # raw per step without auto-reset
+        np.testing.assert_array_equal(ours["dones"][k], rlinf_done, err_msg=where)
+        # RLinf's elapsed steps keep counting in the finished env: it truncates at step MAX_STEPS (the last step of
+        # chunk 21) although the episode ended at 162; vlarl reports no truncation for a finished env
+        assert theirs["truncations"][k].tolist() == [k == 21 and i == CHUNK - 1 for i in range(CHUNK)], where
+        assert not ours["truncated"][k].any(), where
+        assert ours["ids"][k] == int(theirs["ids"][k]) == ours["id0"][0], where  # no reset on either side
+        if k < 20:  # after the success RLinf's env moves on (vlarl's is stopped): observations until then
+            _assert_same_obs(ours["obs"][k], theirs["main"][k], theirs["wrist"][k], theirs["state"][k], where)
+    assert int(np.argmax(ours["dones"][20])) == 1 and ours["rewards"][20][1] == 5.0  # success at step 162
+    assert ours["dones"][21].all() and not ours["rewards"][21].any()
+    ep = ours["episode"][20]
+    assert ep[keys.SUCCESS_ONCE] and ep[keys.EPISODE_LEN] == 162
+    assert ep[keys.RETURN] == pytest.approx(float(theirs["ep_return"][20]), abs=1e-5)
+    assert ours["episode"][21] is None  # one episode, reported once
