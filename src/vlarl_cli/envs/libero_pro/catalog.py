@@ -17,7 +17,7 @@ Sources (facts only; details and commits in ``docs/benchmarks/libero_pro_plus.md
   the maintained runner (``libero/evaluation/runner.py``) sends ``env.language_instruction``, the bddl's
   ``(:language ...)``; the README's OpenVLA-OFT script sends ``task.language``, which PRO's ``benchmark``
   builds from the task's FILE NAME and therefore is the unperturbed LIBERO instruction even in ``_lan`` and
-  ``_task`` suites. :data:`INSTRUCTION_SOURCES` names both; ``bddl`` is the default.
+  ``_task`` suites. :data:`INSTRUCTION_SOURCES` names both; vlarl runs ``bddl`` (``task_name`` is not wired yet).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The robustness report: per-category success of one or two checkpoints under a benchmark's perturbations.
 
 Input: for each checkpoint (a label), one ``(category key, success)`` outcome per episode. Output: one row per
-category in the benchmark's own order plus a ``total`` row (episode-weighted over all categories, as
-LIBERO-Plus's leaderboard Total is), each with its Wilson 95% interval
+category in the benchmark's own order plus a ``total`` row (episode-weighted over the perturbed categories,
+as LIBERO-Plus's leaderboard Total is; LIBERO-PRO's unperturbed ``original`` row stays out of it), each with its Wilson 95% interval
 (:func:`~vlarl_cli.training.evaluation.stats.wilson_interval`); with two checkpoints also the difference
 second - first with Newcombe's interval. Written as ``robustness.json`` and ``robustness.png`` (a bar chart
 with the intervals), printed as a table. Categories a checkpoint's policy cannot see (a state-mode policy
@@ -79,7 +79,7 @@ class RobustnessReport:
         runs = {label: [{**asdict(r), "rate": r.rate, "ci95": list(r.ci95)} for r in rows]
                 for label, rows in self.runs.items()}
         return {"benchmark": self.benchmark, "split": self.split, "interval": "Wilson score, 95%",
-                "total": "episode-weighted over the categories shown", "runs": runs,
+                "total": "episode-weighted over the perturbed categories shown", "runs": runs,
                 "policy_inputs": {k: list(v) for k, v in self.inputs.items()},
                 "differences": self.differences(), "deviations": self.deviations}
 
@@ -102,8 +102,9 @@ def tally(outcomes: Iterable[tuple[str, bool]], categories: Sequence[Category],
     rows = [CategoryRate(c.key, c.title, successes=counts[c.key][0], episodes=counts[c.key][1],
                          visible=c.visible_to(inputs))
             for c in categories if c.key in counts]
-    total = CategoryRate(TOTAL, "Total", sum(r.successes for r in rows), sum(r.episodes for r in rows),
-                         visible=any(r.visible for r in rows))
+    perturbed = [r for r in rows if r.key != ORIGINAL.key]  # the unperturbed reference row is not a perturbation
+    total = CategoryRate(TOTAL, "Total (perturbed)", sum(r.successes for r in perturbed),
+                         sum(r.episodes for r in perturbed), visible=any(r.visible for r in perturbed))
     return [*rows, total]
 
 

@@ -126,9 +126,12 @@ def _budget(policy: Any, settings: EvalSettings, n: int, overrides: dict[str, An
 
 
 def _vector_spec(policy: Any, settings: EvalSettings, n: int, workers: int | None = None) -> Any:
+    from vlarl_cli.envs.libero.suites import LIBERO_ALL
     from vlarl_cli.envs.vector import VectorEnvSpec
+
+    # every task the plan can name: libero_130's, then LIBERO-PRO's (EpisodeKey.libero130_reset_state_id)
     return VectorEnvSpec(
-        suite="libero_130", num_envs=n, num_workers=workers or workers_for(n, settings.num_workers),
+        suite=LIBERO_ALL, num_envs=n, num_workers=workers or workers_for(n, settings.num_workers),
         resolution=settings.resolution, cameras=keys.policy_cameras(policy), obs_mode=keys.policy_obs_mode(policy),
         max_episode_steps=settings.max_steps, settle_steps=settings.settle_steps, protocol=settings.protocol,
         env_seed=settings.effective_env_seed, auto_reset=False, record_video=settings.live_video > 0,
