@@ -111,6 +111,7 @@ def vlarl_run(policy, keys_, max_steps: int, workers: int, resolution: int) -> d
 def collect_run(policy, keys_, max_steps: int, workers: int, resolution: int) -> dict:
     """rl-train's collection on the same episodes: 2 envs, soft resets to the episodes' init states."""
     from vlarl_cli import keys
+    from vlarl_cli.distributed.cpu_budget import decide
     from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec
     from vlarl_cli.training.rollout import collect
 
@@ -120,13 +121,17 @@ def collect_run(policy, keys_, max_steps: int, workers: int, resolution: int) ->
                          max_episode_steps=max_steps, settle_steps=10, protocol="standard", auto_reset=False,
                          seeding="every_reset")
     ids = [k.libero130_reset_state_id for k in keys_]
+    # rl-train collects under the rank's CPU budget (Trainer: `with self.cpu.inference()`); so does this, or
+    # the policy's threads fight the env workers and the baseline is slower than rl-train's own collection
+    budget = decide(device_type="cpu", num_envs=2, requested_workers=workers)
     start = time.perf_counter()
     vec = LiberoVectorEnv(spec)
     env_s = policy_s = 0.0
     try:
         for first in range(0, len(ids), 2):
             pair = (ids[first:first + 2] + ids[first:first + 1])[:2]  # an odd last episode: both envs run it
-            r = collect(policy, vec, -(-max_steps // chunk), deterministic=True, reset_state_ids=np.array(pair))
+            with budget.inference():
+                r = collect(policy, vec, -(-max_steps // chunk), deterministic=True, reset_state_ids=np.array(pair))
             env_s, policy_s = env_s + r.env_time, policy_s + r.inference_time
     finally:
         vec.close()
