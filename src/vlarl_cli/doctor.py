@@ -133,7 +133,7 @@ def _simulators(report: Report) -> None:
     import importlib.util
 
     from vlarl_cli.envs import interpreter, registry
-    from vlarl_cli.errors import EnvError
+    from vlarl_cli.errors import EnvError, VlarlError
 
     for sim in registry.simulators().values():
         missing = [p for p in sim.packages if importlib.util.find_spec(p) is None]
@@ -145,6 +145,12 @@ def _simulators(report: Report) -> None:
             report.problems.append(f"{sim.name}: its environment {own.parent.parent} was not finished. Fix: "
                                    f"vlarl setup-sim {sim.name}")
         elif sim.in_workers and own.exists():
+            try:  # what the workers inherit (LIBERO's config); its failure is reported by its own section
+                if sim.prepare is not None:
+                    registry.load(sim.prepare)()
+            except VlarlError as err:
+                report.add("Simulators", f"{sim.name} in {own}", f"not probed ({err.problem})")
+                continue
             try:
                 probe = interpreter.check(sim.name, sim.name, "train", packages=sim.packages, modules=sim.modules)
                 report.add("Simulators", f"{sim.name} in {own}", f"works (python {probe.python}, numpy {probe.numpy})")

@@ -116,6 +116,8 @@ CASES: dict[str, Case] = {
                                      files={"config/m.yaml": "defaults:\n  - env/libero_10@env.train\n"
                                             "  - model/mlp_policy@actor.model\n"}),
     "other simulator": Case((*QUICK, "env.train.env_type=robotwin"), ("simulator vlarl does not run", "libero")),
+    "setup-sim unknown": Case(("setup-sim", "robotwin"), ('"robotwin" is not a simulator vlarl knows', "libero")),
+    "setup-sim in-process simulator": Case(("setup-sim", "toy_reach"), ("no environment of its own", "libero")),
     "simulator interpreter missing": Case((*DRY, "env.train.python={tmp}/nope/bin/python"),
                                           ("nope/bin/python does not exist", "vlarl setup-sim libero")),
     "other model": Case((*QUICK, "actor.model.model_type=mlp_policy"), ("not a policy vlarl supports", "openpi")),
