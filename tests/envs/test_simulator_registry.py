@@ -101,3 +101,29 @@ def test_libero_env_settings_are_taken_by_name_from_the_spec() -> None:
     defaults = EnvOptions()
     differ = {f.name for f in dataclasses.fields(EnvOptions) if getattr(options, f.name) != getattr(defaults, f.name)}
     assert differ == (set(changed) - {"env_seed"}) | {"seed"} and options.seed == 5  # the env seed, not the draws'
+
+
+def test_an_installed_package_adds_a_simulator_through_its_entry_point(tmp_path) -> None:
+    """What a user from outside does: a package whose metadata names its row under ``vlarl.simulators``;
+    ``vlarl rl-train`` then plans a run on it, and a broken plug-in beside it is named, not fatal."""
+    import subprocess
+    import sys
+
+    dist = tmp_path / "hop_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: hop-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{registry.ENTRY_POINT_GROUP}]\nfake_hop = fake_simulator:SIMULATOR\n"
+                                           "broken = no_such_module_here:SIMULATOR\n")
+    path = [str(tmp_path), str(Path(fake_simulator.__file__).parent)]
+    env = {**__import__("os").environ, "PYTHONPATH": ":".join(path)}
+    command = [sys.executable, "-m", "vlarl_cli.cli.main", "rl-train", "-c", "toy_reach_ppo",
+               "env.train.env_type=fake_hop", "env.eval.env_type=fake_hop", "actor.model.action_dim=1",
+               "actor.model.obs_dim=2", "--dry-run"]
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    text = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 0 and "Placement on 1 device(s)" in proc.stdout, text
+    (dist / "entry_points.txt").unlink()  # the same command without the package's metadata: an unknown env_type
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and 'env_type "fake_hop"' in " ".join(proc.stderr.split()), proc.stderr
+    assert ("the simulator entry point 'broken = no_such_module_here:SIMULATOR' (vlarl.simulators, package "
+            "hop-plugin) failed to load (ModuleNotFoundError") in text

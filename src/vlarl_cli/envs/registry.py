@@ -19,9 +19,9 @@ stays instant and nothing is imported before an env is made). What it names:
 - ``task_name(split) -> str``: the task a run is named by (None: the ``env_type``).
 
 Functions of upper floors (the evaluation runner, demonstration recording) are named, not imported: the
-envs floor imports nothing above it. A simulator from outside the package registers itself with
-:func:`register` (the fake third simulator of ``tests/envs/fake_simulator.py`` shows the whole of it;
-docs/adding_a_simulator.md).
+envs floor imports nothing above it. A simulator from outside the package is an installed package's entry
+point in the ``vlarl.simulators`` group (found when the table is first read), or registers itself with
+:func:`register` (the fake third simulator of ``tests/envs/fake_simulator.py`` shows the whole of it; docs/adding_a_simulator.md).
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BUILTIN", "EnvRequest", "Simulator", "get", "load", "names", "register", "simulators", "unregister"]
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "EnvRequest", "Simulator", "get", "load", "names", "register", "simulators", "unregister"]
 
 #: the simulators of this package, each ``vlarl_cli.envs.<name>.simulator``
 BUILTIN: tuple[str, ...] = ("libero", "maniskill", "toy")
+#: the entry-point group through which an installed package adds a simulator (:func:`_load_installed`)
+ENTRY_POINT_GROUP = "vlarl.simulators"
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,33 @@ def _load_builtin() -> None:
         simulator = importlib.import_module(f"vlarl_cli.envs.{name}.simulator").SIMULATOR
         _TABLE.setdefault(simulator.name, simulator)
     _BUILTIN_LOADED.append(True)
+    _load_installed()
+
+
+def _load_installed() -> None:
+    """Rows of installed packages: each entry point of :data:`ENTRY_POINT_GROUP` names a :class:`Simulator`
+    (``fake_hop = my_package.simulator:SIMULATOR`` in its ``[project.entry-points."vlarl.simulators"]``). One
+    that fails to load, is not a ``Simulator``, is named apart from its row or takes a row already in the
+    table is left out with a printed line (never silently, and never blocking the other simulators)."""
+    import sys
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        where = f"entry point '{ep.name} = {ep.value}' ({ENTRY_POINT_GROUP}"
+        where += f", package {ep.dist.name})" if ep.dist is not None else ")"
+        try:
+            simulator = ep.load()
+        except Exception as exc:  # any import error of a third-party plug-in
+            print(f"vlarl: the simulator {where} failed to load ({type(exc).__name__}: {exc}); it is left out of "
+                  "the simulator table. Fix or uninstall that package.", file=sys.stderr)
+            continue
+        problem = ("is not a vlarl_cli.envs.registry.Simulator" if not isinstance(simulator, Simulator)
+                   else f"names its row '{simulator.name}'" if simulator.name != ep.name
+                   else "takes a name already in the table" if ep.name in _TABLE else None)
+        if problem:
+            print(f"vlarl: the simulator {where} {problem}; it is left out of the simulator table.", file=sys.stderr)
+            continue
+        _TABLE[ep.name] = simulator
 
 
 def simulators() -> dict[str, Simulator]:
