@@ -79,25 +79,27 @@ def _flat(value: object) -> list:
     return [repr(value)]
 
 
-def test_workers_in_their_own_environment_match_in_process_bit_for_bit(other_python: str) -> None:
+def test_workers_in_their_own_environment_match_in_process_bit_for_bit_and_are_replaced(other_python: str) -> None:
+    """One env of each kind (each build costs LIBERO's scene compile): the episodes compared bit for bit, then
+    the other environment's worker killed and replaced as in-process."""
     with LiberoVectorEnv(_spec(None)) as here:
         ours = _episode(here)
     with LiberoVectorEnv(_spec(other_python)) as there:
         theirs = _episode(there)
         worker = there._workers[0]
         modules = there._pool.recv(worker, there._pool.send(worker, "modules", None))
+        _killed_worker_is_replaced(there)
     assert "torch" not in modules and "robosuite" in modules and "vlarl_cli.envs.libero.env" in modules
     # the episodes ended (time limit, then auto-reset), so their metrics are compared too
     assert [bool(step[3][EPISODE_DONE].all()) for step in ours[1:]] == [False, True, False]
     assert _flat(theirs) == _flat(ours)
 
 
-def test_a_worker_killed_in_the_other_environment_is_replaced(other_python: str) -> None:
-    with LiberoVectorEnv(_spec(other_python)) as vec:
-        vec.reset()
-        old = vec.worker_pids()
-        os.kill(old[0], signal.SIGKILL)
-        _obs, _rewards, dones, infos = vec.step_chunk(np.zeros((2, 2, 7)))
-        assert vec.worker_pids() != old and "died" in infos[ERRORS][0] and dones.all()
-        obs, _rewards, dones, infos = vec.step_chunk(np.zeros((2, 2, 7)))  # the new worker steps on
-        assert not dones.any() and infos[ERRORS] == {} and obs[keys.STATES].shape == (2, 8)
+def _killed_worker_is_replaced(vec: LiberoVectorEnv) -> None:
+    vec.reset()
+    old = vec.worker_pids()
+    os.kill(old[0], signal.SIGKILL)
+    _obs, _rewards, dones, infos = vec.step_chunk(np.zeros((2, 2, 7)))
+    assert vec.worker_pids() != old and "died" in infos[ERRORS][0] and dones.all()
+    obs, _rewards, dones, infos = vec.step_chunk(np.zeros((2, 2, 7)))  # the new worker steps on
+    assert not dones.any() and infos[ERRORS] == {} and obs[keys.STATES].shape == (2, 8)
