@@ -137,6 +137,26 @@ def test_rlinf_rollout_actions_logprobs_values(rec, version) -> None:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
+def test_rlinf_batch_padding_reaches_the_compared_outputs(rec, version) -> None:
+    """The batch's different prompt lengths are not inert: N1.6's DiT reads the padding mask (without it the
+    actions move), N1.5's head reads no mask (as RLinf's), and RLinf's critic averages the pad positions too
+    (a masked mean would move the values)."""
+    c = Case(rec, version)
+    with torch.no_grad():
+        vl, sf = c.encode()
+        c.vl_mask = torch.ones_like(c.vl_mask)  # as if every prompt filled the row
+        unmasked = sample_flow(c.fn(vl, sf), c.x["noise"], CFG, deterministic=True).actions
+        moved = float((unmasked - torch.from_numpy(rec[f"{c.p}_eval_actions"])).abs().max())
+        m = torch.from_numpy(rec[f"{c.p}_in_attention_mask"]).float()[..., None]
+        masked_mean = c.head.value_head(torch.cat([(vl * m).sum(1) / m.sum(1), sf.flatten(1)], dim=-1))
+    if version == "n1.6":
+        assert moved > 1e-3, moved
+    else:
+        assert moved == 0.0
+    assert float((masked_mean - torch.from_numpy(rec[f"{c.p}_prev_values_0"][:, 0])).abs().max()) > 1e-2
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_rlinf_training_recompute_and_shared_layer_gradients(rec, version) -> None:
     c = Case(rec, version)
     p = c.p
