@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Re-record the GR00T golden fixtures (tests/fixtures/gr00t/) by running Isaac-GR00T's own processors and
-# action heads, and RLinf 0.3.0's GR00T RL heads on them (rlinf.npz), outside the project. NOT run by CI: the goldens are committed data; this documents how
+# action heads, N1.6's Eagle 3 backbone run with SDPA (eagle_n16.npz) and RLinf 0.3.0's GR00T RL heads
+# (rlinf.npz), outside the project. NOT run by CI: the goldens are committed data; this documents how
 # they were produced and reproduces them.
 #
 #   GR00T_N15_SRC=/path/to/Isaac-GR00T@n1.5-release  GR00T_N16_SRC=/path/to/Isaac-GR00T@n1.6.1-release \
@@ -38,6 +39,7 @@ if [ ! -f "$VENV/.vlarl-stamp-rlinf-1" ]; then
 fi
 "$VENV/bin/python" "$ROOT/scripts/reference/gr00t_golden.py" --n15 "$GR00T_N15_SRC" --n16 "$GR00T_N16_SRC" \
     --out "$ROOT/tests/fixtures/gr00t"
+"$VENV/bin/python" "$ROOT/scripts/reference/gr00t_eagle.py" --n16 "$GR00T_N16_SRC" --out "$ROOT/tests/fixtures/gr00t"
 RLINF_PKG="$("$VENV/bin/python" -c 'import importlib.util as u; print(u.find_spec("rlinf").submodule_search_locations[0])')"
 exec "$VENV/bin/python" "$ROOT/scripts/reference/gr00t_rlinf.py" --n15 "$GR00T_N15_SRC" --n16 "$GR00T_N16_SRC" \
     --rlinf "$RLINF_PKG" --out "$ROOT/tests/fixtures/gr00t"
