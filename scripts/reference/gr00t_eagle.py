@@ -101,13 +101,13 @@ def inputs() -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
 
 
-def features(model, x: dict[str, torch.Tensor], *, per_image: bool) -> torch.Tensor:
+def features(model, x: dict[str, torch.Tensor], *, per_image: bool, grad: bool = False) -> torch.Tensor:
     images = [im[None] for im in x["pixel_values"].flatten(0, 1)]  # sample-major, camera-minor (upstream order)
     original = model.extract_feature
     if per_image:  # FA2's var-len packing keeps images apart: run upstream's extract_feature one image at a time
         model.extract_feature = lambda pv, flags=None: torch.cat([original([im]) for im in pv], dim=0)
     try:
-        with torch.no_grad():  # EagleBackbone.forward: hidden_states[-1] of the model's forward
+        with torch.set_grad_enabled(grad):  # EagleBackbone.forward: hidden_states[-1] of the model's forward
             out = model(pixel_values=images, input_ids=x["input_ids"], attention_mask=x["attention_mask"],
                         output_hidden_states=True)
     finally:

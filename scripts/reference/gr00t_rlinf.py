@@ -210,6 +210,64 @@ def training_pass(head, bo, ai, c, p: str, chain: np.ndarray, inds: np.ndarray) 
     return out
 
 
+# ------------------------------------------------------------------------------------------ N1.6 end to end
+CHAIN_GRADS = ["language_model.model.layers.1.self_attn.q_proj.weight", "language_model.model.layers.0.mlp.down_proj.weight",
+               "language_model.model.norm.weight", "mlp1.1.weight",
+               "vision_model.vision_model.encoder.layers.1.self_attn.v_proj.weight"]
+
+
+def n16_chain(src: Path, rlinf_root: Path) -> dict[str, np.ndarray]:
+    """Isaac-GR00T n1.6's Eagle 3 backbone (gr00t_eagle.py: SDPA, one image per SigLIP-2 call) feeding RLinf's N1.6
+    RL head, as GR00T_N1_6_ForRLActionPrediction chains them (backbone -> BatchFeature with image / attention
+    masks -> action head). Records rollout log-probs of one stochastic step, the recompute and the gradients of
+    the log-prob loss in the backbone (RLinf trains the top LLM layers of N1.6 by the checkpoint's config)."""
+    import shutil
+    import tempfile
+
+    from gr00t_eagle import EAGLE, IMAGE_TOKEN, build, features, tiny_config
+    from gr00t_eagle import inputs as eagle_inputs
+    from transformers.feature_extraction_utils import BatchFeature
+
+    head = n16_head(src, rlinf_root)
+    with torch.no_grad():
+        for name, param in head.named_parameters():
+            param.copy_(golden_weight(name, tuple(param.shape)))
+    head.eval()
+    c = inputs(161, 64, 128, 128)
+    with tempfile.TemporaryDirectory() as work:
+        folder = Path(work) / "eagle3_tiny"
+        shutil.copytree(src / EAGLE, folder)
+        tiny_config(folder)
+        eagle = build(folder)
+    x = eagle_inputs()
+    ai = BatchFeature(data={"state": c["state"], "embodiment_id": c["embodiment_id"]})
+
+    def backbone_output(grad: bool) -> BatchFeature:  # EagleBackbone.forward's BatchFeature
+        return BatchFeature(data={"backbone_features": features(eagle, x, per_image=True, grad=grad),
+                                  "image_mask": x["input_ids"] == IMAGE_TOKEN,
+                                  "backbone_attention_mask": x["attention_mask"] == 1})
+
+    out: dict[str, np.ndarray] = {}
+    real_randn, real_randint = torch.randn, random.randint
+    torch.randn, random.randint = (lambda *a, **k: c["noise"].clone()), (lambda a, b: 1)
+    try:
+        torch.manual_seed(7)
+        with torch.no_grad():
+            _, tr = head.get_rl_action(backbone_output(False), ai, mode="train")
+    finally:
+        torch.randn, random.randint = real_randn, real_randint
+    out["chain_chain"], out["chain_prev_logprobs"] = tr["chains"].numpy(), tr["prev_logprobs"].float().numpy()
+    out["chain_prev_values"] = tr["prev_values"].float().numpy()
+    eagle.zero_grad(set_to_none=True)
+    logp, values = head(backbone_output(True), ai, chains=tr["chains"], denoise_inds=tr["denoise_inds"])
+    (logp[:, 0, :CHUNKS, :ENV_DIM] * c["loss_weights"]).sum().backward()
+    params = dict(eagle.named_parameters())
+    for name in CHAIN_GRADS:
+        out[f"chain_grad_backbone.model.{name}"] = params[name].grad.numpy().copy()
+    out["chain_train_logprobs"], out["chain_train_values"] = logp.detach().numpy(), values.detach().numpy()
+    return out
+
+
 def main() -> None:
     import_torchvision()
     ap = argparse.ArgumentParser()
@@ -224,6 +282,7 @@ def main() -> None:
     for p, build, case in (("n15", n15_head, inputs(151, 64, 64, 32)), ("n16", n16_head, inputs(161, 64, 128, 128))):
         head = build(args.n15 if p == "n15" else args.n16, args.rlinf)
         data.update(record(head, case, p))
+    data.update(n16_chain(args.n16, args.rlinf))
     np.savez_compressed(args.out / "rlinf.npz", **data)
     print({k: (v.shape, v.dtype) for k, v in data.items()})
 

@@ -69,3 +69,4 @@ def test_n16_eagle_backbone_equals_isaac_gr00t_at_real_positions(rec) -> None:
     assert float(per_pad.min()) > 1e-2, per_pad
     # the recorder's per-image vision call matters: packed SDPA SigLIP-2 would be far outside ATOL
     assert float(rec["packing_error"]) > 1e3 * ATOL
+
