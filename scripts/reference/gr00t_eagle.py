@@ -46,32 +46,60 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gr00t_golden import golden_weight, import_torchvision  # noqa: E402
 
 EAGLE = "gr00t/model/modules/nvidia/Eagle-Block2A-2B-v2"
-IMAGE_TOKEN, IMAGE, TOKENS_PER_IMAGE = 300, 32, 4  # vlarl's tiny N1.6: 32 px, patch 8 -> 16 patches -> 2x2 merge
-LENGTHS = (16, 13, 11)  # real tokens per row (8 of them image tokens); right padding with id 0 up to 16
+IMAGE_TOKEN, IMAGE = 300, 32
+#: per release: Eagle folder, model class, checkpoint key prefix, vision cut, image tokens, real lengths
+RELEASES = {
+    "n1.6": dict(folder=EAGLE, cls="modeling_eagle3_vl.Eagle3_VLForConditionalGeneration", prefix="backbone.model.",
+                 vision=dict(patch_size=8, num_patches=16), top={}, tokens=4, lengths=(16, 13, 11)),
+    "n1.5": dict(folder="gr00t/model/backbone/eagle2_hg_model",
+                 cls="modeling_eagle2_5_vl.Eagle2_5_VLForConditionalGeneration", prefix="backbone.eagle_model.",
+                 vision=dict(patch_size=8, image_size=IMAGE), top=dict(force_image_size=IMAGE), tokens=16,
+                 lengths=(40, 37, 35)),
+}
+TOKENS_PER_IMAGE = RELEASES["n1.6"]["tokens"]  # N1.6: 32 px, patch 8 -> 16 patches -> 2x2 merge (N1.5: no merge)
+LENGTHS = RELEASES["n1.6"]["lengths"]  # real tokens per row (8 of them image tokens); right padding with id 0
 
 
-def tiny_config(folder: Path) -> None:
+def tiny_config(folder: Path, release: str = "n1.6") -> None:
+    r = RELEASES[release]
     c = json.loads((folder / "config.json").read_text())
     c["text_config"].update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                             num_key_value_heads=2, head_dim=16, vocab_size=320, max_position_embeddings=512)
     c["vision_config"].update(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                              patch_size=8, num_patches=16)
-    c["image_token_index"] = IMAGE_TOKEN
+                              **r["vision"])
+    c.update(image_token_index=IMAGE_TOKEN, **r["top"])
     (folder / "config.json").write_text(json.dumps(c))
 
 
-def build(folder: Path):
-    import transformers  # noqa: F401  (before the peft placeholder: transformers probes peft's spec at import)
+def placeholder(name: str, **attrs) -> None:
+    mod = types.ModuleType(name)
+    for k, v in attrs.items():
+        setattr(mod, k, v)
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    sys.modules[name] = mod
+
+
+def build(folder: Path, release: str = "n1.6"):
+    import transformers  # noqa: F401  (before the placeholders: transformers probes peft / flash_attn at import)
     from transformers import AutoConfig
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
     from transformers.modeling_utils import PreTrainedModel
 
-    peft = types.ModuleType("peft")
-    peft.LoraConfig, peft.get_peft_model = object, lambda *a, **k: None
-    peft.__spec__ = importlib.machinery.ModuleSpec("peft", None)
-    sys.modules["peft"] = peft
-    cfg = AutoConfig.from_pretrained(str(folder), trust_remote_code=True)
-    cls = get_class_from_dynamic_module("modeling_eagle3_vl.Eagle3_VLForConditionalGeneration", str(folder))
+    placeholder("peft", LoraConfig=object, get_peft_model=lambda *a, **k: None)  # LoRA is off
+    if release == "n1.5":  # radio_model.py (RADIO tower, unused: the tower is SigLIP) imports flash_attn at module level
+        unused = lambda *a, **k: None  # noqa: E731
+        placeholder("flash_attn")
+        placeholder("flash_attn.flash_attn_interface", flash_attn_unpadded_qkvpacked_func=unused)
+        placeholder("flash_attn.bert_padding", pad_input=unused, unpad_input=unused)
+    capability = torch.cuda.get_device_capability
+    # radio_model.py asks the GPU's compute capability at import (CUDA only) before patching timm's ViT attention
+    # with flash_attn for the RADIO tower; the tower here is SigLIP, so the answer only decides a warning
+    torch.cuda.get_device_capability = lambda *a, **k: (7, 0)
+    try:
+        cfg = AutoConfig.from_pretrained(str(folder), trust_remote_code=True)
+        cls = get_class_from_dynamic_module(RELEASES[release]["cls"], str(folder))
+    finally:
+        torch.cuda.get_device_capability = capability
     cfg.text_config._attn_implementation = "flash_attention_2"  # what the release asserts at construction
     check, init = PreTrainedModel._check_and_enable_flash_attn_2, PreTrainedModel._initialize_weights
     PreTrainedModel._check_and_enable_flash_attn_2 = classmethod(lambda c, config, *a, **k: config)
@@ -80,34 +108,41 @@ def build(folder: Path):
         model = cls(cfg).eval()
     finally:
         PreTrainedModel._check_and_enable_flash_attn_2, PreTrainedModel._initialize_weights = check, init
+        for name in [m for m in sys.modules if m == "flash_attn" or m.startswith("flash_attn.")]:
+            del sys.modules[name]
     for c in (model.config.vision_config, model.vision_model.config, model.language_model.config):
         c._attn_implementation = "sdpa"
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.copy_(golden_weight("backbone.model." + name, tuple(p.shape)))
+            p.copy_(golden_weight(RELEASES[release]["prefix"] + name, tuple(p.shape)))
     return model
 
 
-def inputs() -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(1606)
-    b, length = len(LENGTHS), max(LENGTHS)
+def inputs(release: str = "n1.6") -> dict[str, torch.Tensor]:
+    r = RELEASES[release]
+    g = torch.Generator().manual_seed(1606 if release == "n1.6" else 1505)
+    lengths, per_image = r["lengths"], r["tokens"]
+    b, length = len(lengths), max(lengths)
     ids = torch.zeros(b, length, dtype=torch.long)
     mask = torch.zeros(b, length, dtype=torch.long)
-    for row, n in enumerate(LENGTHS):
-        text = torch.randint(1, IMAGE_TOKEN, (n - 2 * TOKENS_PER_IMAGE,), generator=g)
-        ids[row, :n] = torch.cat([text[:2], torch.full((2 * TOKENS_PER_IMAGE,), IMAGE_TOKEN), text[2:]])
+    for row, n in enumerate(lengths):
+        text = torch.randint(1, IMAGE_TOKEN, (n - 2 * per_image,), generator=g)
+        ids[row, :n] = torch.cat([text[:2], torch.full((2 * per_image,), IMAGE_TOKEN), text[2:]])
         mask[row, :n] = 1
     pixels = torch.rand(b, 2, 3, IMAGE, IMAGE, generator=g) * 2 - 1  # normalised to [-1, 1] as the processor does
     return {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
 
 
-def features(model, x: dict[str, torch.Tensor], *, per_image: bool, grad: bool = False) -> torch.Tensor:
-    images = [im[None] for im in x["pixel_values"].flatten(0, 1)]  # sample-major, camera-minor (upstream order)
+def features(model, x: dict[str, torch.Tensor], *, per_image: bool, grad: bool = False,
+             release: str = "n1.6") -> torch.Tensor:
+    images = x["pixel_values"].flatten(0, 1)  # sample-major, camera-minor (upstream order)
     original = model.extract_feature
-    if per_image:  # FA2's var-len packing keeps images apart: run upstream's extract_feature one image at a time
-        model.extract_feature = lambda pv, flags=None: torch.cat([original([im]) for im in pv], dim=0)
+    if release == "n1.6":  # Eagle 3 takes a list of [1, 3, H, W] images and packs them into one sequence
+        images = [im[None] for im in images]
+        if per_image:  # FA2's var-len packing keeps images apart: upstream's extract_feature one image at a time
+            model.extract_feature = lambda pv, flags=None: torch.cat([original([im]) for im in pv], dim=0)
     try:
-        with torch.set_grad_enabled(grad):  # EagleBackbone.forward: hidden_states[-1] of the model's forward
+        with torch.set_grad_enabled(grad):  # EagleBackbone.forward_eagle: hidden_states[select_layer] (= the last)
             out = model(pixel_values=images, input_ids=x["input_ids"], attention_mask=x["attention_mask"],
                         output_hidden_states=True)
     finally:
@@ -115,27 +150,34 @@ def features(model, x: dict[str, torch.Tensor], *, per_image: bool, grad: bool =
     return out["hidden_states"][-1]
 
 
+def record(src: Path, release: str) -> dict[str, np.ndarray]:
+    with tempfile.TemporaryDirectory() as work:
+        folder = Path(work) / f"eagle_{release.replace('.', '')}_tiny"
+        shutil.copytree(src / RELEASES[release]["folder"], folder)
+        tiny_config(folder, release)
+        model = build(folder, release)
+        x = inputs(release)
+        exact = features(model, x, per_image=True, release=release)
+        packed = features(model, x, per_image=False, release=release)
+    mask = x["attention_mask"].bool()
+    data = {f"in_{k}": v.numpy() for k, v in x.items()}
+    data.update(features=exact.numpy(), lengths=np.array(RELEASES[release]["lengths"]),
+                param_names=np.array(sorted(RELEASES[release]["prefix"] + n for n, _ in model.named_parameters())),
+                packing_error=np.array(float((packed - exact)[mask].abs().max())))
+    return data
+
+
 def main() -> None:
     import_torchvision()
     ap = argparse.ArgumentParser()
+    ap.add_argument("--n15", type=Path, required=True)
     ap.add_argument("--n16", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as work:
-        folder = Path(work) / "eagle3_tiny"
-        shutil.copytree(args.n16 / EAGLE, folder)
-        tiny_config(folder)
-        model = build(folder)
-        x = inputs()
-        exact = features(model, x, per_image=True)
-        packed = features(model, x, per_image=False)
-    mask = x["attention_mask"].bool()
-    data = {f"in_{k}": v.numpy() for k, v in x.items()}
-    data.update(features=exact.numpy(), lengths=np.array(LENGTHS),
-                param_names=np.array(sorted("backbone.model." + n for n, _ in model.named_parameters())),
-                packing_error=np.array(float((packed - exact)[mask].abs().max())))
-    np.savez_compressed(args.out / "eagle_n16.npz", **data)
-    print({k: (v.shape, v.dtype) for k, v in data.items()}, "packing_error", float(data["packing_error"]))
+    for release, src in (("n1.6", args.n16), ("n1.5", args.n15)):
+        data = record(src, release)
+        np.savez_compressed(args.out / f"eagle_{release.replace('.', '')}.npz", **data)
+        print(release, {k: (v.shape, v.dtype) for k, v in data.items()}, "packing_error", float(data["packing_error"]))
 
 
 if __name__ == "__main__":

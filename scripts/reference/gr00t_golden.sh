@@ -32,14 +32,15 @@ if [ ! -f "$STAMP" ]; then
     touch "$STAMP"
 fi
 # RLinf's GR00T RL heads (gr00t_rlinf.py): the wheel without its dependencies (Ray, its training stack); the RL
-# head files import only omegaconf beyond the above
+# head files import only omegaconf beyond the above. gr00t_eagle.py: timm
 if [ ! -f "$VENV/.vlarl-stamp-rlinf-1" ]; then
-    "$VENV/bin/pip" install -q --no-deps rlinf==0.3.0 omegaconf==2.4.0 antlr4-python3-runtime==4.13.2
+    "$VENV/bin/pip" install -q --no-deps rlinf==0.3.0 omegaconf==2.4.0 antlr4-python3-runtime==4.13.2 \
+        timm==1.0.14  # timm: imported by N1.5's radio_model.py (gr00t_eagle.py), Isaac-GR00T n1.5's pin
     touch "$VENV/.vlarl-stamp-rlinf-1"
 fi
 "$VENV/bin/python" "$ROOT/scripts/reference/gr00t_golden.py" --n15 "$GR00T_N15_SRC" --n16 "$GR00T_N16_SRC" \
     --out "$ROOT/tests/fixtures/gr00t"
-"$VENV/bin/python" "$ROOT/scripts/reference/gr00t_eagle.py" --n16 "$GR00T_N16_SRC" --out "$ROOT/tests/fixtures/gr00t"
+"$VENV/bin/python" "$ROOT/scripts/reference/gr00t_eagle.py" --n15 "$GR00T_N15_SRC" --n16 "$GR00T_N16_SRC" --out "$ROOT/tests/fixtures/gr00t"
 RLINF_PKG="$("$VENV/bin/python" -c 'import importlib.util as u; print(u.find_spec("rlinf").submodule_search_locations[0])')"
 exec "$VENV/bin/python" "$ROOT/scripts/reference/gr00t_rlinf.py" --n15 "$GR00T_N15_SRC" --n16 "$GR00T_N16_SRC" \
     --rlinf "$RLINF_PKG" --out "$ROOT/tests/fixtures/gr00t"

@@ -7,8 +7,8 @@
 mean_token value), every tensor ``golden_weight(name)``. Its inputs are the backbone's output for a batch of
 three prompts of different lengths (12, 9, 7 real tokens, right-padded to 12 as RLinf pads), with the attention /
 image masks N1.6's DiT reads. The last test chains N1.6 end to end: Isaac-GR00T's own Eagle 3 backbone (run on
-SDPA, see test_gr00t_eagle.py) feeding RLinf's head, gradients into the LLM / connector / SigLIP-2 included. N1.5's
-Eagle 2.5 is not run upstream (its modeling imports flash_attn at module level).
+SDPA, see test_gr00t_eagle.py) feeding RLinf's head, gradients into the LLM / connector / SigLIP-2 included (N1.5's
+Eagle 2.5 is compared in test_gr00t_eagle.py, not chained with RLinf's N1.5 head).
 
 Compared: the deterministic (eval) actions; for every choice of RLinf's stochastic step, the recorded chain's
 deterministic transitions and the per-step rollout log-probs of the executed [C, 7] block; the values; RLinf's
