@@ -210,44 +210,54 @@ def training_pass(head, bo, ai, c, p: str, chain: np.ndarray, inds: np.ndarray) 
     return out
 
 
-# ------------------------------------------------------------------------------------------ N1.6 end to end
-CHAIN_GRADS = ["language_model.model.layers.1.self_attn.q_proj.weight", "language_model.model.layers.0.mlp.down_proj.weight",
-               "language_model.model.norm.weight", "mlp1.1.weight",
-               "vision_model.vision_model.encoder.layers.1.self_attn.v_proj.weight"]
+# ------------------------------------------------------------------------------------------ end to end
+CHAIN_GRADS = {
+    "n1.6": ["language_model.model.layers.1.self_attn.q_proj.weight", "language_model.model.layers.0.mlp.down_proj.weight",
+             "language_model.model.norm.weight", "mlp1.1.weight",
+             "vision_model.vision_model.encoder.layers.1.self_attn.v_proj.weight"],
+    "n1.5": ["language_model.model.layers.1.self_attn.q_proj.weight", "language_model.model.layers.0.mlp.down_proj.weight",
+             "language_model.model.norm.weight", "mlp1.0.weight",
+             "vision_model.vision_model.encoder.layers.1.self_attn.v_proj.weight"],
+}
+#: fixture key prefix per release (N1.6's was recorded first, as ``chain_``)
+CHAIN_PREFIX = {"n1.6": "chain_", "n1.5": "chain15_"}
 
 
-def n16_chain(src: Path, rlinf_root: Path) -> dict[str, np.ndarray]:
-    """Isaac-GR00T n1.6's Eagle 3 backbone (gr00t_eagle.py: SDPA, one image per SigLIP-2 call) feeding RLinf's N1.6
-    RL head, as GR00T_N1_6_ForRLActionPrediction chains them (backbone -> BatchFeature with image / attention
-    masks -> action head). Records rollout log-probs of one stochastic step, the recompute and the gradients of
-    the log-prob loss in the backbone (RLinf trains the top LLM layers of N1.6 by the checkpoint's config)."""
+def chain_record(release: str, src: Path, rlinf_root: Path) -> dict[str, np.ndarray]:
+    """Isaac-GR00T's Eagle backbone (gr00t_eagle.py: SDPA; N1.6 one image per SigLIP-2 call) feeding RLinf's RL head,
+    as GR00T_N1_5/N1_6_ForRLActionPrediction chain them (backbone -> BatchFeature -> action head). Records one
+    rollout with stochastic step 1, the recompute, and the gradients of a log-prob loss in the backbone (RLinf
+    trains N1.6's top LLM layers by the checkpoint's config). N1.5's head reads no padding mask, so its loss
+    weights only the unpadded row 0 (pad features are SDPA's here, FA2's in RLinf's runs and in vlarl)."""
     import shutil
     import tempfile
 
-    from gr00t_eagle import EAGLE, IMAGE_TOKEN, build, features, tiny_config
+    from gr00t_eagle import IMAGE_TOKEN, RELEASES, build, features, tiny_config
     from gr00t_eagle import inputs as eagle_inputs
     from transformers.feature_extraction_utils import BatchFeature
 
-    head = n16_head(src, rlinf_root)
+    head = (n16_head if release == "n1.6" else n15_head)(src, rlinf_root)
     with torch.no_grad():
         for name, param in head.named_parameters():
             param.copy_(golden_weight(name, tuple(param.shape)))
     head.eval()
-    c = inputs(161, 64, 128, 128)
+    c = inputs(161, 64, 128, 128) if release == "n1.6" else inputs(151, 64, 64, 32)
     with tempfile.TemporaryDirectory() as work:
-        folder = Path(work) / "eagle3_tiny"
-        shutil.copytree(src / EAGLE, folder)
-        tiny_config(folder)
-        eagle = build(folder)
-    x = eagle_inputs()
+        folder = Path(work) / f"eagle_{release.replace('.', '')}_tiny"
+        shutil.copytree(src / RELEASES[release]["folder"], folder)
+        tiny_config(folder, release)
+        eagle = build(folder, release)
+    x = eagle_inputs(release)
     ai = BatchFeature(data={"state": c["state"], "embodiment_id": c["embodiment_id"]})
 
     def backbone_output(grad: bool) -> BatchFeature:  # EagleBackbone.forward's BatchFeature
-        return BatchFeature(data={"backbone_features": features(eagle, x, per_image=True, grad=grad),
-                                  "image_mask": x["input_ids"] == IMAGE_TOKEN,
-                                  "backbone_attention_mask": x["attention_mask"] == 1})
+        feats = features(eagle, x, per_image=True, grad=grad, release=release)
+        data = {"backbone_features": feats, "backbone_attention_mask": x["attention_mask"] == 1}
+        if release == "n1.6":
+            data["image_mask"] = x["input_ids"] == IMAGE_TOKEN
+        return BatchFeature(data=data)
 
-    out: dict[str, np.ndarray] = {}
+    p, out = CHAIN_PREFIX[release], {}
     real_randn, real_randint = torch.randn, random.randint
     torch.randn, random.randint = (lambda *a, **k: c["noise"].clone()), (lambda a, b: 1)
     try:
@@ -256,15 +266,18 @@ def n16_chain(src: Path, rlinf_root: Path) -> dict[str, np.ndarray]:
             _, tr = head.get_rl_action(backbone_output(False), ai, mode="train")
     finally:
         torch.randn, random.randint = real_randn, real_randint
-    out["chain_chain"], out["chain_prev_logprobs"] = tr["chains"].numpy(), tr["prev_logprobs"].float().numpy()
-    out["chain_prev_values"] = tr["prev_values"].float().numpy()
+    out[f"{p}chain"], out[f"{p}prev_logprobs"] = tr["chains"].numpy(), tr["prev_logprobs"].float().numpy()
+    out[f"{p}prev_values"] = tr["prev_values"].float().numpy()
     eagle.zero_grad(set_to_none=True)
     logp, values = head(backbone_output(True), ai, chains=tr["chains"], denoise_inds=tr["denoise_inds"])
-    (logp[:, 0, :CHUNKS, :ENV_DIM] * c["loss_weights"]).sum().backward()
+    weights = c["loss_weights"].clone()
+    if release == "n1.5":
+        weights[1:] = 0.0
+    (logp[:, 0, :CHUNKS, :ENV_DIM] * weights).sum().backward()
     params = dict(eagle.named_parameters())
-    for name in CHAIN_GRADS:
-        out[f"chain_grad_backbone.model.{name}"] = params[name].grad.numpy().copy()
-    out["chain_train_logprobs"], out["chain_train_values"] = logp.detach().numpy(), values.detach().numpy()
+    for name in CHAIN_GRADS[release]:
+        out[f"{p}grad_{RELEASES[release]['prefix']}{name}"] = params[name].grad.numpy().copy()
+    out[f"{p}train_logprobs"], out[f"{p}train_values"] = logp.detach().numpy(), values.detach().numpy()
     return out
 
 
@@ -282,7 +295,8 @@ def main() -> None:
     for p, build, case in (("n15", n15_head, inputs(151, 64, 64, 32)), ("n16", n16_head, inputs(161, 64, 128, 128))):
         head = build(args.n15 if p == "n15" else args.n16, args.rlinf)
         data.update(record(head, case, p))
-    data.update(n16_chain(args.n16, args.rlinf))
+    data.update(chain_record("n1.6", args.n16, args.rlinf))
+    data.update(chain_record("n1.5", args.n15, args.rlinf))
     np.savez_compressed(args.out / "rlinf.npz", **data)
     print({k: (v.shape, v.dtype) for k, v in data.items()})
 

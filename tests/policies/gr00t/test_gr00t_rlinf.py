@@ -6,9 +6,8 @@
 (n1.5-release / n1.6.1-release), RLinf's LIBERO ``rl_head_config`` (flow_sde, noise 0.5, one stochastic step,
 mean_token value), every tensor ``golden_weight(name)``. Its inputs are the backbone's output for a batch of
 three prompts of different lengths (12, 9, 7 real tokens, right-padded to 12 as RLinf pads), with the attention /
-image masks N1.6's DiT reads. The last test chains N1.6 end to end: Isaac-GR00T's own Eagle 3 backbone (run on
-SDPA, see test_gr00t_eagle.py) feeding RLinf's head, gradients into the LLM / connector / SigLIP-2 included (N1.5's
-Eagle 2.5 is compared in test_gr00t_eagle.py, not chained with RLinf's N1.5 head).
+image masks N1.6's DiT reads. The last test chains both releases end to end: Isaac-GR00T's own Eagle backbone (run
+on SDPA, see test_gr00t_eagle.py) feeding RLinf's head, gradients into the LLM / connector / vision tower included.
 
 Compared: the deterministic (eval) actions; for every choice of RLinf's stochastic step, the recorded chain's
 deterministic transitions and the per-step rollout log-probs of the executed [C, 7] block; the values; RLinf's
@@ -188,41 +187,64 @@ def test_rlinf_training_recompute_and_shared_layer_gradients(rec, version) -> No
             assert np.abs(rec[f"{p}_grad_value_state_encoder.layer1.W"]).max() > 0
 
 
-def test_n16_end_to_end_with_rlinf_head_log_probs_and_backbone_gradients(rec) -> None:
-    """Upstream's Eagle 3 backbone (eagle_n16.npz, see test_gr00t_eagle.py) feeding RLinf's N1.6 RL head, recorded in rlinf.npz (``chain_*``:
-    one rollout with stochastic step 1, RLinf's ``forward`` recompute, the gradient of a fixed weighting of the
-    executed log-probs in the backbone -- RLinf trains N1.6's top LLM layers by the checkpoint's config) against
-    vlarl's backbone + head. Measured: log-probs within 3e-8 (magnitude 8); LLM gradients bit-identical, mlp1 /
-    SigLIP-2 gradients within 2.7e-7 of their largest entry. Values: the unpadded row is identical; the padded
-    rows differ (0.010, 0.055) because RLinf's critic averages every position, pads included, and pad features
-    are SDPA's in the recording but FlashAttention-2's in vlarl (as in RLinf's real runs)."""
-    rl = rec
-    with np.load(FIXTURE.parent / "eagle_n16.npz") as data:
+def _chain(rec: dict[str, np.ndarray], version: str) -> tuple[Case, dict[str, torch.Tensor], torch.Tensor]:
+    """vlarl's backbone (weights by checkpoint key) + head on the eagle_n1x.npz inputs; returns the case, the
+    backbone tensors by upstream key and the padding mask."""
+    with np.load(FIXTURE.parent / f"eagle_{version.replace('.', '')}.npz") as data:
         eg = {k: data[k] for k in data.files}
-    case = Case(rl, "n1.6")
-    backbone = EagleBackbone(preset("tiny", "n1.6")).eval()
-    upstream = {to_upstream_key("backbone." + n, "n1.6"): p for n, p in backbone.named_parameters()}
+    case = Case(rec, version)
+    backbone = EagleBackbone(preset("tiny", version)).eval()
+    upstream = {to_upstream_key("backbone." + n, version): p for n, p in backbone.named_parameters()}
     with torch.no_grad():
         for key, p in upstream.items():
             p.copy_(golden_weight(key, tuple(p.shape)))
     ids, mask = torch.from_numpy(eg["in_input_ids"]), torch.from_numpy(eg["in_attention_mask"])
     case.vl_mask, case.image_mask = mask.bool(), ids == 300
-    vl = case.head.process_vl(backbone(torch.from_numpy(eg["in_pixel_values"]), ids, mask))
-    sf = case.head.encode_state(case.x["state"][:, 0], case.emb)
-    chain, index = torch.from_numpy(rl["chain_chain"]), torch.full((3,), 1)
+    case.encode = lambda: (case.head.process_vl(backbone(torch.from_numpy(eg["in_pixel_values"]), ids, mask)),  # type: ignore[method-assign]
+                           case.head.encode_state(case.x["state"][:, 0], case.emb))
+    return case, upstream, mask.bool()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_end_to_end_with_rlinf_head_log_probs_values_and_backbone_gradients(rec, version) -> None:
+    """Upstream's Eagle backbone (eagle_n1x.npz, see test_gr00t_eagle.py) feeding RLinf's RL head, recorded in
+    rlinf.npz (``chain_*`` N1.6, ``chain15_*`` N1.5: one rollout with stochastic step 1, RLinf's ``forward``
+    recompute, the gradient of a fixed weighting of the executed log-probs in the backbone -- RLinf trains N1.6's
+    top LLM layers by the checkpoint's config), against vlarl's backbone + head.
+
+    The recording's pad features are SDPA's, vlarl's are FlashAttention-2's (as RLinf's real runs), so:
+    N1.6 (the DiT masks pads): log-probs of every row equal (measured 3e-8 on magnitude 8), the gradients of the
+    whole batch's loss equal (LLM bit-identical, mlp1 / SigLIP-2 within 2.7e-7 of their largest entry); values
+    equal on the unpadded row only (RLinf's critic averages pads too: padded rows differ by 0.010 / 0.055).
+    N1.5 (its VL self-attention, DiT and critic read pads unmasked): the unpadded row's log-probs, value and the
+    gradients of a loss on that row equal (measured 3e-8 / 0 / 0); padded rows differ (log-probs by 9e-3, values
+    by 0.011 / 0.017): the size of the FA2-vs-SDPA pad effect on N1.5 at these tiny widths."""
+    p = "chain_" if version == "n1.6" else "chain15_"
+    case, upstream, real = _chain(rec, version)
+    padded = ~real.all(dim=1)
+    assert padded.tolist() == [False, True, True]
+    vl, sf = case.encode()
+    chain, index = torch.from_numpy(rec[f"{p}chain"]), torch.full((3,), 1)
     logp, _ = flow_logprobs(case.fn(vl, sf), chain, index, CFG)
-    want = torch.from_numpy(rl["chain_prev_logprobs"][:, 1, :, :ENV_DIM])
-    torch.testing.assert_close(logp[:, :CHUNKS, :ENV_DIM].detach(), want, atol=3e-7, rtol=0.0)  # measured 3e-8
-    torch.testing.assert_close(logp.detach(), torch.from_numpy(rl["chain_train_logprobs"][:, 0]), atol=3e-7, rtol=0.0)
     values = case.values(vl, sf).detach()
-    gap = (values - torch.from_numpy(rl["chain_train_values"][:, 0])).abs()
-    assert not mask[0].eq(0).any() and float(gap[0]) <= 1e-6  # the unpadded row: measured 0
+    rows = slice(None) if version == "n1.6" else slice(0, 1)  # rows whose log-probs do not read pad features
+    want = torch.from_numpy(rec[f"{p}prev_logprobs"][:, 1, :, :ENV_DIM])
+    torch.testing.assert_close(logp[rows, :CHUNKS, :ENV_DIM].detach(), want[rows], atol=3e-7, rtol=0.0)  # measured 3e-8
+    train = torch.from_numpy(rec[f"{p}train_logprobs"][:, 0])
+    torch.testing.assert_close(logp[rows].detach(), train[rows], atol=3e-7, rtol=0.0)
+    if version == "n1.5":  # padded rows read SDPA's pad features in the recording
+        assert float((logp[1:].detach() - train[1:]).abs().max()) > 1e-3
+    gap = (values - torch.from_numpy(rec[f"{p}train_values"][:, 0])).abs()
+    assert float(gap[0]) <= 1e-6  # the unpadded row: measured 0
     assert bool((gap[1:] > 5e-3).all()), gap  # padded rows: SDPA pads (recording) vs FA2 pads (vlarl), stated
-    (logp[:, :CHUNKS, :ENV_DIM] * case.x["loss_weights"]).sum().backward()
-    names = [k[len("chain_grad_"):] for k in rl if k.startswith("chain_grad_")]
+    weights = case.x["loss_weights"].clone()
+    if version == "n1.5":
+        weights[1:] = 0.0  # as recorded: the unpadded row only
+    (logp[:, :CHUNKS, :ENV_DIM] * weights).sum().backward()
+    names = [k[len(f"{p}grad_"):] for k in rec if k.startswith(f"{p}grad_")]
     assert any(".language_model.model.layers." in n for n in names)
     for name in names:
-        theirs = torch.from_numpy(rl[f"chain_grad_{name}"])
+        theirs = torch.from_numpy(rec[f"{p}grad_{name}"])
         ours = upstream[name].grad
         assert ours is not None and float(theirs.abs().max()) > 0
         # 10x the largest measured relative error (2.7e-7)
