@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gr00t_golden import golden_weight, import_torchvision  # noqa: E402
+from gr00t_golden import golden_weight, import_torchvision
 
 EAGLE = "gr00t/model/modules/nvidia/Eagle-Block2A-2B-v2"
 IMAGE_TOKEN, IMAGE = 300, 32

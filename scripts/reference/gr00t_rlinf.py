@@ -53,7 +53,7 @@ GRAD_NAMES = {
 }
 PLACEHOLDERS = ("gr00t.data.dataset.ModalityConfig",
                 "gr00t.model.gr00t_n1.GR00T_N1_5 / GR00T_N1_5_Config",
-                "gr00t.model.gr00t_n1d6.gr00t_n1d6.Gr00tN1d6 (the policy class; the head class is real)",
+                "gr00t.configs.model (package; register_model_config a no-op)",
                 "gr00t.model.gr00t_n1d6.processing_gr00t_n1d6.Gr00tN1d6Processor", "rlinf.scheduler.Worker")
 
 
