@@ -133,6 +133,22 @@ def inputs(release: str = "n1.6") -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels}
 
 
+def left_then_right(x: dict[str, torch.Tensor], extra: int = 3, left_id: int = 5) -> dict[str, torch.Tensor]:
+    """RLinf's real layout: Isaac-GR00T's processor left-pads each prompt to the batch's longest (with
+    ``<|endoftext|>``; ``left_id`` stands in for it in the tiny vocabulary), then RLinf right-pads with 0 to
+    ``padding_value`` (here ``extra`` more positions)."""
+    ids, mask = x["input_ids"], x["attention_mask"]
+    b, length = ids.shape
+    out_ids = torch.zeros(b, length + extra, dtype=torch.long)
+    out_mask = torch.zeros(b, length + extra, dtype=torch.long)
+    for row in range(b):
+        n = int(mask[row].sum())
+        out_ids[row, : length - n] = left_id
+        out_ids[row, length - n: length] = ids[row, :n]
+        out_mask[row, length - n: length] = 1
+    return {"input_ids": out_ids, "attention_mask": out_mask, "pixel_values": x["pixel_values"]}
+
+
 def features(model, x: dict[str, torch.Tensor], *, per_image: bool, grad: bool = False,
              release: str = "n1.6") -> torch.Tensor:
     images = x["pixel_values"].flatten(0, 1)  # sample-major, camera-minor (upstream order)
@@ -159,11 +175,15 @@ def record(src: Path, release: str) -> dict[str, np.ndarray]:
         x = inputs(release)
         exact = features(model, x, per_image=True, release=release)
         packed = features(model, x, per_image=False, release=release)
+        lr = left_then_right(x)
+        exact_lr = features(model, lr, per_image=True, release=release)
     mask = x["attention_mask"].bool()
     data = {f"in_{k}": v.numpy() for k, v in x.items()}
     data.update(features=exact.numpy(), lengths=np.array(RELEASES[release]["lengths"]),
                 param_names=np.array(sorted(RELEASES[release]["prefix"] + n for n, _ in model.named_parameters())),
-                packing_error=np.array(float((packed - exact)[mask].abs().max())))
+                packing_error=np.array(float((packed - exact)[mask].abs().max())),
+                lr_input_ids=lr["input_ids"].numpy(), lr_attention_mask=lr["attention_mask"].numpy(),
+                lr_features=exact_lr.numpy())
     return data
 
 

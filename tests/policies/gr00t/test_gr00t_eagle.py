@@ -7,7 +7,8 @@ vlarl's ``tiny`` presets, every tensor ``golden_weight`` of the key a checkpoint
 ``backbone.eagle_model.*``), so vlarl's tensors are rebuilt through its checkpoint key map
 (:func:`~vlarl_cli.policies.gr00t.checkpoint.to_upstream_key`). Input: three prompts of different lengths (N1.6:
 16 / 13 / 11 real tokens with 8 image tokens; N1.5: 40 / 37 / 35 with 32), two 32 px cameras, right-padded with id
-0, as RLinf pads. N1.5's import chain needed two more stand-ins, both for the unused RADIO tower:
+0, as RLinf pads; and the same prompts in RLinf's real layout (``lr_*``: left-padded to the batch's longest as
+Isaac-GR00T's processor does, then right-padded). N1.5's import chain needed two more stand-ins, both for the unused RADIO tower:
 ``radio_model.py`` imports ``flash_attn`` and asks ``torch.cuda.get_device_capability()`` at import.
 
 Upstream runs this with FlashAttention-2 only; the recording runs it with SDPA (no CPU flash_attn), which is
@@ -67,6 +68,14 @@ def test_eagle_backbone_equals_isaac_gr00t_at_real_positions(version) -> None:
     # pads: FA2's semantics here, SDPA's in the recording -- a deliberate, stated difference
     per_pad = (feats[~real] - want[~real]).abs().amax(dim=-1)  # every pad position's feature vector moves
     assert float(per_pad.min()) > 1e-2, per_pad
+    # RLinf's real layout: the processor's in-batch LEFT padding, then RLinf's right padding (lr_*): real positions
+    # bit-identical too (measured 0; RoPE positions are arange(L) on both sides, as transformers' FA2 path)
+    lr_ids, lr_mask = torch.from_numpy(rec["lr_input_ids"]), torch.from_numpy(rec["lr_attention_mask"])
+    assert bool((lr_mask[:, 0] == 0).any()) and bool((lr_mask[:, -1] == 0).all())  # left pads exist, right pads too
+    with torch.no_grad():
+        lr = backbone(torch.from_numpy(rec["in_pixel_values"]), lr_ids, lr_mask)
+    lr_real = lr_mask.bool()
+    torch.testing.assert_close(lr[lr_real], torch.from_numpy(rec["lr_features"])[lr_real], atol=ATOL, rtol=0.0)
     if version == "n1.6":  # the recorder's per-image vision call matters: packed SDPA SigLIP-2 is far outside ATOL
         assert float(rec["packing_error"]) > 1e3 * ATOL
     else:  # N1.5's transformers SigLIP runs the images as a batch: nothing packed
