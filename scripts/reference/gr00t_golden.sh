@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Re-record the GR00T golden fixtures (tests/fixtures/gr00t/) by running Isaac-GR00T's own processors and
-# action heads outside the project. NOT run by CI: the goldens are committed data; this documents how
+# action heads, N1.6's Eagle 3 backbone run with SDPA (eagle_n16.npz) and RLinf 0.3.0's GR00T RL heads
+# (rlinf.npz), outside the project. NOT run by CI: the goldens are committed data; this documents how
 # they were produced and reproduces them.
 #
 #   GR00T_N15_SRC=/path/to/Isaac-GR00T@n1.5-release  GR00T_N16_SRC=/path/to/Isaac-GR00T@n1.6.1-release \
@@ -30,5 +31,16 @@ if [ ! -f "$STAMP" ]; then
     "$PIP" install -q --no-deps numpydantic==1.6.7 decord==0.6.0 av==15.1.0 lmdb==1.7.5
     touch "$STAMP"
 fi
-exec "$VENV/bin/python" "$ROOT/scripts/reference/gr00t_golden.py" --n15 "$GR00T_N15_SRC" --n16 "$GR00T_N16_SRC" \
+# RLinf's GR00T RL heads (gr00t_rlinf.py): the wheel without its dependencies (Ray, its training stack); the RL
+# head files import only omegaconf beyond the above. gr00t_eagle.py: timm
+if [ ! -f "$VENV/.vlarl-stamp-rlinf-1" ]; then
+    "$VENV/bin/pip" install -q --no-deps rlinf==0.3.0 omegaconf==2.4.0 antlr4-python3-runtime==4.13.2 \
+        timm==1.0.14  # timm: imported by N1.5's radio_model.py (gr00t_eagle.py), Isaac-GR00T n1.5's pin
+    touch "$VENV/.vlarl-stamp-rlinf-1"
+fi
+"$VENV/bin/python" "$ROOT/scripts/reference/gr00t_golden.py" --n15 "$GR00T_N15_SRC" --n16 "$GR00T_N16_SRC" \
     --out "$ROOT/tests/fixtures/gr00t"
+"$VENV/bin/python" "$ROOT/scripts/reference/gr00t_eagle.py" --n15 "$GR00T_N15_SRC" --n16 "$GR00T_N16_SRC" --out "$ROOT/tests/fixtures/gr00t"
+RLINF_PKG="$("$VENV/bin/python" -c 'import importlib.util as u; print(u.find_spec("rlinf").submodule_search_locations[0])')"
+exec "$VENV/bin/python" "$ROOT/scripts/reference/gr00t_rlinf.py" --n15 "$GR00T_N15_SRC" --n16 "$GR00T_N16_SRC" \
+    --rlinf "$RLINF_PKG" --out "$ROOT/tests/fixtures/gr00t"
