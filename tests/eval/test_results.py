@@ -12,6 +12,7 @@ from vlarl_cli.errors import EnvError
 from vlarl_cli.training.evaluation import (
     EpisodeKey,
     EvalSettings,
+    batch_note,
     card_conflicts,
     compare,
     make_card,
@@ -139,6 +140,16 @@ def test_card_conflicts_ignore_plan_only() -> None:
     standard = make_card(EvalSettings(suite="libero_10"), _Policy(), None, plan_episodes("libero_10", None, 50))
     assert standard["deviations"] == [] and standard["max_steps"] == {"libero_10": 520}
     assert standard["settle_steps"] == 10 and standard["env_seed"] == 7
+
+
+def test_a_resume_at_another_policy_batch_is_said_not_refused() -> None:
+    plan = plan_episodes("libero_10", (0,), 5)
+    four, two = (make_card(EvalSettings(suite="libero_10", trials=5, num_envs=n), _Policy(), None, plan) for n in (4, 2))
+    assert four["policy_batch"] == 4 and card_conflicts(four, two) == []
+    note = batch_note(four, two)
+    assert note is not None and "batch of 2 where the first run used 4" in note and "--num-envs 4" in note
+    assert batch_note(four, four) is None
+    assert batch_note({k: v for k, v in four.items() if k != "policy_batch"}, two) is None  # a card from before it
 
 
 def test_summary_rates_and_files(tmp_path: Path) -> None:

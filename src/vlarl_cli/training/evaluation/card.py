@@ -53,6 +53,8 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
         **rendering,
         **_pro_card(suites),
         "policy_seed": settings.policy_seed,
+        # the policy's batch (runner.py): a resume at another batch may change episodes' last float bits
+        "policy_batch": settings.num_envs,
         "checkpoint": asdict(info) if info is not None else None,
         # the prompt tokenizer (path, sha256, vocab_size, source) of policies that read a real one
         "tokenizer": getattr(policy, "tokenizer_record", None),
@@ -78,7 +80,7 @@ def card_conflicts(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Card fields (outside the plan and the per-suite step limits of new suites) that differ."""
     out = []
     for k in sorted(set(old) | set(new)):
-        if k in ("plan", "deviations", "protocol_source"):
+        if k in ("plan", "deviations", "protocol_source", "policy_batch"):  # the batch: batch_note
             continue
         a, b = old.get(k), new.get(k)
         if k == "max_steps" and isinstance(a, dict) and isinstance(b, dict):
@@ -90,6 +92,15 @@ def card_conflicts(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         elif a != b:
             out.append(k)
     return out
+
+
+def batch_note(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """The line a resume at another policy batch prints (None: the same batch, or a card without one)."""
+    a, b = old.get("policy_batch"), new.get("policy_batch")
+    if a is None or a == b:
+        return None
+    return (f"resuming with a policy batch of {b} where the first run used {a}: the episodes run now may differ "
+            f"from an uninterrupted run in their last float bits (pass --num-envs {a} for identical episodes)")
 
 
 def _observation_deviations(policy: Any) -> list[str]:
