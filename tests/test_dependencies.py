@@ -30,10 +30,8 @@ NOT_DECLARED = {
 #: Distributions declared for a dependency's sake: the installed distribution and the files of it that
 #: import them, and why vlarl declares them itself.
 FOR_A_DEPENDENCY: dict[str, tuple[str, str, str]] = {
-    "robosuite": ("libero", "libero/libero/", "LIBERO's tasks are robosuite envs; libero is installed --no-deps"),
     "bddl": ("libero", "libero/libero/", "LIBERO parses its task files with bddl (libero: --no-deps)"),
     "easydict": ("libero", "libero/libero/", "LIBERO's object definitions (libero: --no-deps)"),
-    "matplotlib": ("libero", "libero/libero/", "LIBERO's env wrapper (libero: --no-deps)"),
     "cloudpickle": ("libero", "libero/libero/", "LIBERO's vector env (libero: --no-deps)"),
     "termcolor": ("libero", "libero/libero/", "LIBERO's log / download utilities (libero: --no-deps)"),
     "tqdm": ("libero", "libero/libero/", "LIBERO's download utilities (libero: --no-deps)"),

@@ -116,7 +116,8 @@ def test_eval_cli_passes_the_newest_checkpoint_on(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(evaluation, "evaluate", lambda ckpt, config, *a, **k: taken.append((ckpt, config)))
     defaults = dict(tasks=None, trials=1, protocol="standard", temperature=None, deterministic=False, num_envs=1,
                     num_workers=None, out=None, resume=True, max_steps=None, settle_steps=None, resolution=256,
-                    live_video=0, seed=0, env_seed=None, render_quality="exact", task=None, episodes=1, compare=None, overrides=None)
+                    live_video=0, seed=0, env_seed=None, render_quality="exact", task=None, episodes=1, compare=None,
+                    overrides=None, categories=None, robustness=None)
     eval_cli.command(suite="libero_spatial", checkpoint=None, run=None, config=None, **defaults)
     eval_cli.command(suite="libero_spatial", checkpoint=None, run=Path("runs/older"), config="libero_tiny_ppo",
                      **defaults)
