@@ -267,7 +267,7 @@ class _CompiledModel:
     objects were uploaded from identical meshes and textures) after the ``forward`` its creation would run;
     while ``blank`` is set, the new observables' check renders return black frames of the right shape
     (the settle steps render the frame the policy sees). Another XML compiles as robosuite does and becomes
-    the kept copy. ``tests/envs/test_libero_env.py`` compares whole episodes (images, states, rewards) with
+    the kept copy. ``tests/envs/test_libero_hard_reset.py`` compares whole episodes (images, states, rewards) with
     robosuite's own hard reset.
     """
 
