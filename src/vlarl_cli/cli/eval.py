@@ -96,12 +96,7 @@ def command(
         return
     if deterministic and temperature is not None:
         raise ConfigError("--deterministic and --temperature exclude each other.", "Pass only one of them.")
-    try:
-        task_ids = tuple(int(t) for t in tasks.split(",") if t.strip()) if tasks is not None else None
-    except ValueError:
-        raise ConfigError(f'--tasks "{tasks}" is not a comma-separated list of integers.', "Use e.g. --tasks 0,1,5.") from None
-    if task_ids == ():  # an empty value is a mistake (an unset shell variable), not "all tasks"
-        raise ConfigError(f'--tasks "{tasks}" names no task.', "Use e.g. --tasks 0,1,5, or leave --tasks out for all.")
+    task_ids = _task_ids(tasks)
     from vlarl_cli.envs.maniskill.tasks import BUILTIN_TASKS
 
     if task is None and suite in BUILTIN_TASKS:
@@ -130,6 +125,19 @@ def command(
 
     if is_pro_split(suite) and summary.out_dir is not None and summary.complete:
         _robustness([Path(summary.out_dir)], None)
+
+
+def _task_ids(tasks: str | None) -> tuple[int, ...] | None:
+    """``--tasks 0,1,5`` as task ids (None: every task of the suite)."""
+    from vlarl_cli.errors import ConfigError
+
+    try:
+        task_ids = tuple(int(t) for t in tasks.split(",") if t.strip()) if tasks is not None else None
+    except ValueError:
+        raise ConfigError(f'--tasks "{tasks}" is not a comma-separated list of integers.', "Use e.g. --tasks 0,1,5.") from None
+    if task_ids == ():  # an empty value is a mistake (an unset shell variable), not "all tasks"
+        raise ConfigError(f'--tasks "{tasks}" names no task.', "Use e.g. --tasks 0,1,5, or leave --tasks out for all.")
+    return task_ids
 
 
 def _robustness(folders: list[Path], out: Path | None) -> None:
