@@ -156,7 +156,7 @@ say "kit ${kit_mib} MiB, tracked tree ~${tree_mib} MiB (the call's limit: 64 MiB
 [ "$kit_mib" -le "$LIMIT_MIB" ] || fail "the kit is ${kit_mib} MiB, over ${LIMIT_MIB} MiB"
 cat <<EOF
 The device call (one run, then give_back; see docs/gpu/README.md):
-  run(command="set -o pipefail; bash .kit/run.sh 2>&1 | tee \$OUT/gpu_truth.log", carry=[".kit"], timeout_s=480)
+  run(command="set -o pipefail; bash .kit/run.sh 2>&1 | tee \$OUT/gpu_truth.log", carry=[".kit"], timeout_s=570)
 A rerun of the parts that failed, at once (the machine stays warm 30 s; its .kit/site is kept):
   run(command="set -o pipefail; bash .kit/run.sh --parts PART,PART 2>&1 | tee \$OUT/gpu_truth_rerun.log", carry=[".kit"], timeout_s=240)
 EOF

@@ -47,6 +47,22 @@ def test_a_part_over_its_time_limit_is_recorded(gpu_truth: ModuleType) -> None:
     assert all(not r["ok"] and r["error"] == "timed out after 0 s" for r in results.values())
 
 
+def test_a_part_that_fails_late_keeps_what_it_measured(gpu_truth: ModuleType, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stages a part finished before it failed (or before its process was killed) stay in the result file."""
+    def run_part(part: str, smoke: bool) -> dict:
+        gpu_truth._progress({"build_s": 1.5})
+        raise RuntimeError("CUDA error: out of memory in the rollout")
+
+    monkeypatch.setattr(gpu_truth, "run_part", run_part)
+    result_file = tmp_path / "parts.json"
+    gpu_truth.run_parts(["family:pi0"], True, result_file)
+    saved = json.loads(result_file.read_text())["family:pi0"]
+    assert saved["build_s"] == 1.5 and not saved["ok"] and "out of memory" in saved["error"]
+    gpu_truth._progress({"x": 1})  # outside a run the hook records nothing
+    assert json.loads(result_file.read_text())["family:pi0"]["build_s"] == 1.5
+
+
 def test_timeouts_are_checked(gpu_truth: ModuleType) -> None:
     assert gpu_truth._timeouts(["libero=5"], smoke=False)["libero"] == 5.0
     assert gpu_truth.planned_seconds(gpu_truth.PARTS, gpu_truth._timeouts([], smoke=False)) <= 500  # one call
