@@ -7,6 +7,8 @@ iteration. Prints ONE JSON line and writes the same JSON to a file (``benchmarks
 
 Parts (each a subprocess with its own time limit; a failure or a timeout is recorded and the run goes on):
 
+* ``attention``: which scaled-dot-product kernel the device runs per dtype, mask and grouped-query case
+  (pi0 expert shapes): the math kernel keeps the attention scores, the fused ones do not.
 * ``family:<name>`` (pi0, pi05, gr00t_n15, gr00t_n16, openvla_oft): the recipe's policy at full size with
   random weights, built as ``rl-train`` builds it (its precision, on the device). One actor update (evaluate,
   loss, backward, AdamW step) at the recipe's micro-batch: peak device memory against the dry run's plan for
@@ -42,11 +44,11 @@ FAMILIES = {  # part name -> the recipe rl-train would run
     "pi0": "libero_10_ppo_openpi", "pi05": "libero_10_ppo_openpi_pi05", "gr00t_n15": "libero_10_ppo_gr00t",
     "gr00t_n16": "libero_spatial_ppo_gr00t_n1d6", "openvla_oft": "libero_10_ppo_openvlaoft",
 }
-PARTS = (*(f"family:{f}" for f in FAMILIES), "libero", "iteration")
-#: seconds per part on the GPU machine: 5 x 70 + 60 + 90 = 500 s, so that one call (timeout 570 s, the kit's install
-#: included) and a rerun of the parts that failed fit in the 15 minutes of device time a task is lent
+PARTS = ("attention", *(f"family:{f}" for f in FAMILIES), "libero", "iteration")
+#: seconds per part on the GPU machine: 15 + 5 x 65 + 60 + 90 = 490 s, so that one call (timeout 570 s, the kit's
+#: install included) and a rerun of the parts that failed fit in the 15 minutes of device time a task is lent
 #: (docs/gpu/README.md)
-TIMEOUTS = {"family": 70, "libero": 60, "iteration": 90}
+TIMEOUTS = {"attention": 15, "family": 65, "libero": 60, "iteration": 90}
 SMOKE_TIMEOUT = 30  # per part; --smoke runs them all in one process
 WORKERS = (1, 4, 8, 16)
 GIB = 1024**3
@@ -97,6 +99,10 @@ def _family_config(family: str, smoke: bool) -> Any:
 
     # random weights at the recipe's size: nothing to download
     overrides = ["actor.model.model_path=null", f"actor.model.preset={'tiny' if smoke else 'full'}"]
+    tokenizers = os.environ.get("GPU_TRUTH_TOKENIZERS")  # set by the device kit's run.sh
+    if family.startswith("gr00t") and not smoke and tokenizers:
+        # a full-size GR00T prompt needs Eagle's Qwen3 tokenizer (the kit carries Isaac-GR00T's files)
+        overrides.append(f"actor.model.tokenizer_path={Path(tokenizers) / family.removeprefix('gr00t_')}")
     if smoke:
         overrides.append("actor.micro_batch_size=2")
         if family.startswith("pi0"):
@@ -158,13 +164,16 @@ def _update(policy: Any, optimizer: Any, micro_batch: int, size: int, device: An
     with torch.no_grad():
         replay = policy.sample(_obs(micro_batch, size)).replay
     policy.train()
+    start = time.perf_counter()
     _update_once(policy, optimizer, replay, measure=False)  # creates the AdamW moments
+    _sync(device)
+    _progress({"update": {"micro_batch": micro_batch, "first_update_s": round(time.perf_counter() - start, 3)}})
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     kept = _update_once(policy, optimizer, replay, measure=True)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    seconds = _timed(lambda: _update_once(policy, optimizer, replay, measure=False), device,
-                     1 if device.type == "cpu" else 2)
+    # one timed update (the device's time is scarce: 15 minutes per lent day, all parts together)
+    seconds = _timed(lambda: _update_once(policy, optimizer, replay, measure=False), device, 1)
     policy.eval()
     return {"micro_batch": micro_batch, "peak_bytes": peak, "kept_activation_bytes": kept,
             "update_s": round(seconds, 4), "update_samples_per_s": round(micro_batch / seconds, 2)}
@@ -180,6 +189,7 @@ def _update_fitting(policy: Any, optimizer: Any, micro_batch: int, size: int, de
             return {**_update(policy, optimizer, micro_batch, size, device), "out_of_memory_at": ooms}
         except torch.OutOfMemoryError:
             ooms.append(micro_batch)
+            _progress({"update": {"out_of_memory_at": ooms}})
             optimizer.zero_grad(set_to_none=True)
             torch.cuda.empty_cache()
             if micro_batch == 1:
@@ -270,12 +280,61 @@ def part_family(family: str, smoke: bool) -> dict[str, Any]:
     result.update(update=update, memory=pred)
     _progress(result)
     envs = 2 if smoke else config.train_num_envs // max(1, config.rollout.pipeline_stage_num)
-    result["rollout"] = _rollout(policy, family, envs, size, device, 1 if smoke else 3)
+    result["rollout"] = _rollout(policy, family, envs, size, device, 1 if smoke else 2)
     _progress(result)
     result["offload"] = _offload(policy, optimizer, device)
     if device.type == "cuda":
         result["max_allocated_gib"] = round(torch.cuda.max_memory_allocated(device) / GIB, 2)
     return result
+
+
+# ---------------------------------------------------------------------------------------------- attention
+def _sdpa_case(dtype: Any, masked: bool, gqa: bool, device: Any) -> dict[str, Any]:
+    """Which kernels run one attention of pi0's expert shape (51 queries over 611 keys, 8 heads of 256, 1 kv
+    head with ``gqa``), and whether the default choice keeps the math kernel's tensors (its scores)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from vlarl_cli.policies.activations import saved_tensor_bytes
+
+    g = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(4, 8, 51, 256, device=device, dtype=dtype, generator=g, requires_grad=True)
+    k, v = (torch.randn(4, 1 if gqa else 8, 611, 256, device=device, dtype=dtype, generator=g, requires_grad=True)
+            for _ in range(2))
+    mask = torch.zeros(4, 1, 51, 611, device=device, dtype=dtype) if masked else None
+
+    def call() -> Any:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+    kept: dict[str, Any] = {}
+    for name in ("DEFAULT", "MATH", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "CUDNN_ATTENTION"):
+        try:
+            if name == "DEFAULT":
+                kept[name] = saved_tensor_bytes(call, torch.nn.Module())[0]
+            else:
+                with sdpa_kernel(getattr(SDPBackend, name)):
+                    kept[name] = saved_tensor_bytes(call, torch.nn.Module())[0]
+        except (RuntimeError, AttributeError) as err:
+            kept[name] = f"unavailable ({type(err).__name__})"
+    chosen = [n for n in kept if n != "DEFAULT" and kept[n] == kept["DEFAULT"]]
+    return {"kept_bytes": kept, "default_keeps_like": chosen}
+
+
+def part_attention(smoke: bool) -> dict[str, Any]:
+    """The attention kernel the device picks per dtype / mask / grouped-query case: the activation term keeps
+    scores only where the math kernel runs (``policies/activations.py``)."""
+    import torch
+
+    device = _device(smoke)
+    out: dict[str, Any] = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        for masked in (False, True):
+            for gqa in (False, True):
+                key = f"{str(dtype).removeprefix('torch.')}_{'mask' if masked else 'nomask'}_{'gqa' if gqa else 'mha'}"
+                out[key] = _sdpa_case(dtype, masked, gqa, device)
+                _progress(out)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- libero
@@ -323,7 +382,9 @@ def part_iteration(smoke: bool) -> dict[str, Any]:
     from vlarl_cli.config.loading import load_config
     from vlarl_cli.training.rl import train
 
-    name, overrides = iteration_recipe(smoke, Path(tempfile.mkdtemp(prefix="gpu_truth_iteration_")))
+    log = Path(tempfile.mkdtemp(prefix="gpu_truth_iteration_"))
+    name, overrides = iteration_recipe(smoke, log)
+    _progress({"log_path": str(log)})  # a run stopped at its time limit: spawn() reads how far it got there
     metrics = train(load_config(name, overrides)).last_metrics
     keys = {"iteration_s": "time/step", "collect_s": "time/generate_rollouts", "env_s": "time/env/env_interact_step",
             "inference_s": "time/rollout/predict", "actor_s": "time/actor_training",
@@ -340,6 +401,8 @@ def part_iteration(smoke: bool) -> dict[str, Any]:
 def run_part(part: str, smoke: bool) -> dict[str, Any]:
     if part.startswith("family:"):
         return part_family(part.split(":", 1)[1], smoke)
+    if part == "attention":
+        return part_attention(smoke)
     if part == "libero":
         return part_libero(smoke)
     if part == "iteration":
@@ -370,7 +433,8 @@ def run_parts(parts: list[str], smoke: bool, result_file: Path) -> None:
             start = time.perf_counter()
 
             def progress(partial: dict[str, Any], part: str = part, start: float = start) -> None:
-                results[part] = {"ok": False, "partial": True, **json.loads(json.dumps(partial, default=str)),
+                results[part] = {**results.get(part, {}), "ok": False, "partial": True,
+                                 **json.loads(json.dumps(partial, default=str)),
                                  "seconds": round(time.perf_counter() - start, 1)}
                 write()
 
@@ -401,9 +465,20 @@ def spawn(parts: list[str], smoke: bool, timeout: float) -> dict[str, Any]:
             out = err.stderr or b""
             error, tail = f"timed out after {timeout:.0f} s", out.decode(errors="replace") if isinstance(out, bytes) else out
         done = json.loads(result_file.read_text()) if result_file.exists() else {}
-    unfinished = {p: {**done.get(p, {}), "ok": False, "error": error, "output_tail": tail[-1500:]}
+    unfinished = {p: {**done.get(p, {}), "ok": False, "error": error, "output_tail": tail[-1500:],
+                      **_run_folder_tails(done.get(p, {}).get("log_path"))}
                   for p in parts if p not in done or done[p].get("partial")}
     return {**done, **unfinished}
+
+
+def _run_folder_tails(log_path: str | None) -> dict[str, Any]:
+    """The files an unfinished ``rl-train`` wrote (names and sizes, the last lines of its text files)."""
+    if not log_path or not Path(log_path).is_dir():
+        return {}
+    files = sorted(f for f in Path(log_path).rglob("*") if f.is_file())
+    tails = {str(f.relative_to(log_path)): f.read_text(errors="replace")[-600:] for f in files
+             if f.suffix in (".log", ".jsonl", ".txt") and f.stat().st_size}
+    return {"run_folder": {str(f.relative_to(log_path)): f.stat().st_size for f in files[:50]}, "run_tails": tails}
 
 
 def environment() -> dict[str, Any]:
@@ -451,7 +526,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny presets on CPU, quick")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, from: {', '.join(PARTS)}")
-    parser.add_argument("--timeouts", nargs="*", default=[], help="KIND=SECONDS, KIND in family, libero, iteration")
+    parser.add_argument("--timeouts", nargs="*", default=[], help="KIND=SECONDS, KIND in attention, family, libero, iteration")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "out")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)

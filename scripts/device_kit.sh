@@ -114,6 +114,25 @@ print(f"[device_kit] {len(manifest)} LIBERO asset files", flush=True)
 EOF
 tar -czf "$KIT/tree.tgz" -C "$KIT/tree" . && rm -rf "$KIT/tree" "$KIT/opened.txt"
 
+say "GR00T prompt tokenizers (Isaac-GR00T's Eagle folders: a full-size GR00T tokenizes with them)"
+# ISAAC_GR00T: a checkout of Isaac-GR00T, or its git dir (then the release branches are read); the files are
+# Isaac-GR00T's data, carried in the kit only, never committed
+GR00T_SRC=${ISAAC_GR00T:-/work/.mirror/RLinf+Isaac-GR00T/repo}
+mkdir -p "$KIT/tokenizers"
+for spec in n15:n1.5-release:gr00t/model/backbone/eagle2_hg_model \
+            n16:n1.6.1-release:gr00t/model/modules/nvidia/Eagle-Block2A-2B-v2; do
+  IFS=: read -r name ref folder <<<"$spec"
+  mkdir -p "$KIT/tokenizers/$name"
+  for f in vocab.json merges.txt added_tokens.json tokenizer_config.json; do
+    if [ -f "$GR00T_SRC/$folder/$f" ]; then cp "$GR00T_SRC/$folder/$f" "$KIT/tokenizers/$name/"
+    elif ! git --git-dir="$GR00T_SRC" show "$ref:$folder/$f" >"$KIT/tokenizers/$name/$f" 2>/dev/null; then
+      say "warning: no $folder/$f in $GR00T_SRC ($ref); the GR00T parts will record that their tokenizer is missing"
+      rm -rf "$KIT/tokenizers/$name"; break
+    fi
+  done
+done
+tar -cJf "$KIT/tokenizers.tar.xz" -C "$KIT" tokenizers && rm -rf "$KIT/tokenizers"
+
 say "EGL / GL loaders (device notes' recipe, amd64 debs)"
 o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
 mkdir -p /tmp/amd64/partial
@@ -141,10 +160,15 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
   "$KIT"/wheels/*.whl || { echo "kit: pip install failed" >&2; exit 3; }
 tar -xzf "$KIT/tree.tgz" -C "$SITE"
+# the checkout's own code over the wheel's: a fix made after the kit was built travels with the tree
+[ "${KIT_INSTALL_ONLY:-0}" = 1 ] || cp -r src/vlarl_cli/. "$SITE/vlarl_cli/"
 # the kit carries a subset of LIBERO's assets: vlarl's asset check checks that subset
 cp "$KIT/assets_manifest.json" "$SITE/vlarl_cli/envs/libero/assets_manifest.json"
 echo "kit: installed into $SITE (LIBERO asset subset: libero_spatial)" >&2
 [ "${KIT_INSTALL_ONLY:-0}" = 1 ] && exit 0  # scripts/check_device_kit.sh: install, then its own checks
+"$PYTHON" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
+  "$KIT/tokenizers.tar.xz" "$KIT"  # GR00T's prompt tokenizers: $KIT/tokenizers/{n15,n16}
+export GPU_TRUTH_TOKENIZERS=$KIT/tokenizers
 export PYTHONPATH=$SITE MUJOCO_GL=${MUJOCO_GL:-egl} PYOPENGL_PLATFORM=${PYOPENGL_PLATFORM:-egl} PYTHONUNBUFFERED=1
 exec "$PYTHON" benchmarks/gpu_truth.py --out-dir "${OUT:-benchmarks/out}" "$@"
 EOF

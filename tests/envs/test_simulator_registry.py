@@ -127,3 +127,19 @@ def test_an_installed_package_adds_a_simulator_through_its_entry_point(tmp_path)
     assert proc.returncode == 2 and 'env_type "fake_hop"' in " ".join(proc.stderr.split()), proc.stderr
     assert ("the simulator entry point 'broken = no_such_module_here:SIMULATOR' (vlarl.simulators, package "
             "hop-plugin) failed to load (ModuleNotFoundError") in text
+
+
+def test_the_table_and_config_validation_import_no_torch() -> None:
+    """Rows stay light: a config validates where no torch is installed (a simulator's own interpreter, the GPU
+    kit's check in a bare Python), so no row's package may import torch when the table loads."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from vlarl_cli.envs import registry\n"
+            "from vlarl_cli.config.loading import load_config\n"
+            "registry.simulators()\n"
+            "load_config('libero_10_ppo_openpi', ['actor.model.model_path=null', 'actor.model.preset=full'])\n"
+            "print(sorted(m for m in ('torch', 'mujoco', 'robosuite') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

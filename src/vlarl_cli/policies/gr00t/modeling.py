@@ -223,7 +223,9 @@ class Gr00tPolicy(nn.Module):
                                           cfg.vision_num_layers, heads=cfg.vision_num_heads, gated=False))
         llm_layers = self._llm_layers_with_graph(inner)
         if llm_layers:
-            qkv = 2 * (cfg.llm_num_heads + cfg.llm_num_kv_heads) * cfg.llm_head_dim
+            # transformers' SDPA path expands keys / values to the query heads when a mask is given (repeat_kv):
+            # the kernel keeps q, k, v and the output each llm_num_heads wide
+            qkv = 4 * cfg.llm_num_heads * cfg.llm_head_dim
             stacks.append(ActivationStack("qwen3", vl, cfg.llm_hidden_size, cfg.llm_intermediate_size, qkv,
                                           llm_layers, heads=cfg.llm_num_heads))
         if cfg.vl_self_attention_layers:

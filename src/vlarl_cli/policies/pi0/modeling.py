@@ -456,8 +456,15 @@ class Pi0Model(nn.Module):
         if past_kv is not None:
             k = torch.cat([past_kv[0].to(k.dtype), k], 2)
             v = torch.cat([past_kv[1].to(v.dtype), v], 2)
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=hd**-0.5,
-                                             enable_gqa=cfg.num_heads != cfg.num_kv_heads)
+        gqa = cfg.num_heads != cfg.num_kv_heads
+        if gqa and q.is_cuda:
+            # on CUDA, grouped-query SDPA with a mask runs the math kernel, which keeps the attention scores for
+            # the backward (an H200 kept 2.6x the planned activations, docs/gpu); keys / values expanded to the
+            # query heads (as transformers' repeat_kv) run the memory-efficient kernel: the same attention
+            k = k.repeat_interleave(cfg.num_heads // cfg.num_kv_heads, dim=1)
+            v = v.repeat_interleave(cfg.num_heads // cfg.num_kv_heads, dim=1)
+            gqa = False
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=hd**-0.5, enable_gqa=gqa)
         b = att.shape[0]
         att = att.transpose(1, 2).reshape(b, -1, cfg.num_heads * hd)
         out_hs: list[Tensor | None] = list(hs)

@@ -106,7 +106,9 @@ class Pi0Policy(Pi0Model):
         over the prefix keys / values, once per log-prob call (joint: every step) plus pi0's value call."""
         cfg, ckpt = self.cfg, self.gradient_checkpointing
         prefix = 2 * cfg.tokens_per_image + cfg.max_token_len
-        attn = 2 * (cfg.num_heads + cfg.num_kv_heads) * cfg.head_dim
+        # on a GPU the keys / values reach the attention kernel expanded to the query heads (modeling.py): q, k,
+        # v and the output each ``num_heads * head_dim`` wide per token, the prefix's keys / values likewise
+        attn, kv_width = 4 * cfg.num_heads * cfg.head_dim, 2 * cfg.num_heads * cfg.head_dim
         stacks = []
         if keeps_activations(self.vlm.vision_tower):
             stacks.append(ActivationStack("siglip", 2 * cfg.tokens_per_image, cfg.vision_width, cfg.vision_mlp,
@@ -118,7 +120,7 @@ class Pi0Policy(Pi0Model):
         calls = logprob_calls(self.flow_config()) + (0 if cfg.value_after_vlm or self.value_head is None else 1)
         stacks.append(ActivationStack("expert", self.suffix_len, cfg.expert_width, cfg.expert_mlp, attn,
                                       cfg.vlm_depth, heads=cfg.num_heads, passes=calls, kv_tokens=prefix,
-                                      kv_width=2 * cfg.num_kv_heads * cfg.head_dim, checkpointed=ckpt))
+                                      kv_width=kv_width, checkpointed=ckpt))
         return stacks
 
     @property
