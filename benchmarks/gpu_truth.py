@@ -181,20 +181,25 @@ def _update(policy: Any, optimizer: Any, micro_batch: int, size: int, device: An
 
 def _update_fitting(policy: Any, optimizer: Any, micro_batch: int, size: int, device: Any) -> dict[str, Any]:
     """:func:`_update` at ``micro_batch``, halved after each out-of-memory error (recorded)."""
+    import gc
+
     import torch
 
-    ooms = []
+    ooms: list[int] = []
     while True:
         try:
             return {**_update(policy, optimizer, micro_batch, size, device), "out_of_memory_at": ooms}
         except torch.OutOfMemoryError:
             ooms.append(micro_batch)
             _progress({"update": {"out_of_memory_at": ooms}})
-            optimizer.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
             if micro_batch == 1:
                 raise
-            micro_batch //= 2
+        # outside the except block: its traceback held the failed attempt's graph, so the H200 run of
+        # 2026-11-28 freed nothing and ran out of memory at every smaller micro-batch as well
+        optimizer.zero_grad(set_to_none=True)
+        gc.collect()
+        torch.cuda.empty_cache()
+        micro_batch //= 2
 
 
 def _pi0_uncached(policy: Any, obs: dict[str, Any]) -> Callable[[], Any]:

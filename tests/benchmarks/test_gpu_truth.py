@@ -81,3 +81,21 @@ def test_the_gpu_run_configs_load(gpu_truth: ModuleType, tmp_path: Path) -> None
     config = load_config(name, overrides).config
     assert config.env.train.task_suite_name == "libero_spatial"  # the suite whose assets the kit carries
     assert config.train_num_envs == 16
+
+
+def test_an_update_out_of_memory_halves_the_micro_batch(gpu_truth: ModuleType,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    tried: list[int] = []
+
+    def update(policy: object, optimizer: torch.optim.Optimizer, micro_batch: int, size: int, device: object) -> dict:
+        tried.append(micro_batch)
+        if micro_batch > 4:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return {"micro_batch": micro_batch}
+
+    monkeypatch.setattr(gpu_truth, "_update", update)
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+    result = gpu_truth._update_fitting(None, optimizer, 16, 8, torch.device("cpu"))
+    assert tried == [16, 8, 4] and result == {"micro_batch": 4, "out_of_memory_at": [16, 8]}

@@ -457,10 +457,11 @@ class Pi0Model(nn.Module):
             k = torch.cat([past_kv[0].to(k.dtype), k], 2)
             v = torch.cat([past_kv[1].to(v.dtype), v], 2)
         gqa = cfg.num_heads != cfg.num_kv_heads
-        if gqa and q.is_cuda:
-            # on CUDA, grouped-query SDPA with a mask runs the math kernel, which keeps the attention scores for
-            # the backward (an H200 kept 2.6x the planned activations, docs/gpu); keys / values expanded to the
-            # query heads (as transformers' repeat_kv) run the memory-efficient kernel: the same attention
+        if gqa and q.is_cuda and q.dtype == torch.float32:
+            # on CUDA, grouped-query SDPA in fp32 runs the math kernel, which keeps the attention scores for the
+            # backward (an H200 kept 2.6x the planned activations, docs/gpu); keys / values expanded to the query
+            # heads (as transformers' repeat_kv) run the memory-efficient kernel: the same attention. In bf16
+            # cuDNN's kernel takes grouped queries with the mask as they are (measured there too).
             k = k.repeat_interleave(cfg.num_heads // cfg.num_kv_heads, dim=1)
             v = v.repeat_interleave(cfg.num_heads // cfg.num_kv_heads, dim=1)
             gqa = False

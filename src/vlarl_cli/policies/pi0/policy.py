@@ -106,9 +106,11 @@ class Pi0Policy(Pi0Model):
         over the prefix keys / values, once per log-prob call (joint: every step) plus pi0's value call."""
         cfg, ckpt = self.cfg, self.gradient_checkpointing
         prefix = 2 * cfg.tokens_per_image + cfg.max_token_len
-        # on a GPU the keys / values reach the attention kernel expanded to the query heads (modeling.py): q, k,
-        # v and the output each ``num_heads * head_dim`` wide per token, the prefix's keys / values likewise
-        attn, kv_width = 4 * cfg.num_heads * cfg.head_dim, 2 * cfg.num_heads * cfg.head_dim
+        # on a GPU in fp32 the keys / values reach the attention kernel expanded to the query heads (modeling.py):
+        # q, k, v and the output each ``num_heads * head_dim`` wide per token, the prefix's keys / values likewise;
+        # in bf16 / fp16 the kernel takes the grouped keys / values as they are
+        kv_heads = cfg.num_heads if self._dtype() == torch.float32 else cfg.num_kv_heads
+        attn, kv_width = 2 * (cfg.num_heads + kv_heads) * cfg.head_dim, 2 * kv_heads * cfg.head_dim
         stacks = []
         if keeps_activations(self.vlm.vision_tower):
             stacks.append(ActivationStack("siglip", 2 * cfg.tokens_per_image, cfg.vision_width, cfg.vision_mlp,
