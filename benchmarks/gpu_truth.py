@@ -194,8 +194,8 @@ def _update_fitting(policy: Any, optimizer: Any, micro_batch: int, size: int, de
             _progress({"update": {"out_of_memory_at": ooms}})
             if micro_batch == 1:
                 raise
-        # outside the except block: its traceback held the failed attempt's graph, so the H200 run of
-        # 2026-11-28 freed nothing and ran out of memory at every smaller micro-batch as well
+        # outside the except block, with a collection: on the H200 run of 2026-11-28 the failed attempt's memory
+        # stayed allocated (cause not established) and every smaller micro-batch ran out of memory as well
         optimizer.zero_grad(set_to_none=True)
         gc.collect()
         torch.cuda.empty_cache()
