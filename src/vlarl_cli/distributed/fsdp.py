@@ -125,8 +125,32 @@ def shard_model(model: nn.Module, *, device: torch.device, class_names: list[str
     fully_shard(model, **root_kwargs)
     for method in ("sample", "evaluate"):
         if hasattr(model, method):
+            setattr(model, method, _without_views(getattr(model, method)))
             register_fsdp_forward_method(model, method)
     return model
+
+
+def _without_views(method: Any) -> Any:
+    """``method`` whose dataclass output holds no view among its grad-requiring tensors (a copy instead).
+
+    FSDP2 hooks the backward on a wrapped module's outputs; an in-place op on a view output would skip that
+    hook and the all-gather, and torch warns about every such output on every rank. The families return views
+    of small tensors (sliced log-probs, chunked token log-probs, reshaped values); copying them here keeps the
+    rule in one place for every family."""
+    import dataclasses
+    import functools
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        out = method(*args, **kwargs)
+        if dataclasses.is_dataclass(out) and not isinstance(out, type):
+            for field in dataclasses.fields(out):
+                value = getattr(out, field.name)
+                if isinstance(value, torch.Tensor) and value.requires_grad and value._base is not None:
+                    setattr(out, field.name, value.clone())
+        return out
+
+    return call
 
 
 def is_sharded(model: nn.Module) -> bool:

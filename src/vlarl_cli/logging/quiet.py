@@ -9,10 +9,10 @@ folder (``<run>/logs``, ``distributed/dist.relaunch``). What is dropped is liste
 "No private macro file found!" notice (``robosuite/__init__.py``, logged through its ``robosuite_logs``
 logger on every import), LIBERO 0.1.1's ``[info] using task orders ...`` print (its benchmark constructor;
 :func:`dependency_prints` around the call), Deprecation/Future warnings raised inside third-party
-packages, and torch's FSDP2 advice that a sharded module "returned a view tensor" (printed once per rank
-of every multi-process run, since the value heads return ``squeeze(-1)`` views: advice to whoever edits
-those outputs in place, which vlarl does not; ``tests/distributed/test_rl_equivalence.py`` checks FSDP
-runs against the 1-process run).
+packages, and torch's FSDP2 advice that a sharded module "returned a view tensor" (advice to whoever edits
+those outputs in place, which vlarl does not; the policies' ``sample`` / ``evaluate`` outputs are copied out
+of views where FSDP wraps them, ``distributed/fsdp._without_views``, and
+``tests/distributed/test_rl_equivalence.py`` checks under ``--verbose`` that no such advice is printed).
 """
 
 from __future__ import annotations

@@ -59,6 +59,6 @@ def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> 
     if logits.shape[:-1] != tokens.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and tokens {tuple(tokens.shape)} do not match")
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
-    logp = logp_all.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
+    logp = logp_all.gather(-1, tokens.long().unsqueeze(-1)).sum(-1)  # one term: exact, and not a view (FSDP2)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy

@@ -103,7 +103,9 @@ class MLPCritic(nn.Module):
         if features.dim() != 2 or features.shape[1] != self.in_dim:
             raise ValueError(f"MLPCritic expects features [B, {self.in_dim}], got {tuple(features.shape)}")
         first: nn.Linear = self.mlp[0]  # type: ignore[assignment]
-        return self.mlp(features.to(first.weight.dtype)).squeeze(-1).to(torch.float32)
+        # a fresh tensor, not a view: FSDP2 warns on (and an in-place op would skip the all-gather of) a wrapped
+        # module's view outputs
+        return self.mlp(features.to(first.weight.dtype)).squeeze(-1).to(torch.float32, copy=True)
 
     def extra_repr(self) -> str:
         return f"hidden={list(self.hidden_sizes)}, activation={self.activation}, init={self.init}"
@@ -144,4 +146,4 @@ class ValueHead(nn.Module):
             raise ValueError(f"ValueHead expects features [B, {self.in_dim}], got {tuple(features.shape)}")
         x = features.to(self.out.weight.dtype)
         values = self.out(self.body(x))
-        return (values.squeeze(-1) if self.num_values == 1 else values).to(torch.float32)
+        return (values.squeeze(-1) if self.num_values == 1 else values).to(torch.float32, copy=True)  # not a view
