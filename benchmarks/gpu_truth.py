@@ -45,10 +45,11 @@ FAMILIES = {  # part name -> the recipe rl-train would run
     "gr00t_n16": "libero_spatial_ppo_gr00t_n1d6", "openvla_oft": "libero_10_ppo_openvlaoft",
 }
 PARTS = ("attention", *(f"family:{f}" for f in FAMILIES), "libero", "iteration")
-#: seconds per part on the GPU machine: 15 + 5 x 65 + 60 + 90 = 490 s, so that one call (timeout 570 s, the kit's
-#: install included) and a rerun of the parts that failed fit in the 15 minutes of device time a task is lent
-#: (docs/gpu/README.md)
-TIMEOUTS = {"attention": 15, "family": 65, "libero": 60, "iteration": 90}
+#: seconds per part on the GPU machine (the H200 run of 2026-11-28: GR00T ~31 s; pi0 ~50 s to the end of its update,
+#: its fp32 rollout at 64 envs beyond), 500 s in all, so that one call (timeout 570 s, the kit's install included)
+#: and a rerun of the parts that failed fit in the 15 minutes of device time a task is lent (docs/gpu/README.md)
+TIMEOUTS = {"attention": 15, "family:pi0": 90, "family:pi05": 90, "family:gr00t_n15": 45, "family:gr00t_n16": 45,
+            "family:openvla_oft": 70, "libero": 60, "iteration": 85}
 SMOKE_TIMEOUT = 30  # per part; --smoke runs them all in one process
 WORKERS = (1, 4, 8, 16)
 GIB = 1024**3
@@ -513,25 +514,28 @@ def _git_commit() -> str | None:
 
 
 def _timeouts(spec: list[str], smoke: bool) -> dict[str, float]:
+    """Each part's limit; ``--timeouts`` takes ``PART=SECONDS`` or ``KIND=SECONDS`` (``family=60``: every family)."""
     limits = {k: float(SMOKE_TIMEOUT if smoke else v) for k, v in TIMEOUTS.items()}
     for item in spec:
         key, _, value = item.partition("=")
-        if key not in limits or not value:
-            raise SystemExit(f"--timeouts takes KIND=SECONDS with KIND one of {', '.join(limits)}; got {item!r}")
-        limits[key] = float(value)
+        matched = [k for k in limits if k == key or k.split(":")[0] == key]
+        if not matched or not value:
+            raise SystemExit(f"--timeouts takes PART=SECONDS or KIND=SECONDS with PART one of {', '.join(limits)} "
+                             f"and KIND one of attention, family, libero, iteration; got {item!r}")
+        limits.update({k: float(value) for k in matched})
     return limits
 
 
 def planned_seconds(parts: list[str] | tuple[str, ...], limits: dict[str, float]) -> float:
     """The longest the parts can take together (each at its time limit)."""
-    return sum(limits[p.split(":")[0]] for p in parts)
+    return sum(limits[p] for p in parts)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny presets on CPU, quick")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, from: {', '.join(PARTS)}")
-    parser.add_argument("--timeouts", nargs="*", default=[], help="KIND=SECONDS, KIND in attention, family, libero, iteration")
+    parser.add_argument("--timeouts", nargs="*", default=[], help="PART=SECONDS or KIND=SECONDS (family=60: every family part)")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "out")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
@@ -549,7 +553,7 @@ def main() -> None:
     if args.smoke:  # one process for everything: the imports are most of a tiny run's time
         report["parts"] = spawn(parts, True, planned_seconds(parts, limits))
     for part in [] if args.smoke else parts:  # one process per part: its own memory, its own time limit
-        report["parts"].update(spawn([part], False, limits[part.split(":")[0]]))
+        report["parts"].update(spawn([part], False, limits[part]))
     report["failed"] = [p for p, r in report["parts"].items() if not r["ok"]]
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import _bench  # versions, cores and load average beside the figures, as every benchmark

@@ -65,8 +65,11 @@ def test_a_part_that_fails_late_keeps_what_it_measured(gpu_truth: ModuleType, tm
 
 def test_timeouts_are_checked(gpu_truth: ModuleType) -> None:
     assert gpu_truth._timeouts(["libero=5"], smoke=False)["libero"] == 5.0
+    limits = gpu_truth._timeouts(["family=60", "family:pi0=95"], smoke=False)
+    assert limits["family:gr00t_n15"] == 60.0 and limits["family:pi0"] == 95.0
+    assert set(limits) == set(gpu_truth.PARTS)
     assert gpu_truth.planned_seconds(gpu_truth.PARTS, gpu_truth._timeouts([], smoke=False)) <= 500  # one call
-    with pytest.raises(SystemExit, match="KIND=SECONDS"):
+    with pytest.raises(SystemExit, match="PART=SECONDS"):
         gpu_truth._timeouts(["gpu=5"], smoke=False)
 
 
