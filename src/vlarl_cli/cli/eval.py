@@ -17,6 +17,7 @@ Examples:
   vlarl eval --suite libero_pro_spatial --checkpoint PATH                # LIBERO-PRO: lan, swap, task
   vlarl eval --suite libero_pro --categories swap,task --trials 10       # a robustness report per category
   vlarl eval --robustness eval/sft/pro --robustness eval/rl/pro          # two checkpoints side by side
+  vlarl setup-sim libero_plus && vlarl eval --suite libero_plus_goal --categories camera,noise   # LIBERO-Plus
   vlarl eval --task PickCube-v1 --checkpoint PATH --episodes 100         # ManiSkill3 (env_type maniskill)
   torchrun --nproc-per-node 2 -m vlarl_cli.cli.main eval --suite libero_90 --checkpoint PATH
 """
@@ -129,7 +130,8 @@ def command(
                        out_dir=out, resume=resume)
     from vlarl_cli.envs.libero_pro.catalog import is_pro_split
 
-    if is_pro_split(suite) and summary.out_dir is not None and summary.complete:
+    robustness_split = is_pro_split(suite) or plus.is_plus_split(suite)
+    if robustness_split and summary.out_dir is not None and summary.complete:
         _robustness([Path(summary.out_dir)], None)
 
 
@@ -147,7 +149,7 @@ def _task_ids(tasks: str | None) -> tuple[int, ...] | None:
 
 
 def _robustness(folders: list[Path], out: Path | None) -> None:
-    """Print and write the per-category report of one or two LIBERO-PRO results folders."""
+    """Print and write the per-category report of one or two LIBERO-PRO / LIBERO-Plus results folders."""
     from vlarl_cli.training.evaluation.robustness import print_report, report_from_folders, write_report
 
     report = report_from_folders(folders)
