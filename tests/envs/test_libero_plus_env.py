@@ -6,6 +6,8 @@ absent the simulator tests skip, naming the command. The checks without it (suit
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -64,3 +66,21 @@ def test_a_camera_task_runs_in_libero_plus_and_its_camera_moved(plus_python: str
     main = np.abs(theirs[keys.MAIN_IMAGES].float() - ours[keys.MAIN_IMAGES].float()).mean().item()
     wrist = np.abs(theirs[keys.WRIST_IMAGES].float() - ours[keys.WRIST_IMAGES].float()).mean().item()
     assert main > 5 * max(wrist, 0.5), (main, wrist)
+
+
+def test_configs_naming_plus_suites_are_checked_at_load_time(tmp_path, monkeypatch) -> None:
+    """The simulator's own environment, the suite's category and the env_type are checked when the config loads
+    (so --dry-run finds them), each in one sentence naming the fix."""
+    from vlarl_cli.config.loading import load_config
+    from vlarl_cli.errors import ConfigError
+
+    monkeypatch.setenv("VLARL_CACHE", str(tmp_path))  # no LIBERO-Plus environment built there
+    for overrides, needle in (
+        (["env.train.env_type=libero_plus"], 'runs LIBERO-Plus suites; "libero_spatial" is not one'),
+        (["env.train.env_type=libero_plus", "env.train.task_suite_name=libero_plus_goal_camera"],
+         "does not exist; build LIBERO-Plus's environment with `vlarl setup-sim libero_plus`"),
+        (["env.train.task_suite_name=libero_plus_goal_camera"], "runs only in LIBERO-Plus's own environment"),
+        (["env.train.task_suite_name=libero_plus_goal_light"], "light tasks build scenes or objects from its assets.zip"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(needle)):
+            load_config("libero_tiny_ppo", overrides)
