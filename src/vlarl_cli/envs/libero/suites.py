@@ -111,7 +111,7 @@ def check_suite(suite: str) -> str:
         from vlarl_cli.envs.libero_pro.data import check_runnable
 
         check_runnable([pro_suites()[suite]])  # raises: the category this LIBERO cannot build
-    known = [*ALL_SUITES, *pro_suite_names()]
+    known = [*ALL_SUITES, *pro_suite_names(), *plus_suite_names()]
     raise EnvError(
         f'Unknown LIBERO suite "{suite}".{did_you_mean(suite, known)}',
         fix=f"Use one of {', '.join(known)}.",
