@@ -106,3 +106,15 @@ def test_the_card_names_pro_files_instruction_and_categories() -> None:
     assert list(card["categories"]) == ["libero_goal_swap"] and card["categories"]["libero_goal_swap"].startswith("Position")
     settings = EvalSettings(suite="libero_goal_swap", max_steps=100)
     assert settings.deviations(["libero_goal_swap"]) == ["max_steps=100 (protocol: libero_goal_swap 300)"]
+
+
+def test_the_card_names_the_libero_plus_environment_and_its_one_trial_protocol(tmp_path, monkeypatch) -> None:
+    from vlarl_cli.training.evaluation.card import _plus_card
+
+    monkeypatch.setenv("VLARL_CACHE", str(tmp_path))  # no environment built: its provenance is null, not invented
+    assert _plus_card(["libero_goal_swap"]) == {}
+    card = _plus_card(["libero_goal_swap", "libero_plus_goal_noise"])["libero_plus"]
+    assert card["environment"] is None and "mujoco==3.3.7" in card["simulator"]
+    assert list(card["categories"]) == ["libero_plus_goal_noise"] and card["categories"]["libero_plus_goal_noise"].startswith("Sensor Noise")
+    assert EvalSettings(suite="libero_plus_goal", trials=1).deviations(["libero_plus_goal_noise"]) == []
+    assert EvalSettings(suite="libero_plus", trials=50).deviations() == ["trials=50 per task (protocol: 1)"]

@@ -173,3 +173,28 @@ def expand(split: str, categories: tuple[str, ...] | None) -> tuple[str, ...]:
     catalog.resolve(split, keys)  # the split's name checked
     bases = catalog.BASE_SUITES if split == "libero_plus" else ("libero_" + split.removeprefix(PREFIX),)
     return tuple(check_runnable(suite_name(b, k)) for b in bases for k in keys)
+
+
+def card(suite_names: list[str]) -> dict[str, Any]:
+    """The protocol card's ``libero_plus`` part for the LIBERO-Plus suites among ``suite_names`` (empty if none):
+    the environment's provenance, init states, instruction and what each category perturbs."""
+    import json
+
+    from vlarl_cli.envs.interpreter import pinned
+    from vlarl_cli.envs.libero_plus.install import PROVENANCE, env_root
+    from vlarl_cli.envs.libero_plus.simulator import REQUIREMENTS
+
+    ours = [s for s in suite_names if is_plus_suite(s)]
+    if not ours:
+        return {}
+    record = env_root() / PROVENANCE
+    by_key = {c.key: c for c in catalog.CATEGORIES}
+    return {"libero_plus": {
+        "environment": json.loads(record.read_text()) if record.is_file() else None,
+        "simulator": [r for r in pinned(REQUIREMENTS) if r.split("==")[0] in ("mujoco", "robosuite", "wand")],
+        "init_states": "the base task's .pruned_init; the README's protocol plays init state 0 (one trial per task)",
+        "instruction": "LIBERO-Plus's task.language: the bddl's (:language) for _language_ tasks, else the task "
+                       "name with _ -> space, suffix included",
+        "categories": {s: f"{by_key[all_suite_names()[s][1]].title}: {by_key[all_suite_names()[s][1]].changes}"
+                       for s in ours},
+    }}
