@@ -98,3 +98,25 @@ def test_every_runnable_task_finds_its_scene_and_init_states_in_the_environment(
             assert ("_language_" in info.name) == (" view " not in info.language), info.name
             seen += 1
     assert seen == 6287
+
+
+def test_setup_sim_refuses_before_installing_anything_when_the_clone_or_magickwand_is_missing(
+        capsys, tmp_path, monkeypatch) -> None:
+    """What the build needs from outside the package index is checked first: no minutes of pip, then a refusal."""
+    from vlarl_cli.cli.main import run
+    from vlarl_cli.envs.libero_plus import install
+
+    monkeypatch.setenv("VLARL_CACHE", str(tmp_path))
+    monkeypatch.delenv(install.SOURCE_VAR, raising=False)
+    for source in (None, tmp_path):  # unset, then a folder that is no clone
+        if source is not None:
+            monkeypatch.setenv(install.SOURCE_VAR, str(source))
+        assert run(["setup-sim", "libero_plus"]) == 2
+        text = " ".join(capsys.readouterr().err.split())
+        try:
+            install.check_magickwand()
+        except EnvError:
+            assert f"apt-get install {install.MAGICKWAND}" in text
+        else:
+            assert ("is not set" if source is None else "is not a git clone of LIBERO-Plus") in text
+        assert not (tmp_path / "sims" / "libero_plus").exists()

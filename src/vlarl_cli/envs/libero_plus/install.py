@@ -65,6 +65,30 @@ def check_magickwand() -> None:
                        fix=f"apt-get install {MAGICKWAND} (Debian / Ubuntu), then run `vlarl setup-sim libero_plus` again.")
 
 
+def check_inputs() -> None:
+    """What the build needs from outside the package index, checked before anything is installed: ImageMagick's
+    library and a clone holding :data:`COMMIT`."""
+    check_magickwand()
+    _commit(_source_git_dir())
+
+
+def _source_git_dir() -> Path:
+    given = os.environ.get(SOURCE_VAR)
+    if not given:
+        raise EnvError(f"LIBERO-Plus's files are needed and {SOURCE_VAR} is not set.",
+                       fix=f"git clone {REPOSITORY}, then {SOURCE_VAR}=<the clone> vlarl setup-sim libero_plus.")
+    return _git_dir(Path(given).expanduser())
+
+
+def _commit(git: Path) -> str:
+    done = subprocess.run(["git", "--git-dir", str(git), "rev-parse", "--verify", f"{COMMIT}^{{commit}}"],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise EnvError(f"{git} does not hold LIBERO-Plus commit {COMMIT} (the one vlarl's task catalog is read from).",
+                       fix=f"git -C {git} fetch origin, then run the command again.")
+    return done.stdout.strip()
+
+
 def _git_dir(source: Path) -> Path:
     for candidate in (source / ".git", source):
         if (candidate / "HEAD").is_file() and (candidate / "objects").is_dir():
@@ -76,17 +100,8 @@ def _git_dir(source: Path) -> Path:
 def extract_source(target: Path) -> str:
     """The files of :data:`COMMIT` from ``$VLARL_LIBERO_PLUS_SOURCE`` into ``target`` (replaced whole);
     returns the full commit id."""
-    given = os.environ.get(SOURCE_VAR)
-    if not given:
-        raise EnvError(f"LIBERO-Plus's files are needed and {SOURCE_VAR} is not set.",
-                       fix=f"git clone {REPOSITORY}, then {SOURCE_VAR}=<the clone> vlarl setup-sim libero_plus.")
-    git = _git_dir(Path(given).expanduser())
-    done = subprocess.run(["git", "--git-dir", str(git), "rev-parse", "--verify", f"{COMMIT}^{{commit}}"],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise EnvError(f"{git} does not hold LIBERO-Plus commit {COMMIT} (the one vlarl's task catalog is read from).",
-                       fix=f"git -C {given} fetch origin, then run the command again.")
-    commit = done.stdout.strip()
+    git = _source_git_dir()
+    commit = _commit(git)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)

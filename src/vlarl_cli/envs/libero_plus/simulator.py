@@ -33,4 +33,5 @@ SIMULATOR = Simulator(
     requirements=REQUIREMENTS,
     requirements_no_deps=("gym", "gym-notices"),
     setup="vlarl_cli.envs.libero_plus.install:finish",
+    setup_check="vlarl_cli.envs.libero_plus.install:check_inputs",  # the clone and MagickWand, before pip
 )
