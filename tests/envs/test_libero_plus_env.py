@@ -120,3 +120,15 @@ def test_setup_sim_refuses_before_installing_anything_when_the_clone_or_magickwa
         else:
             assert ("is not set" if source is None else "is not a git clone of LIBERO-Plus") in text
         assert not (tmp_path / "sims" / "libero_plus").exists()
+
+
+def test_eval_of_a_plus_split_without_its_environment_is_refused_before_a_policy_is_loaded(
+        capsys, tmp_path, monkeypatch) -> None:
+    from vlarl_cli.cli.main import run
+
+    monkeypatch.setenv("VLARL_CACHE", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert run(["eval", "--suite", "libero_plus_goal", "--categories", "noise", "--config", "libero_tiny_ppo"]) == 2
+    text = " ".join(capsys.readouterr().err.split())
+    assert "LIBERO-Plus's simulator environment is not built" in text and "vlarl setup-sim libero_plus" in text
+    assert not (tmp_path / "eval").exists()

@@ -48,9 +48,11 @@ def env_root() -> Path:
 
 def source_root() -> Path:
     """LIBERO-Plus's ``libero/libero`` folder (bddl_files, init_files) of the built environment; an
-    :class:`EnvError` naming ``vlarl setup-sim libero_plus`` when it is not built."""
+    :class:`EnvError` naming ``vlarl setup-sim libero_plus`` when it is not built (or its build did not finish)."""
+    from vlarl_cli.envs.interpreter import finished
+
     record = env_root() / PROVENANCE
-    if not record.is_file():
+    if not record.is_file() or not finished(NAME):
         raise EnvError(f"LIBERO-Plus's simulator environment is not built ({record} is missing).",
                        fix=f"Clone {REPOSITORY}, set {SOURCE_VAR}=<the clone> and run `vlarl setup-sim libero_plus` "
                            f"(it also needs ImageMagick's library: apt-get install {MAGICKWAND}).")

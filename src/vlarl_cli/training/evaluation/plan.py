@@ -164,6 +164,10 @@ class EvalSettings:
 
         get_protocol(self.protocol)
         expand_suite(self.suite, self.categories)
+        if self.plus:  # its own environment, named with the command that builds it before a policy is loaded
+            from vlarl_cli.envs.libero_plus.install import source_root
+
+            source_root()
         if self.resolution not in RESOLUTIONS:
             raise EnvError(f"Resolution {self.resolution} is not supported.", fix=f"Use one of {RESOLUTIONS}.")
         if self.num_envs < 1:
