@@ -56,7 +56,12 @@ def source_root() -> Path:
         raise EnvError(f"LIBERO-Plus's simulator environment is not built ({record} is missing).",
                        fix=f"Clone {REPOSITORY}, set {SOURCE_VAR}=<the clone> and run `vlarl setup-sim libero_plus` "
                            f"(it also needs ImageMagick's library: apt-get install {MAGICKWAND}).")
-    return Path(json.loads(record.read_text())["source"]) / "libero" / "libero"
+    built = json.loads(record.read_text())
+    if not str(built["commit"]).startswith(COMMIT):
+        raise EnvError(f"LIBERO-Plus's environment holds commit {built['commit'][:7]}, and vlarl's task catalog is "
+                       f"read from {COMMIT}: task names and files may differ.",
+                       fix=f"Remove {env_root()} and run `vlarl setup-sim libero_plus` again.")
+    return Path(built["source"]) / "libero" / "libero"
 
 
 def check_magickwand() -> None:
