@@ -50,8 +50,8 @@ def test_compare_cli(tmp_path: Path) -> None:
 
 
 def test_eval_robustness_splits_refuse_in_one_paragraph(tmp_path: Path) -> None:
-    """An unknown PRO category lists the known ones; LIBERO-Plus says what it needs (its own simulator
-    environment, and for light / background / layout the download command of its assets)."""
+    """An unknown PRO category lists the known ones; LIBERO-Plus's light / background / layout say
+    what they need (its assets.zip, with the download command)."""
     run = run_cli(["eval", "--suite", "libero_pro_goal", "--categories", "postion", "--config", "libero_tiny_ppo"],
                   cwd=tmp_path, timeout=120)
     assert run.returncode == 2 and "Traceback" not in run.stderr
@@ -59,4 +59,4 @@ def test_eval_robustness_splits_refuse_in_one_paragraph(tmp_path: Path) -> None:
     run = run_cli(["eval", "--suite", "libero_plus_goal", "--categories", "light", "--config", "libero_tiny_ppo"],
                   cwd=tmp_path, timeout=120)
     assert run.returncode == 2 and "Traceback" not in run.stderr
-    assert "mujoco >= 3.0, < 3.4" in run.stderr and "vlarl download Sylvest/LIBERO-plus" in run.stderr
+    assert "assets.zip" in run.stderr and "vlarl download Sylvest/LIBERO-plus" in run.stderr

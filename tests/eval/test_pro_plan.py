@@ -54,7 +54,8 @@ def test_plan_addresses_pro_tasks_after_the_130(pro_files) -> None:
     # libero_130 ids unchanged; spatial_lan is the first PRO suite, spatial_swap the second
     assert EpisodeKey("libero_10", 9, 0).libero130_task == 129
     assert plan[1].libero130_task == 140 and plan[1].libero130_reset_state_id == 140 * 50 + 1
-    assert suites.num_tasks(suites.LIBERO_ALL) == 130 + 12 * 10
+    # the 130, the 12 runnable PRO suites, the runnable LIBERO-Plus tasks (camera 1599, robot 1550, language 1537, noise 1601)
+    assert suites.num_tasks(suites.LIBERO_ALL) == 130 + 12 * 10 + 6287
 
 
 def test_pro_step_limits_are_the_base_suites() -> None:
@@ -64,17 +65,17 @@ def test_pro_step_limits_are_the_base_suites() -> None:
     assert rlinf.max_steps_for("libero_goal_swap") == 320
 
 
-def test_plus_splits_are_checked_then_refused_with_what_they_need(tmp_path, monkeypatch) -> None:
+def test_plus_splits_expand_to_their_suites_and_refuse_what_needs_assets_zip(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("VLARL_CACHE", str(tmp_path))
     with pytest.raises(EnvError) as err:
         expand_suite("libero_plus_goal", ("camera", "layout"))
     text = str(err.value)
-    assert "libero_plus_goal (833 episodes, categories camera, layout)" in text  # 408 camera + 425 layout
-    assert "mujoco >= 3.0, < 3.4" in text and "Categories layout also need" in text
-    assert f"--local-dir {tmp_path}/libero_plus" in text and "not downloaded yet" in text
-    with pytest.raises(EnvError) as err:
-        expand_suite("libero_plus", ("camera",))
-    assert "assets.zip" not in str(err.value)  # camera scenes are LIBERO's own
+    assert text.startswith("libero_plus_goal_layout: LIBERO-Plus's layout tasks") and "assets.zip" in text
+    assert f"--local-dir {tmp_path}/libero_plus" in text
+    assert expand_suite("libero_plus", ("camera",)) == tuple(f"libero_plus_{b}_camera" for b in ("spatial", "object",
+                                                                                                  "goal", "10"))
+    assert expand_suite("libero_plus_10") == tuple(f"libero_plus_10_{c}" for c in ("camera", "robot", "language", "noise"))
+    assert get_protocol("standard").max_steps_for("libero_plus_10_noise") == 520  # the base suite's limit
     with pytest.raises(EnvError, match=r'Unknown LIBERO-Plus category "noize"\. Did you mean "noise"'):
         expand_suite("libero_plus", ("noize",))
 
@@ -92,7 +93,7 @@ def test_rlinf_pro_keys_select_a_pro_suite_for_env_train(tmp_path, monkeypatch) 
     for suffix, needle in (("object", "own object classes"), ("all", "one split per perturbation")):
         with pytest.raises(ConfigError, match=needle):
             load_config("quickstart", ["env.train.libero_variant=pro", f"env.train.perturbation_suffix={suffix}"])
-    with pytest.raises(ConfigError, match="LIBERO-Plus's own simulator environment"):
+    with pytest.raises(ConfigError, match=r"libero_variant plus is RLinf's mix.*vlarl setup-sim libero_plus"):
         load_config("quickstart", ["env.train.libero_variant=plus"])
 
 
@@ -105,3 +106,15 @@ def test_the_card_names_pro_files_instruction_and_categories() -> None:
     assert list(card["categories"]) == ["libero_goal_swap"] and card["categories"]["libero_goal_swap"].startswith("Position")
     settings = EvalSettings(suite="libero_goal_swap", max_steps=100)
     assert settings.deviations(["libero_goal_swap"]) == ["max_steps=100 (protocol: libero_goal_swap 300)"]
+
+
+def test_the_card_names_the_libero_plus_environment_and_its_one_trial_protocol(tmp_path, monkeypatch) -> None:
+    from vlarl_cli.training.evaluation.card import _plus_card
+
+    monkeypatch.setenv("VLARL_CACHE", str(tmp_path))  # no environment built: its provenance is null, not invented
+    assert _plus_card(["libero_goal_swap"]) == {}
+    card = _plus_card(["libero_goal_swap", "libero_plus_goal_noise"])["libero_plus"]
+    assert card["environment"] is None and "mujoco==3.3.7" in card["simulator"]
+    assert list(card["categories"]) == ["libero_plus_goal_noise"] and card["categories"]["libero_plus_goal_noise"].startswith("Sensor Noise")
+    assert EvalSettings(suite="libero_plus_goal", trials=1).deviations(["libero_plus_goal_noise"]) == []
+    assert EvalSettings(suite="libero_plus", trials=50).deviations() == ["trials=50 per task (protocol: 1)"]

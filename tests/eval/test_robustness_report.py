@@ -110,8 +110,19 @@ def test_report_from_two_results_folders_uses_their_common_episodes(tmp_path: Pa
         ("original", 1, 1), ("swap", 2, 2), ("total", 2, 2)]  # the unperturbed row is not in the total
     assert report.inputs["sft"] == ("state",) and report.deviations == [
         "rl: obs_mode state: no camera", "sft: obs_mode state: no camera"]
-    with pytest.raises(EnvError, match="not part of LIBERO-PRO"):
+    with pytest.raises(EnvError, match="not part of LIBERO-PRO or LIBERO-Plus"):
         report_from_folders([_folder(tmp_path / "x", {("libero_90", 0, 0): True})])
+
+
+def test_a_libero_plus_folder_reports_in_its_leaderboard_categories(tmp_path: Path) -> None:
+    from vlarl_cli.training.evaluation.robustness import report_from_folders
+
+    plus = _folder(tmp_path / "plus", {("libero_plus_goal_noise", 0, 0): True, ("libero_plus_goal_camera", 0, 0): False,
+                                       ("libero_plus_goal_camera", 1, 0): True, ("libero_plus_10_robot", 3, 0): False})
+    report = report_from_folders([plus])
+    assert report.benchmark == "LIBERO-Plus" and report.split == "libero_10, libero_goal"
+    assert [(r.key, r.successes, r.episodes) for r in report.runs["plus"]] == [  # the leaderboard's column order
+        ("camera", 1, 2), ("robot", 0, 1), ("noise", 1, 1), ("total", 2, 4)]
 
 
 def test_cli_robustness_of_two_folders_writes_the_report(tmp_path: Path) -> None:

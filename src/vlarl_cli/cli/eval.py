@@ -17,6 +17,7 @@ Examples:
   vlarl eval --suite libero_pro_spatial --checkpoint PATH                # LIBERO-PRO: lan, swap, task
   vlarl eval --suite libero_pro --categories swap,task --trials 10       # a robustness report per category
   vlarl eval --robustness eval/sft/pro --robustness eval/rl/pro          # two checkpoints side by side
+  vlarl setup-sim libero_plus && vlarl eval --suite libero_plus_goal --categories camera,noise   # LIBERO-Plus
   vlarl eval --task PickCube-v1 --checkpoint PATH --episodes 100         # ManiSkill3 (env_type maniskill)
   torchrun --nproc-per-node 2 -m vlarl_cli.cli.main eval --suite libero_90 --checkpoint PATH
 """
@@ -32,7 +33,8 @@ def command(
     suite: str = typer.Option("libero_10", "--suite", "-s", help="libero_spatial, libero_object, libero_goal, "
                               "libero_10, libero_90, libero_130, all (the four standard suites), a LIBERO-PRO "
                               "suite (libero_goal_swap ...) or split: libero_pro, libero_pro_<spatial|object|goal|10>; "
-                              "LIBERO-Plus splits libero_plus[_<base>] are named but not runnable yet."),
+                              "LIBERO-Plus: libero_plus, libero_plus_<base> or one suite libero_plus_<base>_<category> "
+                              "(its own environment: vlarl setup-sim libero_plus)."),
     categories: str | None = typer.Option(None, "--categories", help="Perturbation categories of a robustness "
                                           "split, comma-separated. LIBERO-PRO: lan, swap, task (default: all "
                                           "three; object needs PRO's own package), original (the unperturbed "
@@ -48,7 +50,8 @@ def command(
     overrides: list[str] | None = typer.Argument(None, help="KEY=VALUE config overrides, e.g. "
                                                  "actor.model.preset=tiny.", show_default=False),
     tasks: str | None = typer.Option(None, "--tasks", help="Comma-separated task ids of the suite (default all)."),
-    trials: int = typer.Option(50, "--trials", min=1, max=50, help="Trials per task; trial i = init state i."),
+    trials: int | None = typer.Option(None, "--trials", min=1, max=50, help="Trials per task; trial i = init "
+                                      "state i (default: the protocol's, 50; LIBERO-Plus 1)."),
     protocol: str = typer.Option("standard", "--protocol", help="standard (openpi/OpenVLA) or rlinf."),
     temperature: float | None = typer.Option(None, "--temperature", help="Sample actions at this temperature "
                                              "(flow policies: 1 = their configured noise). Default: deterministic."),
@@ -110,8 +113,12 @@ def command(
         evaluate_maniskill(_policy_source(checkpoint, config, run), config, list(overrides or []), settings=ms,
                            out_dir=out)
         return
+    from vlarl_cli.envs.libero_plus import catalog as plus
+    from vlarl_cli.envs.libero_plus import suites as plus_suites
     from vlarl_cli.training.evaluation import EvalSettings, evaluate
 
+    if trials is None:  # LIBERO-Plus's README: LIBERO's evaluation with num_trials_per_task 1
+        trials = 1 if plus.is_plus_split(suite) or plus_suites.is_plus_suite(suite) else 50
     settings = EvalSettings(suite=suite, tasks=task_ids, trials=trials, protocol=protocol,
                             deterministic=temperature is None, temperature=temperature, num_envs=num_envs,
                             num_workers=num_workers, resolution=resolution, max_steps=max_steps,
@@ -123,7 +130,8 @@ def command(
                        out_dir=out, resume=resume)
     from vlarl_cli.envs.libero_pro.catalog import is_pro_split
 
-    if is_pro_split(suite) and summary.out_dir is not None and summary.complete:
+    robustness_split = is_pro_split(suite) or plus.is_plus_split(suite)
+    if robustness_split and summary.out_dir is not None and summary.complete:
         _robustness([Path(summary.out_dir)], None)
 
 
@@ -141,7 +149,7 @@ def _task_ids(tasks: str | None) -> tuple[int, ...] | None:
 
 
 def _robustness(folders: list[Path], out: Path | None) -> None:
-    """Print and write the per-category report of one or two LIBERO-PRO results folders."""
+    """Print and write the per-category report of one or two LIBERO-PRO / LIBERO-Plus results folders."""
     from vlarl_cli.training.evaluation.robustness import print_report, report_from_folders, write_report
 
     report = report_from_folders(folders)

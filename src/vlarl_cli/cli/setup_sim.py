@@ -7,6 +7,8 @@ $VLARL_CACHE/sims/NAME (default ~/.cache/vlarl). Idempotent: a finished environm
 Examples:
   vlarl setup-sim libero
   vlarl rl-train -c libero_tiny_ppo env.train.python=libero env.eval.python=libero
+  VLARL_LIBERO_PLUS_SOURCE=~/LIBERO-plus vlarl setup-sim libero_plus   # a clone of sylvestf/LIBERO-plus
+  vlarl eval --suite libero_plus_goal --categories camera,noise
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import typer
 
 
 def command(
-    name: str = typer.Argument(..., help="The simulator (its env_type): libero."),
+    name: str = typer.Argument(..., help="The simulator (its env_type): libero, libero_plus."),
     python: str | None = typer.Option(None, "--python", help="Base interpreter for the new environment "
                                       "(default: the one vlarl runs on)."),
 ) -> None:

@@ -340,15 +340,18 @@ class EnvSplitConfig(Section):
         {"group_name", "wrap_obs_mode", "enable_offload", "policy_setup", "reward_mode", "use_full_state"})
 
     env_type: str = Field(
-        "libero", description="Simulator (envs/registry.py): libero, maniskill (built-in tasks), the CPU toy_reach "
+        "libero", description="Simulator (envs/registry.py): libero, libero_plus (LIBERO-Plus in "
+        "its own environment, `vlarl setup-sim libero_plus`), maniskill (built-in tasks), the CPU toy_reach "
         "task, or one registered from outside.")
     task_suite_name: str = Field("libero_spatial", description="LIBERO suite: libero_spatial, libero_object, "
-                                 "libero_goal, libero_10, libero_90, libero_130, or a LIBERO-PRO suite "
-                                 "(libero_goal_swap ...: lan, swap, task of the four 10-task suites).")
+                                 "libero_goal, libero_10, libero_90, libero_130, a LIBERO-PRO suite "
+                                 "(libero_goal_swap ...: lan, swap, task of the four 10-task suites), or with "
+                                 "env_type libero_plus a LIBERO-Plus suite libero_plus_<spatial|object|goal|10>_"
+                                 "<camera|robot|language|noise>.")
     libero_variant: Literal["standard", "pro", "plus"] = Field(
         "standard", description="RLinf's key (or its LIBERO_TYPE): pro runs task_suite_name's LIBERO-PRO suite "
-        "named by perturbation_suffix, with PRO's own init states (RLinf keeps the base suite's); plus is refused "
-        "(LIBERO-Plus needs its own simulator environment).")
+        "named by perturbation_suffix, with PRO's own init states (RLinf keeps the base suite's); plus (RLinf's "
+        "mix of LIBERO-Plus files into the base suite) is refused, naming env_type libero_plus instead.")
     perturbation_suffix: str | None = Field(
         None, description="RLinf's key: with libero_variant pro, the perturbation (lan, swap or task; one per split).")
     task_ids: list[int] | None = Field(None, description="Restrict to these task ids of the suite (vlarl).")

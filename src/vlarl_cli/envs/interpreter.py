@@ -169,6 +169,8 @@ def build(name: str, *, base: str | None = None, log: Any = print) -> Path:
     python, stamp = root / "bin" / "python", root / STAMP
     want = json.dumps({"requirements": pinned(sim.requirements), "no_deps": pinned(sim.requirements_no_deps)})
     if not (stamp.is_file() and stamp.read_text() == want):
+        if sim.setup_check is not None:  # what the setup step needs from outside the index, before installing
+            registry.load(sim.setup_check)()
         stamp.unlink(missing_ok=True)  # written last: an interrupted build is never taken for a finished one
         _install(root, python, base or str(getattr(sys, "_base_executable", sys.executable)), json.loads(want), log)
         if sim.setup is not None:

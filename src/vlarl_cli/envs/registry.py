@@ -33,7 +33,7 @@ from typing import Any
 __all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "EnvRequest", "Simulator", "get", "load", "names", "register", "simulators", "unregister"]
 
 #: the simulators of this package, each ``vlarl_cli.envs.<name>.simulator``
-BUILTIN: tuple[str, ...] = ("libero", "maniskill", "toy")
+BUILTIN: tuple[str, ...] = ("libero", "libero_plus", "maniskill", "toy")
 #: the entry-point group through which an installed package adds a simulator (:func:`_load_installed`)
 ENTRY_POINT_GROUP = "vlarl.simulators"
 
@@ -63,6 +63,9 @@ class Simulator:
             that environment, called with its ``bin/python`` (LIBERO: links the verified assets).
         prepare: ``"module:function"`` called (no arguments) before another interpreter is probed, setting what
             the workers inherit (LIBERO: its config path, so importing it never prompts).
+        setup_check: ``"module:function"`` called (no arguments) before ``vlarl setup-sim`` installs anything:
+            raises when what ``setup`` needs from outside the package index is missing (LIBERO-Plus: its clone,
+            ImageMagick's library), so a build never fails after minutes of installing.
     """
 
     name: str
@@ -89,6 +92,7 @@ class Simulator:
     requirements_no_deps: tuple[str, ...] = ()
     setup: str | None = None
     prepare: str | None = None
+    setup_check: str | None = None
 
     def call(self, what: str, *args: Any, **kwargs: Any) -> Any:
         """Call the function this simulator names under ``what`` (``make_env``, ``check_split``, ...)."""

@@ -92,12 +92,14 @@ def deviations(name: str, split: Any) -> list[str]:
 def check_split(split: Any) -> None:
     """What a LIBERO launch would refuse, found at load time (so `--dry-run` finds it too)."""
     from vlarl_cli.envs.libero.env import RESOLUTIONS
-    from vlarl_cli.envs.libero.suites import TRIALS_PER_TASK, num_tasks, pro_suite_names
+    from vlarl_cli.envs.libero.suites import TRIALS_PER_TASK, num_tasks, plus_suite_names, pro_suite_names
+    from vlarl_cli.envs.libero_plus.suites import check_python
     from vlarl_cli.errors import did_you_mean
 
     _check_variant(split)
+    check_python(split)  # a LIBERO-Plus suite: runnable category, LIBERO-Plus's interpreter
     suite = suite_of(split)
-    known = (*SUITES, *pro_suite_names())
+    known = (*SUITES, *pro_suite_names(), *plus_suite_names())
     if suite not in known:
         raise ValueError(f'unknown task_suite_name "{suite}"; known: {", ".join(known)}.'
                          f"{did_you_mean(suite, known)}")

@@ -103,10 +103,13 @@ class Protocol:
     def max_steps_for(self, suite: str) -> int:
         """Max policy steps for ``suite``; libero_130 mixes suites, so use the task's original suite. A
         LIBERO-PRO suite takes its base suite's limit (PRO's README TASK_MAX_STEPS)."""
+        from vlarl_cli.envs.libero_plus.suites import base_suite, is_plus_suite
         from vlarl_cli.envs.libero_pro.catalog import pro_suites
 
         if suite in pro_suites():
             suite = pro_suites()[suite].base_suite
+        elif is_plus_suite(suite):  # LIBERO-Plus: LIBERO's evaluation of the base suite (its README)
+            suite = base_suite(suite)
         if suite not in self.max_steps:
             raise EnvError(
                 f'Protocol "{self.name}" has no step limit for suite "{suite}".'

@@ -50,9 +50,17 @@ def pro_suite_names() -> tuple[str, ...]:
     return tuple(n for n, s in pro_suites().items() if s.category.key in RUNS_IN_VLARL_LIBERO)
 
 
+def plus_suite_names() -> tuple[str, ...]:
+    """The LIBERO-Plus suites that run in LIBERO-Plus's own environment (``envs/libero_plus/suites.py``)."""
+    from vlarl_cli.envs.libero_plus.suites import runnable_suite_names
+
+    return runnable_suite_names()
+
+
 def all_suite_order() -> tuple[str, ...]:
-    """The original suites in ``libero_all`` order: libero_130's five, then the runnable PRO suites."""
-    return (*SUITE_ORDER, *pro_suite_names())
+    """The original suites in ``libero_all`` order: libero_130's five, the runnable PRO suites, then the
+    runnable LIBERO-Plus suites."""
+    return (*SUITE_ORDER, *pro_suite_names(), *plus_suite_names())
 
 
 @dataclass(frozen=True)
@@ -93,13 +101,17 @@ def check_suite(suite: str) -> str:
     """Return ``suite`` if known, else raise EnvError with a suggestion (a PRO ``_object`` suite: why not)."""
     if suite in ALL_SUITES or suite in pro_suite_names() or suite == LIBERO_ALL:
         return suite
+    from vlarl_cli.envs.libero_plus import suites as plus
+
+    if plus.is_plus_suite(suite):
+        return plus.check_runnable(suite)  # raises for the categories that need LIBERO-Plus's assets.zip
     from vlarl_cli.envs.libero_pro.catalog import pro_suites
 
     if suite in pro_suites():
         from vlarl_cli.envs.libero_pro.data import check_runnable
 
         check_runnable([pro_suites()[suite]])  # raises: the category this LIBERO cannot build
-    known = [*ALL_SUITES, *pro_suite_names()]
+    known = [*ALL_SUITES, *pro_suite_names(), *plus_suite_names()]
     raise EnvError(
         f'Unknown LIBERO suite "{suite}".{did_you_mean(suite, known)}',
         fix=f"Use one of {', '.join(known)}.",
@@ -111,6 +123,10 @@ def num_tasks(suite: str) -> int:
     check_suite(suite)
     if suite in ("libero_130", LIBERO_ALL):
         return sum(num_tasks(s) for s in (SUITE_ORDER if suite == "libero_130" else all_suite_order()))
+    if suite in plus_suite_names():
+        from vlarl_cli.envs.libero_plus.suites import num_tasks as plus_tasks
+
+        return plus_tasks(suite)
     return SUITE_SIZES.get(suite, 10)  # every PRO suite has 10 tasks
 
 
@@ -162,6 +178,10 @@ def _original_suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
     built as ``benchmark.get_benchmark_dict()[suite](0)`` builds them, without importing it (torch)."""
     if suite in pro_suite_names():
         return _pro_suite_tasks(suite)
+    if suite in plus_suite_names():  # files of LIBERO-Plus's environment (vlarl setup-sim libero_plus)
+        from vlarl_cli.envs.libero_plus.suites import task_infos
+
+        return tuple(task_infos(suite))
     from vlarl_cli.envs.libero.setup import prepare_libero
 
     paths = prepare_libero(check_assets=False)

@@ -374,10 +374,13 @@ class LiberoVectorEnv:
         # Probe the GL backend and write LIBERO's config once, here; workers inherit the environment.
         prepare_libero(Path(spec.cache_dir) if spec.cache_dir else None)
         if spec.python is not None:  # another interpreter: refused in one paragraph before any worker starts
+            from vlarl_cli.envs import registry
             from vlarl_cli.envs.interpreter import check
-            from vlarl_cli.envs.libero.simulator import SIMULATOR
 
-            check(spec.python, "libero", spec.python_key, packages=SIMULATOR.packages, modules=SIMULATOR.modules)
+            # LIBERO-Plus's suites (or its named environment) need its row's packages (Wand ...) and setup command
+            plus = spec.suite in suites.plus_suite_names() or spec.python == "libero_plus"
+            sim = registry.get("libero_plus" if plus else "libero")
+            check(spec.python, sim.name, spec.python_key, packages=sim.packages, modules=sim.modules)
         n = spec.num_envs
         self._layout = _obs_layout(spec)
         self._shared = SharedArrays(self._layout)

