@@ -213,3 +213,20 @@ def test_the_evaluation_runs_in_a_training_env_that_plays_the_same_episodes(fake
         built = fake_env.instances[1]
         assert not other.started and built.closed and built.spec.suite == "libero_all", changes
         assert sorted(r.key for r in again) == sorted(r.key for r in records)
+
+
+def test_where_every_reset_is_seeded_the_rank_and_stages_decide_the_episodes(fake_env: type[FakeVectorEnv]) -> None:
+    """RLinf's protocol seeds every reset from the env's rank and pipeline stage: a training env of another rank
+    or with other stages would play other episodes; under the standard protocol (seeded once per task) they
+    do not matter."""
+    from vlarl_cli.training.evaluation.runner import _vector_spec, reusable
+
+    plan = plan_episodes("libero_goal", (2, 5), 3)
+    for protocol, rank_matters in (("rlinf", True), ("standard", False)):
+        settings = EvalSettings(suite="libero_goal", tasks=(2, 5), trials=3, num_envs=2, num_workers=1,
+                                max_steps=13, protocol=protocol)
+        spec = _vector_spec(EchoPolicy(), settings, 2)
+        assert reusable(_training_env(settings, auto_reset=False, hard_reset=spec.hard_reset), spec, plan)
+        for other in ({"rank": 1}, {"stages": 2}):
+            train = _training_env(settings, auto_reset=False, hard_reset=spec.hard_reset, **other)
+            assert reusable(train, spec, plan) is not rank_matters, (protocol, other)
