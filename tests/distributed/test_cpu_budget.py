@@ -119,5 +119,5 @@ def test_dry_run_plans_rank_0_on_this_machine() -> None:
                          world_size=2).config
     plan = cpu_plan(config, 2)
     assert plan.cores.local_ranks == 2
-    assert plan.env_workers == 2  # rank 0 hosts all 16 envs in the quickstart's 2 workers
+    assert plan.env_workers == 2  # rank 0 hosts all 10 envs in the quickstart's 2 workers
     assert "rank 0 if run on this machine" in plan.describe("rank 0 if run on this machine")

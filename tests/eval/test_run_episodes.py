@@ -42,8 +42,8 @@ class FakeVectorEnv:
     check_rows: ClassVar[bool] = True
 
     def __init__(self, spec: Any) -> None:
-        self.spec, self.n = spec, spec.num_envs
-        self.restarts, self.steps_sent = 0, 0
+        self.spec, self.n, self.num_envs = spec, spec.num_envs, spec.num_envs
+        self.restarts, self.steps_sent, self.closed = 0, 0, False
         self.started: list[tuple[int, int]] = []  # (env, reset id) in start order
         self.ids = np.full(self.n, -1)
         self.elapsed = np.zeros(self.n, int)
@@ -99,7 +99,7 @@ class FakeVectorEnv:
         return []
 
     def close(self) -> None:
-        pass
+        self.closed = True
 
 
 @pytest.fixture
@@ -177,3 +177,56 @@ def test_an_episode_draws_the_same_noise_whatever_runs_beside_it(fake_env: type[
         first, second = fake_env.instances[0].received[rid], fake_env.instances[1].received[rid]
         assert np.array_equal(np.stack(first), np.stack(second)), f"{r.key}: other noise when resumed"
 
+
+
+def _training_env(settings: EvalSettings, **changes: Any) -> FakeVectorEnv:
+    """A vector env as rl-train builds it for training: its own suite and task pool, RLinf's reward and seed
+    fields, the protocol's reset mode left to the protocol (None), and ``changes``."""
+    import dataclasses
+
+    from vlarl_cli.training.evaluation.runner import _vector_spec
+
+    spec = _vector_spec(EchoPolicy(), settings, settings.num_envs)
+    fields = {"suite": "libero_goal", "task_ids": (2, 5), "group_size": 2, "seed": 3, "rank": 0, "reward_coef": 5.0,
+              "hard_reset": None, "init_state_order": "random"}
+    spec = dataclasses.replace(spec, **{**fields, **changes})
+    return FakeVectorEnv(spec)
+
+
+def test_the_evaluation_runs_in_a_training_env_that_plays_the_same_episodes(fake_env: type[FakeVectorEnv]) -> None:
+    """rl-train hands its training env over: when it plays the evaluation's episodes alike (as many envs, the
+    same protocol settings once the protocol's defaults are filled in; rewards, seeds of the state draws and
+    task pools aside), the episodes run in it (in its suite's reset-state ids) and it stays open; otherwise the
+    evaluation builds its own env and leaves the training env alone."""
+    settings = EvalSettings(suite="libero_goal", tasks=(2, 5), trials=3, num_envs=2, num_workers=1, max_steps=13)
+    plan = plan_episodes("libero_goal", (2, 5), 3)
+    train = _training_env(settings, auto_reset=False)
+    records, _ = run_episodes(EchoPolicy(), settings, plan, log=False, env=train)
+    assert fake_env.instances == [train] and not train.closed
+    assert sorted(i for _, i in train.started) == sorted(t * 50 + i for t in (2, 5) for i in range(3))
+    assert sorted(r.key for r in records) == sorted((k.suite, k.task, k.trial) for k in plan)
+    for changes in ({"auto_reset": True}, {"max_episode_steps": 12}, {"num_envs": 4}, {"hard_reset": False},
+                    {"env_seed": 1}):
+        fake_env.instances = []
+        other = _training_env(settings, **changes)
+        again, _ = run_episodes(EchoPolicy(), settings, plan, log=False, env=other)
+        built = fake_env.instances[1]
+        assert not other.started and built.closed and built.spec.suite == "libero_all", changes
+        assert sorted(r.key for r in again) == sorted(r.key for r in records)
+
+
+def test_where_every_reset_is_seeded_the_rank_and_stages_decide_the_episodes(fake_env: type[FakeVectorEnv]) -> None:
+    """RLinf's protocol seeds every reset from the env's rank and pipeline stage: a training env of another rank
+    or with other stages would play other episodes; under the standard protocol (seeded once per task) they
+    do not matter."""
+    from vlarl_cli.training.evaluation.runner import _vector_spec, reusable
+
+    plan = plan_episodes("libero_goal", (2, 5), 3)
+    for protocol, rank_matters in (("rlinf", True), ("standard", False)):
+        settings = EvalSettings(suite="libero_goal", tasks=(2, 5), trials=3, num_envs=2, num_workers=1,
+                                max_steps=13, protocol=protocol)
+        spec = _vector_spec(EchoPolicy(), settings, 2)
+        assert reusable(_training_env(settings, auto_reset=False, hard_reset=spec.hard_reset), spec, plan)
+        for other in ({"rank": 1}, {"stages": 2}):
+            train = _training_env(settings, auto_reset=False, hard_reset=spec.hard_reset, **other)
+            assert reusable(train, spec, plan) is not rank_matters, (protocol, other)

@@ -11,8 +11,9 @@ stays instant and nothing is imported before an env is made). What it names:
   section -> its vector env) and its vector env factory;
 - ``check_split(split) -> None``: load-time checks of an ``env.<split>`` section (raise ``ValueError``);
 - ``evaluate``: its evaluation protocol for ``runner.val_check_interval``, called as
-  ``(policy, config, *, rank, world_size, out_dir, group) -> dict`` (None: the generic deterministic
-  rollout of ``training.validate``);
+  ``(policy, config, *, rank, world_size, out_dir, group) -> dict``, plus ``env`` (the rank's training vector
+  env, to evaluate in its simulators) when it takes that keyword (None: the generic deterministic rollout of
+  ``training.validate``);
 - ``record_demos``: its expert, ``(config, folder, n, *, progress) -> Path`` (None: ``sft`` needs
   ``--demos``);
 - ``deviations(name, split) -> list[str]``: settings that differ from the published protocols (run plan);

@@ -423,7 +423,7 @@ class Trainer:
         t = time.perf_counter()
         metrics.update(evaluate_in_training(self._eval_policy(), self.config, self.state.iteration, self.run_dir,
                                             rank=cluster.rank, ranks=list(cluster.roles.rollout),
-                                            group=cluster.groups.get("rollout")))
+                                            group=cluster.groups.get("rollout"), env=self.env))
         metrics["time/eval"] = time.perf_counter() - t
 
     def _eval_policy(self) -> torch.nn.Module:

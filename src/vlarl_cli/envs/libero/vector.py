@@ -162,6 +162,21 @@ class VectorEnvSpec:
         values["cameras"] = tuple(self.cameras)
         return EnvOptions(**values, seed=self.env_seed)
 
+    def episode_setup(self) -> tuple[Any, ...]:
+        """Everything that decides what happens in an episode started from a given init state: the interpreter,
+        the observation, the protocol's step limits, settle steps, seeding and reset mode (its defaults
+        filled in), terminations, actions and rendering. Rewards, reset-state draws and ranks are not part of
+        it, except where every reset is seeded (RLinf's rule: the seeds depend on the rank and the stages).
+        Two specs with equal setups play an explicitly started episode alike (rl-train's evaluation runs in
+        the training env when they match: ``training.evaluation.runner``)."""
+        o, p = self.env_options(), get_protocol(self.protocol)
+        seeded_by = (self.rank, self.stages) if self.every_reset_seeding else ()
+        return (self.python, self.auto_reset, seeded_by, o.resolution, tuple(o.cameras), o.obs_mode, o.protocol,
+                o.max_episode_steps, p.settle_steps if o.settle_steps is None else o.settle_steps,
+                p.seed if o.seed is None else o.seed, o.seeding or p.seeding,
+                p.hard_reset if o.hard_reset is None else o.hard_reset, o.ignore_terminations, o.reset_gripper_open,
+                o.clip_actions, o.record_video, o.render_quality)
+
     def validate(self) -> None:
         suites.check_suite(self.suite)
         self.env_options().validate()

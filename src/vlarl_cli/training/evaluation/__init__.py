@@ -116,12 +116,14 @@ __all__ = [
 
 
 def training_eval_metrics(policy: Any, config: Any, *, rank: int = 0, world_size: int = 1,
-                          out_dir: Path | None = None, group: Any = None) -> dict[str, float]:
+                          out_dir: Path | None = None, group: Any = None, env: Any = None) -> dict[str, float]:
     """``eval/*`` metrics for ``rl-train``'s ``val_check_interval`` from ``config.env.eval``.
 
     Same protocol machinery as ``vlarl eval``; trials per task = enough episodes for every eval env to
     run ``rollout_epoch`` episodes (``ceil(total_num_envs * rollout_epoch / tasks)``, at most 50);
     deterministic actions. ``max_episode_steps`` / ``settle_steps`` of the split override the protocol.
+    ``env``: this rank's training env; the evaluation runs in its simulators when they play the same episodes
+    (``runner.reusable``: as many envs, the same protocol settings, no auto-reset), else in its own.
     """
     split = config.env.eval
     from vlarl_cli.envs.libero import suites as S
@@ -142,7 +144,7 @@ def training_eval_metrics(policy: Any, config: Any, *, rank: int = 0, world_size
     try:
         summary = evaluate_policy(policy, settings, out_dir=out_dir, rank=rank, world_size=world_size, show=False,
                                   log_episodes=False, resume=False, group=group,
-                                  cpu_budget=config.cluster.cpu_budget.model_dump())
+                                  cpu_budget=config.cluster.cpu_budget.model_dump(), env=env)
     finally:
         if was_training:
             policy.train()

@@ -21,13 +21,15 @@ from vlarl_cli.video.episodes import CARD, EPISODES, EpisodeLog, EpisodeRecord, 
 def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | None = None,
                     out_dir: Path | None = None, resume: bool = True, rank: int = 0, world_size: int = 1,
                     show: bool = True, log_episodes: bool = True, group: Any = None,
-                    cpu_budget: dict[str, Any] | None = None) -> EvalSummary:
+                    cpu_budget: dict[str, Any] | None = None, env: Any = None) -> EvalSummary:
     """Evaluate an already built policy (what ``rl-train``'s ``val_check_interval`` calls).
 
     ``rank`` / ``world_size`` index the evaluating ranks, which form the process ``group`` (default: all
     ranks; rl-train with a separated placement evaluates on its rollout ranks).
 
     ``cpu_budget``: the config's ``cluster.cpu_budget`` overrides (``distributed.cpu_budget``).
+    ``env``: a vector env to evaluate in when it plays the same episodes (``runner.reusable``; rl-train's
+    training env), instead of building one.
 
     With ``out_dir``: card, crash-safe episode log, resume, summary files (written by rank 0).
     Without: nothing is written; with several ranks the counts are summed over ranks, so every rank
@@ -55,7 +57,7 @@ def evaluate_policy(policy: Any, settings: EvalSettings, *, info: PolicyInfo | N
         print(f"vlarl eval: {len(plan)} episodes planned, {len(plan) - len(todo)} already finished, "
               f"{len(todo)} to run on {world_size} rank(s)" + (f" -> {out_dir}" if out_dir else ""), flush=True)
     records, stats = run_episodes(policy, settings, mine, on_episode=log.append if log else None, rank=rank,
-                                  out_dir=out_dir, log=log_episodes, cpu_budget=cpu_budget)
+                                  out_dir=out_dir, log=log_episodes, cpu_budget=cpu_budget, env=env)
     dist.barrier(group)
     if log is not None:
         summary = summarize(log.read(), card, plan)

@@ -70,7 +70,8 @@ class RunStats:
 
 def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *,
                  on_episode: Any = None, rank: int = 0, out_dir: Path | None = None,
-                 log: bool = True, cpu_budget: dict[str, Any] | None = None) -> tuple[list[EpisodeRecord], RunStats]:
+                 log: bool = True, cpu_budget: dict[str, Any] | None = None,
+                 env: Any = None) -> tuple[list[EpisodeRecord], RunStats]:
     """Evaluate ``items`` (each exactly once) in this process's vector env.
 
     Args:
@@ -78,6 +79,9 @@ def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *
         out_dir: where per-episode data (actions, fingerprints, live frames) are written; None = nowhere.
         cpu_budget: ``cluster.cpu_budget`` overrides (``distributed.cpu_budget.decide``); the env workers
             and the inference threads follow the budget (printed with ``log``).
+        env: a vector env that already exists (rl-train's training env), used instead of building one when
+            it would play the same episodes (:func:`reusable`); left open. It saves building the simulators
+            (~4 s each) and spawning their workers at every evaluation.
 
     Returns:
         (records in completion order, timing stats).
@@ -93,12 +97,15 @@ def run_episodes(policy: Any, settings: EvalSettings, items: list[EpisodeKey], *
         print(f"vlarl eval: {budget.describe()}", flush=True)
     run = _Evaluation(policy, settings, n, takes_gen, rank=rank, out_dir=out_dir, log=log, on_episode=on_episode,
                       total=len(items))
-    run.vec = LiberoVectorEnv(_vector_spec(policy, settings, n, budget.env_workers))
+    spec = _vector_spec(policy, settings, n, budget.env_workers)
+    own = not reusable(env, spec, items)
+    run.vec = LiberoVectorEnv(spec) if own else env
     try:
         with budget.inference():
             run.play(_Schedule(items, n))
     finally:
-        run.vec.close()
+        if own:
+            run.vec.close()
     run.stats.wall_s = time.perf_counter() - run.start
     return run.records, run.stats
 
@@ -123,6 +130,31 @@ def _budget(policy: Any, settings: EvalSettings, n: int, overrides: dict[str, An
     first = next(iter(policy.parameters()), None) if hasattr(policy, "parameters") else None
     device_type = first.device.type if first is not None else "cpu"
     return decide(device_type=device_type, num_envs=n, requested_workers=settings.num_workers, **(overrides or {}))
+
+
+def reusable(env: Any, spec: Any, items: list[EpisodeKey]) -> bool:
+    """Whether ``env`` plays ``items`` exactly as a vector env built from ``spec`` would: a local LIBERO vector
+    env with as many envs (the policy's batch), the same :meth:`VectorEnvSpec.episode_setup` (protocol, seeds,
+    reset mode, limits, observation; no auto-reset) and a suite that names every item. Episodes start from
+    their init state and the seed stream the protocol gives them whatever the env ran before (a hard reset
+    rebuilds the model; ``LiberoEnv`` replays the seed stream), so the results are those of fresh simulators."""
+    from vlarl_cli.envs.libero.suites import LIBERO_ALL
+    from vlarl_cli.envs.vector import LiberoVectorEnv
+
+    if not isinstance(env, LiberoVectorEnv) or env.num_envs != spec.num_envs:
+        return False
+    if env.spec.suite != LIBERO_ALL and any(k.suite != env.spec.suite for k in items):
+        return False
+    return bool(env.spec.episode_setup() == spec.episode_setup())
+
+
+def _state_id(vec: Any, key: EpisodeKey) -> int:
+    """``key``'s flat reset-state id in ``vec``'s suite (libero_all's ids, or those of the key's own suite)."""
+    from vlarl_cli.envs.libero.suites import LIBERO_ALL, reset_state_id
+
+    if vec.spec.suite == LIBERO_ALL:
+        return key.libero130_reset_state_id
+    return reset_state_id(key.suite, key.task, key.trial)
 
 
 def _vector_spec(policy: Any, settings: EvalSettings, n: int, workers: int | None = None) -> Any:
@@ -207,7 +239,7 @@ class _Evaluation:
         """Start every env on its first episode, then step until no episode is left; an env whose episode
         ended starts its next one before the next chunk."""
         first = {e: k for e in range(self.n) if (k := schedule.next_for(e)) is not None}
-        obs = self.timed_env(self.vec.reset, [k.libero130_reset_state_id for k in first.values()])
+        obs = self.timed_env(self.vec.reset, [_state_id(self.vec, k) for k in first.values()])
         for e, key in first.items():
             self.begin(key, obs, e)
         while self.running:
@@ -218,7 +250,7 @@ class _Evaluation:
             self.stats.worker_restarts += self.vec.restarts - restarts
             nxt = self.finish(obs, actions, info, lost, schedule)
             if nxt:
-                obs = self.timed_env(self.vec.restart, list(nxt), [k.libero130_reset_state_id for k in nxt.values()])
+                obs = self.timed_env(self.vec.restart, list(nxt), [_state_id(self.vec, k) for k in nxt.values()])
                 for e, key in nxt.items():
                     self.begin(key, obs, e)
 
