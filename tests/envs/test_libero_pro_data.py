@@ -20,8 +20,12 @@ def test_missing_files_name_the_setup_command(tmp_path: Path) -> None:
 
 
 def test_object_category_is_refused_with_the_reason(tmp_path: Path) -> None:
-    with pytest.raises(EnvError, match=r"libero_10_object, libero_goal_object: .*own object classes"):
+    with pytest.raises(EnvError, match=r"libero_10_object, libero_goal_object: .*own object classes"
+                                        r".*vlarl setup-sim libero_pro"):
         data.check_runnable(resolve("libero_pro_goal") + resolve("libero_pro_10"), tmp_path)
+    # in PRO's own interpreter only the files are asked for
+    with pytest.raises(EnvError, match=r"task files are not installed"):
+        data.check_runnable(resolve("libero_goal_object"), tmp_path, python="libero_pro")
 
 
 def _fake_wheel(path: Path, payload: bytes) -> Path:

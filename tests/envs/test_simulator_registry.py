@@ -39,8 +39,8 @@ def test_envs_never_work_out_the_policy_family() -> None:
 
 def test_the_builtin_simulators_are_in_the_table_with_their_facts() -> None:
     table = registry.simulators()
-    assert list(table)[:4] == ["libero", "libero_plus", "maniskill", "toy_reach"]
-    assert [s.name for s in table.values() if s.in_workers] == ["libero", "libero_plus"]
+    assert list(table)[:5] == ["libero", "libero_plus", "libero_pro", "maniskill", "toy_reach"]
+    assert [s.name for s in table.values() if s.in_workers] == ["libero", "libero_plus", "libero_pro"]
     assert table["toy_reach"].action_dim == 2 and table["toy_reach"].only_state_policies
     for simulator in table.values():  # every named function exists
         for what in ("make_env", "check_split", "evaluate", "record_demos", "deviations", "task_name"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from vlarl_cli.envs.libero import suites
@@ -39,10 +41,29 @@ def test_pro_splits_expand_to_the_suites_vlarl_runs(pro_files) -> None:
                                                           ("libero_spatial", "libero_object", "libero_goal", "libero_10"))
     assert expand_suite("libero_10_task") == ("libero_10_task",)
     assert expand_suite("libero_pro_spatial", ("original", "swap")) == ("libero_spatial", "libero_spatial_swap")
-    with pytest.raises(EnvError, match="own object classes"):
+    with pytest.raises(EnvError, match=r"own object classes.*vlarl setup-sim libero_pro"):
         expand_suite("libero_pro_goal", ("object",))
+    assert not EvalSettings(suite="libero_pro_goal").pro_object
     with pytest.raises(EnvError, match=r'Unknown LIBERO-PRO category "swp"\. Did you mean "swap"'):
         EvalSettings(suite="libero_pro", categories=("swp",)).validate()
+
+
+def test_object_suites_run_once_pro_environment_is_built(pro_files) -> None:
+    """After `vlarl setup-sim libero_pro` (its finished stamp) the _object suites are planned, addressed after
+    every earlier suite (libero_all ids of the others unchanged), and the eval runs in that environment."""
+    from vlarl_cli.envs.interpreter import STAMP
+
+    before = suites.all_suite_order()
+    (pro_files / "sims" / "libero_pro").mkdir(parents=True)
+    (pro_files / "sims" / "libero_pro" / STAMP).write_text("{}")
+    assert expand_suite("libero_pro_goal", ("object", "swap")) == ("libero_goal_object", "libero_goal_swap")
+    assert expand_suite("libero_10_object") == ("libero_10_object",)
+    assert EvalSettings(suite="libero_pro", categories=("object",)).pro_object
+    assert not EvalSettings(suite="libero_pro", categories=("swap",)).pro_object
+    order = suites.all_suite_order()
+    assert order == before and order[-4:] == ("libero_spatial_object", "libero_object_object", "libero_goal_object",
+                                              "libero_10_object")
+    assert EpisodeKey("libero_goal_object", 0, 0).libero130_task > EpisodeKey("libero_plus_10_noise", 0, 0).libero130_task
 
 
 def test_plan_addresses_pro_tasks_after_the_130(pro_files) -> None:
@@ -54,8 +75,9 @@ def test_plan_addresses_pro_tasks_after_the_130(pro_files) -> None:
     # libero_130 ids unchanged; spatial_lan is the first PRO suite, spatial_swap the second
     assert EpisodeKey("libero_10", 9, 0).libero130_task == 129
     assert plan[1].libero130_task == 140 and plan[1].libero130_reset_state_id == 140 * 50 + 1
-    # the 130, the 12 runnable PRO suites, the runnable LIBERO-Plus tasks (camera 1599, robot 1550, language 1537, noise 1601)
-    assert suites.num_tasks(suites.LIBERO_ALL) == 130 + 12 * 10 + 6287
+    # the 130, the 12 PRO suites of vlarl's LIBERO, the runnable LIBERO-Plus tasks (camera 1599, robot 1550,
+    # language 1537, noise 1601), then the 4 PRO _object suites (PRO's environment)
+    assert suites.num_tasks(suites.LIBERO_ALL) == 130 + 12 * 10 + 6287 + 4 * 10
 
 
 def test_pro_step_limits_are_the_base_suites() -> None:
@@ -90,9 +112,14 @@ def test_rlinf_pro_keys_select_a_pro_suite_for_env_train(tmp_path, monkeypatch) 
     keys = ["env.train.libero_variant=pro", "env.train.perturbation_suffix=swap"]
     config = load_config("quickstart", keys).config
     assert suite_of(config.env.train) == "libero_spatial_swap" and suite_of(config.env.eval) == "libero_spatial"
-    for suffix, needle in (("object", "own object classes"), ("all", "one split per perturbation")):
+    for suffix, needle in (("object", r"own object classes.*vlarl setup-sim libero_pro"),
+                           ("all", "one split per perturbation")):
         with pytest.raises(ConfigError, match=needle):
             load_config("quickstart", ["env.train.libero_variant=pro", f"env.train.perturbation_suffix={suffix}"])
+    # with an interpreter named (a path: CI's .reference/libero_pro/bin/python; here any existing file, it is
+    # probed only when workers start) the object suite is accepted at load time
+    keys = ["env.train.libero_variant=pro", "env.train.perturbation_suffix=object", f"env.train.python={sys.executable}"]
+    assert suite_of(load_config("quickstart", keys).config.env.train) == "libero_spatial_object"
     with pytest.raises(ConfigError, match=r"libero_variant plus is RLinf's mix.*vlarl setup-sim libero_plus"):
         load_config("quickstart", ["env.train.libero_variant=plus"])
 

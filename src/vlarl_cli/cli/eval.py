@@ -17,6 +17,7 @@ Examples:
   vlarl eval --suite libero_pro_spatial --checkpoint PATH                # LIBERO-PRO: lan, swap, task
   vlarl eval --suite libero_pro --categories swap,task --trials 10       # a robustness report per category
   vlarl eval --robustness eval/sft/pro --robustness eval/rl/pro          # two checkpoints side by side
+  vlarl setup-sim libero_pro && vlarl eval --suite libero_pro --categories object   # PRO's _object suites
   vlarl setup-sim libero_plus && vlarl eval --suite libero_plus_goal --categories camera,noise   # LIBERO-Plus
   vlarl eval --task PickCube-v1 --checkpoint PATH --episodes 100         # ManiSkill3 (env_type maniskill)
   torchrun --nproc-per-node 2 -m vlarl_cli.cli.main eval --suite libero_90 --checkpoint PATH
@@ -37,7 +38,7 @@ def command(
                               "(its own environment: vlarl setup-sim libero_plus)."),
     categories: str | None = typer.Option(None, "--categories", help="Perturbation categories of a robustness "
                                           "split, comma-separated. LIBERO-PRO: lan, swap, task (default: all "
-                                          "three; object needs PRO's own package), original (the unperturbed "
+                                          "three; object: in PRO's own environment, vlarl setup-sim libero_pro), original (the unperturbed "
                                           "base suites too). LIBERO-Plus: camera, robot, "
                                           "language, light, background, noise, layout."),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="A vlarl training checkpoint folder "

@@ -9,6 +9,8 @@ Examples:
   vlarl rl-train -c libero_tiny_ppo env.train.python=libero env.eval.python=libero
   VLARL_LIBERO_PLUS_SOURCE=~/LIBERO-plus vlarl setup-sim libero_plus   # a clone of sylvestf/LIBERO-plus
   vlarl eval --suite libero_plus_goal --categories camera,noise
+  vlarl setup-sim libero_pro                     # LIBERO-PRO's own package, for its _object suites
+  vlarl eval --suite libero_pro_goal --categories object
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import typer
 
 
 def command(
-    name: str = typer.Argument(..., help="The simulator (its env_type): libero, libero_plus."),
+    name: str = typer.Argument(..., help="The simulator (its env_type): libero, libero_plus, libero_pro."),
     python: str | None = typer.Option(None, "--python", help="Base interpreter for the new environment "
                                       "(default: the one vlarl runs on)."),
 ) -> None:

@@ -341,11 +341,13 @@ class EnvSplitConfig(Section):
 
     env_type: str = Field(
         "libero", description="Simulator (envs/registry.py): libero, libero_plus (LIBERO-Plus in "
-        "its own environment, `vlarl setup-sim libero_plus`), maniskill (built-in tasks), the CPU toy_reach "
+        "its own environment, `vlarl setup-sim libero_plus`), libero_pro (LIBERO-PRO suites, the _object ones "
+        "included, in LIBERO-PRO's environment, `vlarl setup-sim libero_pro`), maniskill (built-in tasks), the CPU toy_reach "
         "task, or one registered from outside.")
     task_suite_name: str = Field("libero_spatial", description="LIBERO suite: libero_spatial, libero_object, "
                                  "libero_goal, libero_10, libero_90, libero_130, a LIBERO-PRO suite "
-                                 "(libero_goal_swap ...: lan, swap, task of the four 10-task suites), or with "
+                                 "(libero_goal_swap ...: lan, swap, task of the four 10-task suites; _object with python: "
+                                 "libero_pro), or with "
                                  "env_type libero_plus a LIBERO-Plus suite libero_plus_<spatial|object|goal|10>_"
                                  "<camera|robot|language|noise>.")
     libero_variant: Literal["standard", "pro", "plus"] = Field(

@@ -34,7 +34,7 @@ from typing import Any
 __all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "EnvRequest", "Simulator", "get", "load", "names", "register", "simulators", "unregister"]
 
 #: the simulators of this package, each ``vlarl_cli.envs.<name>.simulator``
-BUILTIN: tuple[str, ...] = ("libero", "libero_plus", "maniskill", "toy")
+BUILTIN: tuple[str, ...] = ("libero", "libero_plus", "libero_pro", "maniskill", "toy")
 #: the entry-point group through which an installed package adds a simulator (:func:`_load_installed`)
 ENTRY_POINT_GROUP = "vlarl.simulators"
 

@@ -8,10 +8,13 @@ task through :class:`~vlarl_cli.envs.libero.env.LiberoEnv` under the ``standard`
 task, hard resets, 10 settle steps) with PRO's files as ``vlarl setup-libero --pro`` installs them (here
 extracted from the reference venv's copy, every sha256 checked) in vlarl's own LIBERO 0.1.1.
 
-Per category (language, position, task; the object category needs PRO's object classes and is refused by
-vlarl): the instruction (vlarl's = PRO's ``env.language_instruction``), the init state (bit-exact), the first
+Per category (language, position, task): the instruction (vlarl's = PRO's ``env.language_instruction``), the init state (bit-exact), the first
 observation the policy sees (both images bit-exact after vlarl's 180-degree rotation, the 8-d state to
 float32) and, over the script, per-step reward and success and the last observation.
+
+The object category needs PRO's object classes, i.e. PRO's package in the workers' interpreter: its case plays
+the same trial through :class:`~vlarl_cli.envs.libero.vector.LiberoVectorEnv` with ``python`` = the reference
+venv's interpreter (what ``vlarl setup-sim libero_pro`` builds), compared the same way.
 
 Needs ``.reference/libero_pro`` (``bash scripts/reference/libero_pro.sh``, about 4 minutes, ~270 MB of its
 own disk after hard links to the project's venv). About one minute per category on 2 cores (two simulators
@@ -79,6 +82,44 @@ def _run_reference(python: Path, suite: str, task: int, actions: Path, out: Path
 @pytest.mark.parametrize(("suite", "task"), CASES)
 def test_pro_episode_matches_the_benchmarks_own_code(suite: str, task: int, tmp_path: Path, monkeypatch) -> None:
     python = _reference_or_skip()
+    actions = _prepared(tmp_path, monkeypatch)
+    ref = _run_reference(python, suite, task, tmp_path / "actions.npy", tmp_path / "ref.npz", tmp_path)
+    _compare(suite, task, actions, ref)
+
+
+OBJECT_CASE = ("libero_goal_object", 3)  # its bowl is bigger_akita_black_bowl, a class only PRO registers
+
+
+def test_pro_object_episode_in_pro_package_matches_the_benchmarks_own_code(tmp_path: Path, monkeypatch) -> None:
+    """An ``_object`` task through vlarl's worker in PRO's own interpreter, against PRO's runner sequence."""
+    from vlarl_cli.envs.libero import suites
+    from vlarl_cli.envs.vector import LiberoVectorEnv, VectorEnvSpec
+
+    suite, task = OBJECT_CASE
+    python = _reference_or_skip()
+    actions = _prepared(tmp_path, monkeypatch)
+    ref = _run_reference(python, suite, task, tmp_path / "actions.npy", tmp_path / "ref.npz", tmp_path)
+    suites._pro_suite_tasks.cache_clear()
+    info = suites.get_task(suite, task)
+    assert info.language == str(ref["instruction_bddl"])
+    assert "- bigger_akita_black_bowl" in info.bddl_file.read_text()  # the scene vlarl's LIBERO cannot build
+    np.testing.assert_array_equal(suites.init_states(suite, task)[0], ref["trial0_init_state"])
+    spec = VectorEnvSpec(suite=suite, task_ids=(task,), num_envs=1, num_workers=1, resolution=RES, env_seed=7,
+                         max_episode_steps=5 * STEPS, init_state_order="ordered", python=str(python))
+    with LiberoVectorEnv(spec) as vec:
+        first = vec.reset()
+        last, rewards, _dones, infos = vec.step_chunk(actions.astype(np.float32)[None])
+    assert first[keys.TASK_DESCRIPTIONS] == [info.language]
+    for when, obs in (("first", first), ("last", last)):
+        for ours, theirs in ((keys.MAIN_IMAGES, "agentview_image"), (keys.WRIST_IMAGES, "robot0_eye_in_hand_image")):
+            np.testing.assert_array_equal(obs[ours][0].numpy(), ref[f"trial0_{when}_{theirs}"][::-1, ::-1],
+                                          err_msg=f"{when} {ours}")
+    np.testing.assert_array_equal(rewards[0].numpy(), ref["trial0_rewards"].astype(np.float32))
+    np.testing.assert_array_equal(infos[keys.SUCCESS][0].numpy(), ref["trial0_successes"])
+
+
+def _prepared(tmp_path: Path, monkeypatch) -> np.ndarray:
+    """vlarl's LIBERO usable and PRO's files in a fresh cache; the fixed action script, saved for PRO's side."""
     monkeypatch.setenv("VLARL_CACHE", str(tmp_path / "cache"))
     (tmp_path / "cache").mkdir()
     try:
@@ -93,8 +134,7 @@ def test_pro_episode_matches_the_benchmarks_own_code(suite: str, task: int, tmp_
     actions = np.random.default_rng(3).uniform(-0.4, 0.4, size=(STEPS, 7))
     actions[:, -1] = np.where(np.arange(STEPS) < STEPS // 2, -1.0, 1.0)
     np.save(tmp_path / "actions.npy", actions)
-    ref = _run_reference(python, suite, task, tmp_path / "actions.npy", tmp_path / "ref.npz", tmp_path)
-    _compare(suite, task, actions, ref)
+    return actions
 
 
 def _compare(suite: str, task: int, actions: np.ndarray, ref: dict) -> None:

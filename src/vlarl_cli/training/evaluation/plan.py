@@ -53,6 +53,7 @@ def expand_suite(suite: str, categories: tuple[str, ...] | None = None) -> tuple
     from vlarl_cli.envs.libero_plus import suites as plus_suites
     from vlarl_cli.envs.libero_pro import catalog as pro
     from vlarl_cli.envs.libero_pro.data import RUNS_IN_VLARL_LIBERO, check_runnable
+    from vlarl_cli.envs.libero_pro.simulator import built_python
 
     if plus.is_plus_split(suite) or plus_suites.is_plus_suite(suite):
         return plus_suites.expand(suite, categories)  # runs in LIBERO-Plus's environment (runner._vector_spec)
@@ -62,10 +63,10 @@ def expand_suite(suite: str, categories: tuple[str, ...] | None = None) -> tuple
         bases = tuple(dict.fromkeys(s.base_suite for s in pro.resolve(suite)))
         chosen = pro.resolve(suite, wanted) if wanted else []
         names = tuple(check_suite(s.name) for s in chosen)
-        check_runnable(chosen)  # PRO's files are in vlarl's cache, else the command that fetches them
+        check_runnable(chosen, python=built_python())  # PRO's files; _object: `vlarl setup-sim libero_pro` done
         return (bases if categories and "original" in categories else ()) + names
     if suite in pro.pro_suites():
-        check_runnable([pro.pro_suites()[suite]])
+        check_runnable([pro.pro_suites()[suite]], python=built_python())
     check_suite(suite)
     return tuple(SUITE_ORDER) if suite == "libero_130" else (suite,)
 
@@ -225,6 +226,14 @@ class EvalSettings:
         from vlarl_cli.envs.libero_plus import catalog, suites
 
         return catalog.is_plus_split(self.suite) or suites.is_plus_suite(self.suite)
+
+    @property
+    def pro_object(self) -> bool:
+        """The plan holds LIBERO-PRO ``_object`` suites: its envs run in LIBERO-PRO's environment (all of them:
+        one vector env plays the plan; same robosuite / mujoco as vlarl's LIBERO)."""
+        from vlarl_cli.envs.libero.suites import pro_object_suite_names
+
+        return bool(set(expand_suite(self.suite, self.categories)) & set(pro_object_suite_names()))
 
     @property
     def effective_env_seed(self) -> int:

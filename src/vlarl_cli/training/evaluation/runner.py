@@ -168,7 +168,8 @@ def _vector_spec(policy: Any, settings: EvalSettings, n: int, workers: int | Non
         max_episode_steps=settings.max_steps, settle_steps=settings.settle_steps, protocol=settings.protocol,
         env_seed=settings.effective_env_seed, auto_reset=False, record_video=settings.live_video > 0,
         hard_reset=settings.effective_hard_reset, render_quality=settings.render_quality,
-        python="libero_plus" if settings.plus else None, python_key="env.eval.python",
+        python="libero_plus" if settings.plus else "libero_pro" if settings.pro_object else None,
+        python_key="env.eval.python",
     )
 
 
