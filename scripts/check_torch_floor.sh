@@ -25,9 +25,13 @@ if [ "$KEEP_VENV" = 0 ]; then trap 'rm -rf "$WORK" "$VENV"' EXIT; else trap 'rm 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q "torch==$FLOOR" "pytest>=8" build 2>"$WORK/pip.err" \
   || { cat "$WORK/pip.err"; fail "pip torch"; }
+# one build of this checkout at a time (CI runs check_wheel.sh and install.sh beside this script): setuptools
+# writes build/ and src/*.egg-info in the checkout
+exec 8>"${TMPDIR:-/tmp}/vlarl-build-$(pwd | sha256sum | cut -c1-16).lock"; flock 8
 had_build_dir=0; [ -e build ] && had_build_dir=1
 "$BUILD_PYTHON" -m build --wheel --outdir "$WORK/dist" . >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; fail "build"; }
 [ "$had_build_dir" = 1 ] || rm -rf build  # setuptools' scratch folder, made by this build
+flock -u 8
 "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "$WORK"/dist/vlarl-*.whl 2>"$WORK/pip.err" \
   || { cat "$WORK/pip.err"; fail "pip wheel"; }
 "$VENV/bin/python" -m pip install -q "$WORK"/dist/vlarl-*.whl 2>"$WORK/pip.err" || { cat "$WORK/pip.err"; fail "pip deps"; }

@@ -23,10 +23,14 @@ fail() { echo "[check_wheel] FAILED: $*" >&2; exit 1; }
 share() { python3 "$REPO/scripts/link_identical.py" "$REPO/.venv" "$WORK/venv" >/dev/null; }
 
 say "building the wheel"
+# one build of this checkout at a time (CI runs check_torch_floor.sh beside this script): setuptools writes
+# build/ and src/*.egg-info in the checkout
+exec 8>"${TMPDIR:-/tmp}/vlarl-build-$(pwd | sha256sum | cut -c1-16).lock"; flock 8
 had_build_dir=0; [ -e build ] && had_build_dir=1
 # sdist, then the wheel from the sdist (as PyPI users get it): a file the sdist forgets is missing here too
 "$BUILD_PYTHON" -m build --outdir "$WORK/dist" . >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; fail "build"; }
 [ "$had_build_dir" = 1 ] || rm -rf build  # setuptools' scratch folder, made by this build
+flock -u 8
 wheel=$(ls "$WORK"/dist/vlarl-*.whl)
 wheel_version=$(basename "$wheel" | cut -d- -f2)
 say "built $(basename "$wheel")"

@@ -26,7 +26,9 @@ want=$(cat pyproject.toml scripts/install.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   $PIP install -q --upgrade pip
   $PIP install -q "torch==2.13.0"   # first and alone: the local CPU wheel, before anything can ask for torch
-  $PIP install -q -e ".[dev]" "torch==2.13.0" "numpy<2"
+  # under the checkout's build lock: CI runs check_torch_floor.sh (which builds this checkout) beside this script
+  flock "${TMPDIR:-/tmp}/vlarl-build-$(pwd | sha256sum | cut -c1-16).lock" \
+    $PIP install -q -e ".[dev]" "torch==2.13.0" "numpy<2"
   echo "$want" > "$stamp"
 fi
 # after vlarl, so that pip's resolver never weighs libero's (unused) declared dependencies

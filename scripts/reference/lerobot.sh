@@ -58,7 +58,9 @@ import lerobot
 from lerobot.datasets.lerobot_dataset import CODEBASE_VERSION, LeRobotDataset  # noqa: F401
 print("lerobot", lerobot.__version__, "writes codebase", CODEBASE_VERSION)
 PY
-    python3 scripts/link_identical.py .venv .reference  # share identical files with the other venvs (CI disk)
+    # only this venv changes (CI builds other reference venvs beside this one; rlinf_env.sh, built after them,
+    # links across all of .reference)
+    python3 scripts/link_identical.py .venv "$venv"  # share identical files with .venv (CI disk)
     echo "$version" > "$stamp"
     echo "lerobot reference environment ready: $venv"
 }

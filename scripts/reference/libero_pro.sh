@@ -35,6 +35,8 @@ assert robosuite.__version__ == "1.4.0" and mujoco.__version__ == "2.3.7", (robo
 print("libero_pro reference imports: robosuite", robosuite.__version__, "mujoco", mujoco.__version__)
 PY
 rm -rf "$CFG"
-python3 scripts/link_identical.py .venv .reference   # share identical files with the other venvs (CI disk)
+# only this venv changes (CI builds other reference venvs beside this one; rlinf_env.sh, built after them,
+# links across all of .reference)
+python3 scripts/link_identical.py .venv "$VENV"   # share identical files with .venv (CI disk)
 echo "$VERSION" > "$STAMP"
 echo "libero_pro reference environment ready: $VENV"

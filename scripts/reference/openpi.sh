@@ -56,6 +56,8 @@ import transformers
 assert transformers.__version__ == "4.53.2", transformers.__version__
 print("openpi reference imports: torch", torch.__version__, "transformers", transformers.__version__)
 PY
-python3 scripts/link_identical.py .venv .reference   # share identical files with the other venvs (CI disk)
+# only this venv changes (CI builds other reference venvs beside this one; rlinf_env.sh, built after them,
+# links across all of .reference)
+python3 scripts/link_identical.py .venv "$VENV"   # share identical files with .venv (CI disk)
 echo "$VERSION" > "$STAMP"
 echo "openpi reference environment ready: $VENV"

@@ -35,6 +35,8 @@ PIP="$VENV/bin/pip"
 "$VENV/bin/python" -c "import sys, types; sys.modules['torchvision._meta_registrations'] = types.ModuleType('m'); \
 import transformers, timm, omegaconf; print('transformers', transformers.__version__, 'timm', timm.__version__)"
 "$VENV/bin/python" tests/conformance/verl_algos/run_verl.py --check
-python3 scripts/link_identical.py .venv .reference   # share identical files with the other venvs (CI disk)
+# only this venv changes (CI builds other reference venvs beside this one; rlinf_env.sh, built after them,
+# links across all of .reference)
+python3 scripts/link_identical.py .venv "$VENV"   # share identical files with .venv (CI disk)
 touch "$STAMP"
 echo "rlinf_models reference environment ready: $VENV/bin/python"
