@@ -18,6 +18,7 @@ the chunk, the env's ``reset_state_ids`` entry and the (task, trial) it actually
 """
 
 import sys
+import time
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -47,7 +48,9 @@ def _obs(obs: dict) -> dict:
 
 def run(env_cls, cfg, chunks: np.ndarray) -> dict:
     """One env object: reset, then every chunk; returns the arrays to save (unprefixed)."""
+    start = time.perf_counter()
     env = env_cls(cfg, num_envs=chunks.shape[1], seed_offset=0, total_num_processes=1, worker_info=None)
+    print(f"auto_reset={cfg.auto_reset}: built in {time.perf_counter() - start:.1f} s", flush=True)
     out: dict[str, list] = {}
 
     def keep(**values) -> None:
@@ -57,7 +60,8 @@ def run(env_cls, cfg, chunks: np.ndarray) -> dict:
     try:
         obs, _ = env.reset()
         first = {k + "0": v for k, v in {**_obs(obs), **_where(env)}.items()}
-        for chunk in chunks:
+        print(f"reset at {time.perf_counter() - start:.1f} s", flush=True)
+        for k, chunk in enumerate(chunks):
             obs_list, rewards, terms, truncs, infos = env.chunk_step(chunk)
             # per-step metrics of the episode before any auto-reset (final_info holds them after one)
             step_infos = [i.get("final_info", i) for i in infos]
@@ -67,6 +71,7 @@ def run(env_cls, cfg, chunks: np.ndarray) -> dict:
                  success=np.stack([i["episode"]["success_once"].numpy() for i in step_infos], axis=1),
                  ep_success_once=episode["success_once"].numpy(), ep_return=episode["return"].numpy(),
                  ep_len=episode["episode_len"].numpy())
+            print(f"chunk {k} at {time.perf_counter() - start:.1f} s", flush=True)
     finally:
         env.env.close()
     return {**first, **{k: np.stack(v) for k, v in out.items()}}

@@ -59,7 +59,7 @@ SEED = int(EXPERT["seed"])
 TASKS = tuple(int(t) for t in EXPERT["task_ids"])  # libero_spatial tasks the ids are drawn from
 NUM_ENVS = 2  # in each env object (with and without auto-reset)
 CHUNK = 8
-SUCCESS_STEP = len(EXPERT["actions"])  # the expert's episode (env 0) succeeds at its last action
+SUCCESS_STEP = int(EXPERT["success_step"])  # the expert's episode (env 0) succeeds here (and stays so)
 SUCCESS_CHUNK = (SUCCESS_STEP - 1) // CHUNK
 # the step limit: one chunk after the success chunk, so RLinf's steps after the success (difference 1) do not
 # reach it (it would report a truncation as well, vlarl not)
@@ -90,17 +90,16 @@ def _libero_or_skip() -> None:
 
 
 def _chunks(num_chunks: int, hold: bool) -> np.ndarray:
-    """[K, N, C, 7]: env 0 the expert's episode, then holding still with the gripper open to the end of that
-    chunk (``hold``: to the end; the bowl stays on the plate, so the success persists); everything else small
-    random actions with the gripper open."""
+    """[K, N, C, 7]: env 0 the expert's actions to the end of its success chunk (``hold``: to the end; after the
+    success it keeps the bowl on the plate, so the success persists: record_expert.py checks it), then small
+    random actions with the gripper open, as every step of env 1."""
     rng = np.random.default_rng(0)
     actions = rng.uniform(-0.3, 0.3, size=(NUM_ENVS, num_chunks * CHUNK, 7))
     actions[:, :, -1] = -1.0
     expert = EXPERT["actions"]
-    actions[0, :len(expert)] = expert
-    actions[0, len(expert):(SUCCESS_CHUNK + 1) * CHUNK] = [0, 0, 0, 0, 0, 0, -1]
-    if hold:
-        actions[0, len(expert):] = [0, 0, 0, 0, 0, 0, -1]
+    end = num_chunks * CHUNK if hold else (SUCCESS_CHUNK + 1) * CHUNK
+    assert len(expert) >= end
+    actions[0, :end] = expert[:end]
     return actions.reshape(NUM_ENVS, num_chunks, CHUNK, 7).transpose(1, 0, 2, 3).copy()
 
 
@@ -277,7 +276,7 @@ def test_auto_reset_several_envs_equal_rlinf_libero_env(runs):
 
 def test_no_auto_reset_dones_and_rewards_equal_rlinf(runs):
     """Without auto-reset (RLinf ``auto_reset: False``), where the loss masks come from per-step dones: env 0 the
-    expert episode, then holding still to the step limit; env 1 random actions to the limit. RLinf reports raw
+    expert episode, its actions keeping the bowl on the plate to the step limit; env 1 random actions to the limit. RLinf reports raw
     per-step terminations (the success persists, so every step from the success on) and keeps stepping the
     finished env with reward 0; vlarl stops the env at the success step, its ``dones`` True from there and its
     rewards 0 (padding). Both agree step by step on rewards and dones, on observations while an episode runs
