@@ -4,8 +4,8 @@ One RLinf process (``rlinf_side.py``, started once for this module by the ``runs
 ``LiberoEnv`` objects of NUM_ENVS envs each in training mode (libero_spatial, ``task_id_filter`` TASKS = two
 tasks, fixed reset-state ids drawn at random from SEED, ``use_rel_reward``, ``use_step_penalty``,
 ``reward_coef`` 5, 15 settle steps with the gripper open, 128 px, step limit MAX_STEPS): one with auto-reset,
-one without. vlarl then runs the same two setups with ``LiberoVectorEnv`` (one worker hosting both envs with
-auto-reset, one worker per env without) and the same action chunks (C = 8): env 0 gets the scripted expert's
+one without. vlarl then runs the same two setups with ``LiberoVectorEnv`` (a worker per env, so both cores
+work) and the same action chunks (C = 8): env 0 gets the scripted expert's
 recorded actions (``expert_actions.npz``: its episode succeeds at step SUCCESS_STEP), env 1 small random actions
 (an episode that reaches the step limit). The first reset starts the envs on both tasks (seeds ``seed * 2 + i``);
 each auto-reset (env 0 after its success, env 1 at the limit, seeds ``seed * 1 + i``) draws new ids, which
@@ -138,7 +138,7 @@ def _run_ours(chunks: np.ndarray, auto_reset: bool) -> dict[str, Any]:
 
     num_envs = chunks.shape[1]
     spec = VectorEnvSpec(
-        suite="libero_spatial", task_ids=TASKS, num_envs=num_envs, num_workers=1 if auto_reset else num_envs,
+        suite="libero_spatial", task_ids=TASKS, num_envs=num_envs, num_workers=num_envs,
         resolution=RES, protocol="rlinf", max_episode_steps=MAX_STEPS, seed=SEED, env_seed=SEED,
         auto_reset=auto_reset, init_state_order="random", reward_coef=5.0, use_rel_reward=True, step_penalty=1.0,
     )
