@@ -1,15 +1,21 @@
 """vlarl's LIBERO vector env under the ``rlinf`` protocol against RLinf 0.3.0's own ``LiberoEnv``.
 
-Both run libero_spatial task 0 in training mode (auto-reset, fixed reset-state ids drawn at random from
-``seed``, ``use_rel_reward``, ``use_step_penalty``, ``reward_coef`` 5, 15 settle steps with the gripper
-open, 128 px, step limit 176) and get the same action chunks (C = 8): the scripted expert's recorded
-actions (an episode that succeeds at step 162), then small random actions until the step limit (an
-episode that times out), then one chunk of the third episode. Each episode starts through an auto-reset
-that draws a new reset-state id.
+One RLinf process (``rlinf_side.py``, started once for this module by the ``runs`` fixture) builds two
+``LiberoEnv`` objects of NUM_ENVS envs each in training mode (libero_spatial, ``task_id_filter`` TASKS = two
+tasks, fixed reset-state ids drawn at random from SEED, ``use_rel_reward``, ``use_step_penalty``,
+``reward_coef`` 5, 15 settle steps with the gripper open, 128 px, step limit MAX_STEPS): one with auto-reset,
+one without. vlarl then runs the same two setups with ``LiberoVectorEnv`` (a worker per env, so both cores
+work) and the same action chunks (C = 8): env 0 gets the scripted expert's
+recorded actions (``expert_actions.npz``: its episode succeeds at step SUCCESS_STEP), env 1 small random actions
+(an episode that reaches the step limit). The first reset starts the envs on both tasks (seeds ``seed * 2 + i``);
+each auto-reset (env 0 after its success, env 1 at the limit, seeds ``seed * 1 + i``) draws new ids, which
+move both envs to the other task (a rebuilt scene on both sides). The sides run one after the other, not side
+by side: a LIBERO env with its renderer holds ~1.1 GB, and both at once would double the peak memory.
 
-Compared chunk by chunk: the reset-state ids RLinf and vlarl draw, observations (both images bit-exact,
-the 8-d state to float32), per-step rewards, the success step, terminations, truncations and the episode
-metrics. Differences, each deliberate and asserted as such:
+Compared chunk by chunk and env by env: the reset-state ids drawn and the (task, trial) each env runs, the
+task descriptions, observations (both images bit-exact, the 8-d state to float32), per-step rewards, the
+success step, terminations, truncations and the episode metrics. Differences, each deliberate and asserted
+as such:
 
 1. RLinf executes the rest of a chunk after an episode ended (the chunk is stepped as a whole, the
    auto-reset comes after it); vlarl stops at the step that ends it. RLinf's rewards for those steps are
@@ -19,11 +25,16 @@ metrics. Differences, each deliberate and asserted as such:
 3. RLinf's ``episode_len`` counts those extra steps (it is the elapsed steps at the chunk's end); vlarl's
    is the step where the episode ended.
 4. RLinf returns float64 states; vlarl float32 (the same values rounded).
+5. An auto-reset in RLinf draws a new id for EVERY env (``update_reset_state_ids``) and starts only the
+   finished envs from theirs: the running envs' ``reset_state_ids`` entries then name states they never
+   started (their ``task_ids`` / ``trial_ids`` are unchanged). vlarl's ``reset_state_ids`` is the state each
+   env started from, i.e. RLinf's (task, trial) of the env.
+6. Without auto-reset RLinf keeps stepping a finished env (raw per-step terminations, reward 0) and truncates
+   it at the step limit; vlarl stops it (``dones`` True, rewards 0 from the end), reports no truncation for it
+   and keeps its last observation.
 
-A second test runs the same expert episode WITHOUT auto-reset (per-step dones and rewards, from which the loss masks
-come; see its docstring for the one deliberate difference).
-
-Needs ``.reference/rlinf_env`` (``bash scripts/reference/rlinf_env.sh``). About 2-4 minutes on 2 cores each.
+Needs ``.reference/rlinf_env`` (``bash scripts/reference/rlinf_env.sh``). One RLinf start and one set of scene
+builds serve both tests (the fixture); the comparisons themselves are instant.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -42,11 +54,19 @@ pytestmark = pytest.mark.libero
 HERE = Path(__file__).parent
 ROOT = HERE.parents[2]
 REF_PYTHON = ROOT / ".reference" / "rlinf_env" / "bin" / "python"
+EXPERT = np.load(HERE / "expert_actions.npz")
+SEED = int(EXPERT["seed"])
+TASKS = tuple(int(t) for t in EXPERT["task_ids"])  # libero_spatial tasks the ids are drawn from
+NUM_ENVS = 2  # in each env object (with and without auto-reset)
 CHUNK = 8
-# the expert succeeds at step 162, inside the 21st chunk (steps 161-168); a limit inside that chunk would
-# make RLinf report a truncation as well (it keeps stepping after the success), vlarl not (difference 1)
-MAX_STEPS = 176
+SUCCESS_STEP = int(EXPERT["success_step"])  # the expert's episode (env 0) succeeds here (and stays so)
+SUCCESS_CHUNK = (SUCCESS_STEP - 1) // CHUNK
+# the step limit: one chunk after the success chunk, so RLinf's steps after the success (difference 1) do not
+# reach it (it would report a truncation as well, vlarl not)
+MAX_STEPS = (SUCCESS_CHUNK + 2) * CHUNK
+LIMIT_CHUNK = MAX_STEPS // CHUNK - 1  # the chunk whose last step is the limit
 RES = 128
+TRIALS = 50  # init states per libero_spatial task (RLinf's flat id = task * 50 + trial)
 
 
 def _reference_or_skip() -> Path:
@@ -69,16 +89,24 @@ def _libero_or_skip() -> None:
         pytest.skip(f"LIBERO not usable: {err}")
 
 
-def _chunks() -> tuple[np.ndarray, int]:
-    """[K, C, 7]: the expert's episode padded with its last action, a random timeout episode, one more."""
-    rec = np.load(HERE / "expert_actions.npz")
-    expert = rec["actions"]
-    pad = -len(expert) % CHUNK
-    first = np.concatenate([expert, np.repeat(expert[-1:], pad, axis=0)])
+def _chunks(num_chunks: int, hold: bool) -> np.ndarray:
+    """[K, N, C, 7]: env 0 the expert's actions to the end of its success chunk (``hold``: to the end; after the
+    success it keeps the bowl on the plate, so the success persists: record_expert.py checks it), then small
+    random actions with the gripper open, as every step of env 1."""
     rng = np.random.default_rng(0)
-    timeout = rng.uniform(-0.3, 0.3, size=(MAX_STEPS + CHUNK, 7))
-    timeout[:, -1] = -1.0
-    return np.concatenate([first, timeout]).reshape(-1, CHUNK, 7), int(rec["seed"])
+    actions = rng.uniform(-0.3, 0.3, size=(NUM_ENVS, num_chunks * CHUNK, 7))
+    actions[:, :, -1] = -1.0
+    expert = EXPERT["actions"]
+    end = num_chunks * CHUNK if hold else (SUCCESS_CHUNK + 1) * CHUNK
+    assert len(expert) >= end
+    actions[0, :end] = expert[:end]
+    return actions.reshape(NUM_ENVS, num_chunks, CHUNK, 7).transpose(1, 0, 2, 3).copy()
+
+
+def _scenario() -> dict[str, Any]:
+    # with auto-reset: up to the limit, then one chunk of the next episodes; without: up to the limit
+    return {"seed": SEED, "max_steps": MAX_STEPS, "res": RES, "task_ids": np.array(TASKS),
+            "on": _chunks(LIMIT_CHUNK + 2, hold=False), "off": _chunks(LIMIT_CHUNK + 1, hold=True)}
 
 
 def _reference_libero_config(tmp_path: Path) -> Path:
@@ -92,146 +120,192 @@ def _reference_libero_config(tmp_path: Path) -> Path:
     return config
 
 
-def _run_rlinf(chunks: np.ndarray, seed: int, tmp_path: Path, auto_reset: bool = True) -> subprocess.Popen:
+def _start_rlinf(scenario: dict[str, Any], tmp_path: Path) -> subprocess.Popen:
     from vlarl_cli.envs.libero.setup import prepare_libero
 
     gl = prepare_libero().mujoco_gl  # the same rendering backend on both sides
-    np.savez(tmp_path / "chunks.npz", chunks=chunks)
+    np.savez(tmp_path / "scenario.npz", **scenario)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.update(PYTHONPATH=str(HERE), LIBERO_CONFIG_PATH=str(_reference_libero_config(tmp_path)),
                MUJOCO_GL=gl, OMP_NUM_THREADS="1")
-    args = [str(REF_PYTHON), str(HERE / "rlinf_side.py"), str(tmp_path / "chunks.npz"), str(tmp_path / "rlinf.npz"),
-            str(seed), str(MAX_STEPS), str(RES), str(int(auto_reset))]
+    args = [str(REF_PYTHON), str(HERE / "rlinf_side.py"), str(tmp_path / "scenario.npz"), str(tmp_path / "rlinf.npz")]
     return subprocess.Popen(args, env=env, stdout=open(tmp_path / "rlinf.log", "w"), stderr=subprocess.STDOUT)
 
 
-def _run_ours(chunks: np.ndarray, seed: int, auto_reset: bool = True) -> dict[str, list]:
+def _run_ours(chunks: np.ndarray, auto_reset: bool) -> dict[str, Any]:
+    """vlarl's side of one run: the same fields as RLinf's, stacked per chunk ([K, N, ...])."""
     from vlarl_cli.envs.vector import EPISODE_DONE, RESET_STATE_IDS, LiberoVectorEnv, VectorEnvSpec
 
+    num_envs = chunks.shape[1]
     spec = VectorEnvSpec(
-        suite="libero_spatial", task_ids=(0,), num_envs=1, num_workers=1, resolution=RES, protocol="rlinf",
-        max_episode_steps=MAX_STEPS, seed=seed, env_seed=seed, auto_reset=auto_reset, init_state_order="random",
-        reward_coef=5.0, use_rel_reward=True, step_penalty=1.0,
+        suite="libero_spatial", task_ids=TASKS, num_envs=num_envs, num_workers=num_envs,
+        resolution=RES, protocol="rlinf", max_episode_steps=MAX_STEPS, seed=SEED, env_seed=SEED,
+        auto_reset=auto_reset, init_state_order="random", reward_coef=5.0, use_rel_reward=True, step_penalty=1.0,
     )
-    out: dict[str, list] = {k: [] for k in ("obs", "rewards", "dones", "success", "truncated", "episode", "ids")}
+    out: dict[str, list] = {}
+
+    def keep(obs: dict[str, Any], **values: Any) -> None:
+        values.update(main=obs[keys.MAIN_IMAGES].numpy(), wrist=obs[keys.WRIST_IMAGES].numpy(),
+                      state=obs[keys.STATES].numpy(), task=np.array(obs[keys.TASK_DESCRIPTIONS]))
+        for k, v in values.items():
+            out.setdefault(k, []).append(np.asarray(v))
+
     with LiberoVectorEnv(spec) as vec:
-        out["obs0"] = [vec.reset()]
-        out["id0"] = [int(vec.reset_state_ids[0])]
+        keep(vec.reset(), ids=vec.reset_state_ids)
         for chunk in chunks:
-            obs, rewards, dones, infos = vec.step_chunk(chunk[None])
-            out["obs"].append(obs)
-            out["rewards"].append(rewards[0].numpy())
-            out["dones"].append(dones[0].numpy())
-            out["success"].append(infos[keys.SUCCESS][0].numpy())
-            out["truncated"].append(infos[keys.TRUNCATED][0].numpy())
-            ended = bool(infos[EPISODE_DONE][0])
-            out["episode"].append({k: infos[k][0].item() for k in (keys.SUCCESS_ONCE, keys.RETURN, keys.EPISODE_LEN)}
-                                  if ended else None)
-            out["ids"].append(int(infos[RESET_STATE_IDS][0]))
-    return out
+            obs, rewards, dones, infos = vec.step_chunk(chunk)
+            keep(obs, rewards=rewards.numpy(), dones=dones.numpy(), success=infos[keys.SUCCESS].numpy(),
+                 truncated=infos[keys.TRUNCATED].numpy(), episode_done=infos[EPISODE_DONE].numpy(),
+                 ids=infos[RESET_STATE_IDS].numpy(),
+                 **{k: infos[k].numpy() for k in (keys.SUCCESS_ONCE, keys.RETURN, keys.EPISODE_LEN)})
+    first = {k + "0": v.pop(0) for k, v in out.items() if k in ("main", "wrist", "state", "task", "ids")}
+    return {**first, **{k: np.stack(v) for k, v in out.items()}}
 
 
-def _assert_same_obs(ours: dict, main: np.ndarray, wrist: np.ndarray, state: np.ndarray, where: str) -> None:
-    np.testing.assert_array_equal(ours[keys.MAIN_IMAGES][0].numpy(), main, err_msg=f"main image, {where}")
-    np.testing.assert_array_equal(ours[keys.WRIST_IMAGES][0].numpy(), wrist, err_msg=f"wrist image, {where}")
-    # difference 4: RLinf's state is float64, ours the same values in float32
-    np.testing.assert_array_equal(ours[keys.STATES][0].numpy(), state.astype(np.float32), err_msg=f"state, {where}")
-
-
-def test_vlarl_rlinf_protocol_equals_rlinf_libero_env(tmp_path):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Both runs on both sides: {"on" | "off": (vlarl's, RLinf's)}; RLinf first, then vlarl (peak memory)."""
     ref = _reference_or_skip()
     assert ref.is_file()
     _libero_or_skip()
-    chunks, seed = _chunks()
-    proc = _run_rlinf(chunks, seed, tmp_path)  # runs beside ours: two processes, two cores
+    tmp_path = tmp_path_factory.mktemp("rlinf_env")
+    scenario = _scenario()
+    proc = _start_rlinf(scenario, tmp_path)
     try:
-        ours = _run_ours(chunks, seed)
-    finally:
         code = proc.wait(timeout=1800)
+    finally:
+        proc.kill()  # a no-op once it has exited
     log = (tmp_path / "rlinf.log").read_text()
     assert code == 0, f"RLinf side failed:\n{log[-4000:]}"
-    theirs = dict(np.load(tmp_path / "rlinf.npz"))
+    ours = {"on": _run_ours(scenario["on"], auto_reset=True), "off": _run_ours(scenario["off"], auto_reset=False)}
+    saved = dict(np.load(tmp_path / "rlinf.npz"))
+    return {name: (ours[name], {k[len(name) + 1:]: v for k, v in saved.items() if k.startswith(name + "_")})
+            for name in ("on", "off")}
 
-    # the first reset: the same drawn reset-state id, seed, settle steps -> the same first observation
-    assert ours["id0"][0] == int(theirs["id0"]) == int(np.load(HERE / "expert_actions.npz")["trial"])
-    _assert_same_obs(ours["obs0"][0], theirs["main0"], theirs["wrist0"], theirs["state0"], "first reset")
 
-    ends = []
-    for k in range(len(chunks)):
-        where = f"chunk {k}"
-        done, r_ours, r_theirs = ours["dones"][k], ours["rewards"][k], theirs["rewards"][k]
-        ended = bool(done.any())
-        assert ended == bool(theirs["terminations"][k][-1] or theirs["truncations"][k][-1]), where
-        # difference 2: RLinf flags the chunk's last step only
-        assert not theirs["terminations"][k][:-1].any() and not theirs["truncations"][k][:-1].any(), where
-        assert bool(ours["truncated"][k].any()) == bool(theirs["truncations"][k][-1]), where
-        first_success = np.flatnonzero(theirs["success"][k])
-        if ended:
-            stop = int(np.argmax(done)) + 1  # steps vlarl executed in this chunk
-            # difference 1: RLinf's rewards after the end are 0, as vlarl's padding
-            np.testing.assert_array_equal(r_theirs[stop:], 0.0, err_msg=where)
-            ep, k_first = ours["episode"][k], first_success[0] if len(first_success) else None
-            assert ep[keys.SUCCESS_ONCE] == bool(theirs["ep_success_once"][k]), where
-            assert ep[keys.RETURN] == pytest.approx(float(theirs["ep_return"][k]), abs=1e-5), where
-            # difference 3: RLinf counts the whole chunk, vlarl the step where the episode ended
-            assert int(theirs["ep_len"][k]) == (k + 1 - (ends[-1] + 1 if ends else 0)) * CHUNK, where
-            assert ep[keys.EPISODE_LEN] == int(theirs["ep_len"][k]) - CHUNK + stop, where
-            if k_first is not None:
-                assert stop == k_first + 1 and ours["success"][k][k_first], where
-            ends.append(k)
-        else:
-            assert not len(first_success) and not ours["success"][k].any(), where
-        np.testing.assert_allclose(r_ours, r_theirs, atol=1e-6, err_msg=where)
-        # after an auto-reset both show the next episode's first observation, from a NEW drawn id
-        assert ours["ids"][k] == int(theirs["ids"][k]), where
-        _assert_same_obs(ours["obs"][k], theirs["main"][k], theirs["wrist"][k], theirs["state"][k], where)
+def _assert_same_obs(ours: dict, theirs: dict, k: int | None, e: int, where: str) -> None:
+    """Env ``e``'s observation after chunk ``k`` (None: the first reset's) on both sides."""
+    sfx, at = ("0", ()) if k is None else ("", (k,))
+    for name in ("main", "wrist"):
+        np.testing.assert_array_equal(ours[name + sfx][(*at, e)], theirs[name + sfx][(*at, e)],
+                                      err_msg=f"{name} image, {where}")
+    # difference 4: RLinf's state is float64, ours the same values in float32
+    np.testing.assert_array_equal(ours["state" + sfx][(*at, e)], theirs["state" + sfx][(*at, e)].astype(np.float32),
+                                  err_msg=f"state, {where}")
+    assert ours["task" + sfx][(*at, e)] == theirs["task" + sfx][(*at, e)], where
 
-    # the three episodes happened: success at step 162 (chunk 20), timeout 22 chunks later, a third one
-    assert ends == [20, 42], ends
-    assert ours["episode"][20][keys.SUCCESS_ONCE] and ours["episode"][20][keys.EPISODE_LEN] == 162
-    assert not ours["episode"][42][keys.SUCCESS_ONCE] and ours["episode"][42][keys.EPISODE_LEN] == MAX_STEPS
+
+def _running(theirs: dict, k: int | None = None) -> np.ndarray:
+    """The flat ids of the (task, trial) RLinf's envs run after chunk ``k`` (None: the first reset)."""
+    if k is None:
+        return theirs["task_ids0"] * TRIALS + theirs["trial_ids0"]
+    return theirs["task_ids"][k] * TRIALS + theirs["trial_ids"][k]
+
+
+def _assert_first_reset(ours: dict, theirs: dict) -> None:
+    """The first reset: the same drawn ids (env 0's is the expert's), seeds, settle steps -> observations."""
+    np.testing.assert_array_equal(ours["ids0"], theirs["ids0"])
+    np.testing.assert_array_equal(ours["ids0"], _running(theirs))
+    np.testing.assert_array_equal(ours["ids0"], EXPERT["first_ids"])
+    assert set(ours["ids0"] // TRIALS) == set(TASKS)  # both tasks from the start
+    for e in range(NUM_ENVS):
+        _assert_same_obs(ours, theirs, None, e, f"first reset, env {e}")
+
+
+def _assert_auto_reset_chunk(ours: dict, theirs: dict, k: int, e: int, start: int) -> bool:
+    """One env's chunk ``k`` with auto-reset (its episode started after chunk ``start - 1``); True if it ended."""
+    where = f"auto-reset, chunk {k}, env {e}"
+    done, r_ours, r_theirs = ours["dones"][k, e], ours["rewards"][k, e], theirs["rewards"][k, e]
+    term, trunc = theirs["terminations"][k, e], theirs["truncations"][k, e]
+    ended = bool(done.any())
+    assert ended == bool(term[-1] or trunc[-1]) == bool(ours["episode_done"][k, e]), where
+    # difference 2: RLinf flags the chunk's last step only
+    assert not term[:-1].any() and not trunc[:-1].any(), where
+    assert bool(ours["truncated"][k, e].any()) == bool(trunc[-1]), where
+    first_success = np.flatnonzero(theirs["success"][k, e])
+    if ended:
+        stop = int(np.argmax(done)) + 1  # steps vlarl executed in this chunk
+        # difference 1: RLinf's rewards after the end are 0, as vlarl's padding
+        np.testing.assert_array_equal(r_theirs[stop:], 0.0, err_msg=where)
+        assert ours[keys.SUCCESS_ONCE][k, e] == theirs["ep_success_once"][k, e], where
+        # float32 (vlarl) against float64 sums of the same -1 / +5 / 0 rewards: equal
+        assert ours[keys.RETURN][k, e] == theirs["ep_return"][k, e], where
+        # difference 3: RLinf counts the whole chunk, vlarl the step where the episode ended
+        assert theirs["ep_len"][k, e] == (k + 1 - start) * CHUNK, where
+        assert ours[keys.EPISODE_LEN][k, e] == theirs["ep_len"][k, e] - CHUNK + stop, where
+        if len(first_success):
+            assert stop == first_success[0] + 1 and ours["success"][k, e][first_success[0]], where
+        # the finished env starts the id RLinf drew for it
+        assert ours["ids"][k, e] == theirs["ids"][k, e], where
+    else:
+        assert not len(first_success) and not ours["success"][k, e].any(), where
+    # vlarl's rewards are float32 of RLinf's float64 -1 / +5 / 0 / -5: exact
+    np.testing.assert_array_equal(r_ours, r_theirs.astype(np.float32), err_msg=where)
+    # difference 5: vlarl's id is the state the env runs, RLinf's (task, trial)
+    assert ours["ids"][k, e] == _running(theirs, k)[e], where
+    # after an auto-reset both show the next episode's first observation
+    _assert_same_obs(ours, theirs, k, e, where)
+    return ended
+
+
+def test_auto_reset_several_envs_equal_rlinf_libero_env(runs):
+    ours, theirs = runs["on"]
+    _assert_first_reset(ours, theirs)
+    ends: dict[int, list[int]] = {e: [] for e in range(NUM_ENVS)}
+    for k in range(len(ours["rewards"])):
+        for e in range(NUM_ENVS):
+            if _assert_auto_reset_chunk(ours, theirs, k, e, ends[e][-1] + 1 if ends[e] else 0):
+                ends[e].append(k)
+    # env 0: the expert's success; env 1 reaches the limit a chunk later (each reset alone: seed * 1 + i)
+    assert ends == {0: [SUCCESS_CHUNK], 1: [LIMIT_CHUNK]}, ends
+    assert ours[keys.SUCCESS_ONCE][SUCCESS_CHUNK, 0] and ours[keys.EPISODE_LEN][SUCCESS_CHUNK, 0] == SUCCESS_STEP
+    assert ours[keys.RETURN][SUCCESS_CHUNK, 0] == 4.0  # -1 on the first step, +5 on the success
+    assert not ours[keys.SUCCESS_ONCE][LIMIT_CHUNK, 1] and ours[keys.EPISODE_LEN][LIMIT_CHUNK, 1] == MAX_STEPS
+    assert ours["truncated"][LIMIT_CHUNK, 1, -1] and ours[keys.RETURN][LIMIT_CHUNK, 1] == -1.0
     # rewards: -1 on each episode's first step (penalty before the relative change), +5 on the success
-    assert ours["rewards"][0][0] == -1.0 and ours["rewards"][20][1] == 5.0 and ours["rewards"][21][0] == -1.0
-    assert len({ours["id0"][0], ours["ids"][20], ours["ids"][42]}) > 1  # new ids were drawn
+    assert (ours["rewards"][0, :, 0] == -1.0).all()
+    assert ours["rewards"][SUCCESS_CHUNK, 0, (SUCCESS_STEP - 1) % CHUNK] == 5.0
+    assert ours["rewards"][SUCCESS_CHUNK + 1, 0, 0] == -1.0 and ours["rewards"][LIMIT_CHUNK + 1, 1, 0] == -1.0
+    # new ids were drawn, each env's on the other task (a new scene on both sides)
+    final = ours["ids"][-1]
+    assert (final // TRIALS != ours["ids0"] // TRIALS).all(), (ours["ids0"], final)
+    # difference 5 shows: after each auto-reset RLinf's entry for the other (running) env is the fresh draw
+    assert theirs["ids"][SUCCESS_CHUNK, 1] != _running(theirs, SUCCESS_CHUNK)[1]
+    assert theirs["ids"][LIMIT_CHUNK, 0] != _running(theirs, LIMIT_CHUNK)[0]
 
 
-def test_no_auto_reset_dones_and_rewards_equal_rlinf(tmp_path):
-    """Without auto-reset (RLinf ``auto_reset: False``), where the loss masks come from per-step dones: the
-    expert episode, then one chunk holding its last action (176 steps, the limit). RLinf reports raw per-step
-    terminations (the success persists, so every step from the success on) and keeps stepping the finished env
-    with reward 0; vlarl stops the env at the success step, its ``dones`` True from there and its rewards 0
-    (padding). Both agree step by step on rewards and dones, on observations until the episode ends, and
-    neither resets. Deliberate difference: RLinf also truncates the finished env at the step limit. About
-    2-5 minutes on 2 busy cores (one LIBERO episode on each side, in parallel)."""
-    ref = _reference_or_skip()
-    assert ref.is_file()
-    _libero_or_skip()
-    rec = np.load(HERE / "expert_actions.npz")
-    chunks, seed = _chunks()
-    chunks = np.concatenate([chunks[:21], np.repeat(chunks[20][-1:], CHUNK, axis=0)[None]])  # 176 steps
-    proc = _run_rlinf(chunks, seed, tmp_path, auto_reset=False)
-    try:
-        ours = _run_ours(chunks, seed, auto_reset=False)
-    finally:
-        code = proc.wait(timeout=1800)
-    assert code == 0, f"RLinf side failed:\n{(tmp_path / 'rlinf.log').read_text()[-4000:]}"
-    theirs = dict(np.load(tmp_path / "rlinf.npz"))
-    assert ours["id0"][0] == int(theirs["id0"]) == int(rec["trial"])
-    for k in range(len(chunks)):
-        where = f"chunk {k}"
-        np.testing.assert_allclose(ours["rewards"][k], theirs["rewards"][k], atol=1e-6, err_msg=where)
-        rlinf_done = theirs["terminations"][k] | theirs["truncations"][k]  # raw per step without auto-reset
-        np.testing.assert_array_equal(ours["dones"][k], rlinf_done, err_msg=where)
-        # RLinf's elapsed steps keep counting in the finished env: it truncates at step MAX_STEPS (the last step of
-        # chunk 21) although the episode ended at 162; vlarl reports no truncation for a finished env
-        assert theirs["truncations"][k].tolist() == [k == 21 and i == CHUNK - 1 for i in range(CHUNK)], where
-        assert not ours["truncated"][k].any(), where
-        assert ours["ids"][k] == int(theirs["ids"][k]) == ours["id0"][0], where  # no reset on either side
-        if k < 20:  # after the success RLinf's env moves on (vlarl's is stopped): observations until then
-            _assert_same_obs(ours["obs"][k], theirs["main"][k], theirs["wrist"][k], theirs["state"][k], where)
-    assert int(np.argmax(ours["dones"][20])) == 1 and ours["rewards"][20][1] == 5.0  # success at step 162
-    assert ours["dones"][21].all() and not ours["rewards"][21].any()
-    ep = ours["episode"][20]
-    assert ep[keys.SUCCESS_ONCE] and ep[keys.EPISODE_LEN] == 162
-    assert ep[keys.RETURN] == pytest.approx(float(theirs["ep_return"][20]), abs=1e-5)
-    assert ours["episode"][21] is None  # one episode, reported once
+def test_no_auto_reset_dones_and_rewards_equal_rlinf(runs):
+    """Without auto-reset (RLinf ``auto_reset: False``), where the loss masks come from per-step dones: env 0 the
+    expert episode, its actions keeping the bowl on the plate to the step limit; env 1 random actions to the limit. RLinf reports raw
+    per-step terminations (the success persists, so every step from the success on) and keeps stepping the
+    finished env with reward 0; vlarl stops the env at the success step, its ``dones`` True from there and its
+    rewards 0 (padding). Both agree step by step on rewards and dones, on observations while an episode runs
+    (and at the limit), and neither resets. Deliberate difference (6): RLinf also truncates the finished env at
+    the step limit, vlarl does not."""
+    ours, theirs = runs["off"]
+    _assert_first_reset(ours, theirs)
+    for k in range(len(ours["rewards"])):
+        for e in range(NUM_ENVS):
+            where = f"no auto-reset, chunk {k}, env {e}"
+            np.testing.assert_array_equal(ours["rewards"][k, e], theirs["rewards"][k, e].astype(np.float32),
+                                          err_msg=where)
+            rlinf_done = theirs["terminations"][k, e] | theirs["truncations"][k, e]  # raw per step
+            np.testing.assert_array_equal(ours["dones"][k, e], rlinf_done, err_msg=where)
+            # RLinf's elapsed steps keep counting in the finished env: it truncates every env at the limit,
+            # env 0 although its episode ended at the success; vlarl reports no truncation for a finished env
+            at_limit = [k == LIMIT_CHUNK and i == CHUNK - 1 for i in range(CHUNK)]
+            assert theirs["truncations"][k, e].tolist() == at_limit, where
+            assert ours["truncated"][k, e].tolist() == (at_limit if e else [False] * CHUNK), where
+            # no reset on either side
+            assert ours["ids"][k, e] == theirs["ids"][k, e] == _running(theirs, k)[e] == ours["ids0"][e], where
+            if e or k < SUCCESS_CHUNK:  # after the success RLinf's env 0 moves on (vlarl's is stopped)
+                _assert_same_obs(ours, theirs, k, e, where)
+    success_at = (SUCCESS_STEP - 1) % CHUNK
+    assert int(np.argmax(ours["dones"][SUCCESS_CHUNK, 0])) == success_at
+    assert ours["rewards"][SUCCESS_CHUNK, 0, success_at] == 5.0
+    assert ours["dones"][SUCCESS_CHUNK + 1:, 0].all() and not ours["rewards"][SUCCESS_CHUNK + 1:, 0].any()
+    assert ours["episode_done"][:, 0].tolist() == [k == SUCCESS_CHUNK for k in range(len(ours["rewards"]))]
+    assert ours[keys.SUCCESS_ONCE][SUCCESS_CHUNK, 0] and ours[keys.EPISODE_LEN][SUCCESS_CHUNK, 0] == SUCCESS_STEP
+    assert ours[keys.RETURN][SUCCESS_CHUNK, 0] == theirs["ep_return"][SUCCESS_CHUNK, 0] == 4.0
+    assert ours["episode_done"][:, 1].tolist() == [k == LIMIT_CHUNK for k in range(len(ours["rewards"]))]
+    assert ours[keys.EPISODE_LEN][LIMIT_CHUNK, 1] == MAX_STEPS and not ours[keys.SUCCESS_ONCE][LIMIT_CHUNK, 1]
