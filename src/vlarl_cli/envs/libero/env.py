@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, NamedTuple, get_args
 
 import numpy as np
 
@@ -157,6 +157,19 @@ class EnvOptions:
         if self.obs_mode == "state" and self.cameras:
             raise EnvError(f"obs_mode state renders no camera, but cameras {list(self.cameras)} were asked for.",
                            fix="Use obs_mode rgb for image policies, or no cameras with obs_mode state.")
+
+
+class _ChunkBuffers(NamedTuple):
+    """The per-step arrays of one chunk, filled as it runs (``ChunkResult``'s order)."""
+
+    rewards: np.ndarray
+    dones: np.ndarray
+    success: np.ndarray
+    truncated: np.ndarray
+
+    @classmethod
+    def zeros(cls, chunk: int) -> _ChunkBuffers:
+        return cls(np.zeros(chunk, np.float32), np.zeros(chunk, bool), np.zeros(chunk, bool), np.zeros(chunk, bool))
 
 
 @dataclass
@@ -532,11 +545,24 @@ class LiberoEnv:
         state = (
             init_state if init_state is not None else suites.init_states(self.suite, self.task_id)[trial_id]
         )
-        env = self._env
-        settle = self.settle_steps
         self._gate.open = False
+        self._seed_stream(trial_id, init_state, seed)
+        self._robosuite_reset()
+        self._after_robosuite_reset(init_state)
+        _install_gates(self._env.env, self._camera_observables(), self._gate)  # observables may be new (trap 2)
+        self._apply_render_quality()
+        self._begin_episode(self._settle(state))
+        obs = self.observation()
+        self._frames = {}
+        if self.options.record_video:
+            self._capture(obs)
+        self.timings["reset_s"] = time.perf_counter() - start
+        return obs
+
+    def _seed_stream(self, trial_id: int, init_state: np.ndarray | None, seed: int | None) -> None:
+        """numpy's stream before this reset: seeded (every_reset), or the task's stream at trial ``trial_id``."""
         if self.seeding == "every_reset":
-            env.seed(self.seed if seed is None else seed)
+            self._env.seed(self.seed if seed is None else seed)
         elif seed is not None:
             raise EnvError(
                 f"Seeding once_per_task seeds a task's simulator once; a per-reset seed ({seed}) would break "
@@ -547,7 +573,8 @@ class LiberoEnv:
             self._replay_stream(trial_id)
         if self.seeding == "once_per_task":
             np.random.set_state(self._stream_state)
-        self._robosuite_reset()
+
+    def _after_robosuite_reset(self, init_state: np.ndarray | None) -> None:
         self._stream_resets += 1
         self._stream_state = np.random.get_state()
         if self.seeding == "once_per_task" and init_state is None:
@@ -557,19 +584,24 @@ class LiberoEnv:
             # (robosuite models/grippers/panda_gripper.py format_action: current_action) would carry over
             # from the previous episode; a hard reset rebuilds it as zeros(dof). Measured: without this,
             # settle steps after a previous episode differ from a fresh env (~100 pixels per image).
-            for robot in env.env.robots:
+            for robot in self._env.env.robots:
                 if getattr(robot, "gripper", None) is not None:
                     robot.gripper.current_action = np.zeros(robot.gripper.dof)
-        _install_gates(env.env, self._camera_observables(), self._gate)  # observables may be new (trap 2)
-        self._apply_render_quality()
+
+    def _settle(self, state: np.ndarray) -> dict[str, Any]:
+        """``set_init_state``, then the protocol's settle steps; cameras render only in the last of these."""
+        settle = self.settle_steps
         self._gate.open = settle == 0 or self.options.record_video
-        raw = env.set_init_state(np.asarray(state, dtype=np.float64))
+        raw = self._env.set_init_state(np.asarray(state, dtype=np.float64))
         for i in range(settle):
             self._gate.open = i == settle - 1 or self.options.record_video
-            raw, _, _, _ = env.step(self.protocol_settle_action)
+            raw, _, _, _ = self._env.step(self.protocol_settle_action)
         self._gate.open = False
+        return raw
+
+    def _begin_episode(self, raw: dict[str, Any]) -> None:
         self._raw_obs = raw
-        self._warnings = _physics_warnings(env.sim)
+        self._warnings = _physics_warnings(self._env.sim)
         self._elapsed = 0
         self._return = 0.0
         self._prev_reward_level = 0.0
@@ -577,12 +609,6 @@ class LiberoEnv:
         self._last_success = False
         self._error = ""
         self._episode_active = True
-        obs = self.observation()
-        self._frames = {}
-        if self.options.record_video:
-            self._capture(obs)
-        self.timings["reset_s"] = time.perf_counter() - start
-        return obs
 
     def _apply_render_quality(self) -> None:
         """``render_quality`` on the simulator's render context; a hard reset builds a new context (and
@@ -729,62 +755,57 @@ class LiberoEnv:
         problem = self.check_actions(actions)
         a = np.asarray(actions, dtype=np.float64) if not problem else None
         chunk = a.shape[0] if a is not None else (np.shape(actions)[0] if np.ndim(actions) >= 1 else 1)
-        chunk = max(int(chunk), 1)
-        rewards = np.zeros(chunk, np.float32)
-        dones = np.zeros(chunk, bool)
-        success = np.zeros(chunk, bool)
-        truncated = np.zeros(chunk, bool)
+        out = _ChunkBuffers.zeros(max(int(chunk), 1))
         if problem:
-            dones[:] = True
-            return self._end(rewards, dones, success, truncated, 0, error=f"invalid action chunk: {problem}")
+            out.dones[:] = True
+            return self._end(*out, 0, error=f"invalid action chunk: {problem}")
         assert a is not None
         if self.options.clip_actions:
             a = np.clip(a, -1.0, 1.0)
-        env = self._env
+        for c in range(len(out.rewards)):
+            ended = self._step_once(a[c], c, out)
+            if ended is not None:
+                return ended
+        self._gate.open = False
+        return ChunkResult(self.observation(), *out, len(out.rewards))
+
+    def _step_once(self, action: np.ndarray, c: int, out: _ChunkBuffers) -> ChunkResult | None:
+        """Step ``c`` of a chunk: the result when the episode ends here, else None."""
         opts = self.options
         limit = self.max_episode_steps
-        for c in range(chunk):
-            # Render only in the step whose observation will be read: the chunk's last, or the step that
-            # reaches the step limit (a truncated episode's final observation, for value bootstrapping),
-            # or every step while recording. An episode ending early by success keeps a stale image.
-            self._gate.open = c == chunk - 1 or opts.record_video or self._elapsed + 1 >= limit
-            self._raw_obs, _, ok, _ = env.step(a[c])
-            self._elapsed += 1
-            warnings = _physics_warnings(env.sim)
-            if warnings != self._warnings or not np.all(np.isfinite(env.sim.data.qpos)):
-                self._gate.open = False
-                dones[c:] = True
-                return self._end(
-                    rewards,
-                    dones,
-                    success,
-                    truncated,
-                    c + 1,
-                    error="physics became unstable (MuJoCo bad qacc/qpos/qvel warning)",
-                    unstable=True,
-                )
-            succ = bool(ok)
-            success[c] = succ
-            reward, self._prev_reward_level = rlinf_step_reward(
-                succ, self._prev_reward_level, reward_coef=opts.reward_coef,
-                step_penalty=opts.step_penalty, use_rel_reward=opts.use_rel_reward,
-            )  # fmt: skip
-            rewards[c] = reward
-            if not self._success_once:  # RLinf _record_metrics: the return stops at the first success
-                self._return += reward
-            self._success_once |= succ
-            self._last_success = succ
-            if opts.record_video:
-                self._capture(self._raw_obs)
-            terminated = succ and not opts.ignore_terminations
-            if self._elapsed >= limit:
-                truncated[c] = not terminated
-            if terminated or self._elapsed >= limit:
-                self._gate.open = False
-                dones[c:] = True
-                return self._end(rewards, dones, success, truncated, c + 1)
-        self._gate.open = False
-        return ChunkResult(self.observation(), rewards, dones, success, truncated, chunk)
+        # Render only in the step whose observation will be read: the chunk's last, or the step that
+        # reaches the step limit (a truncated episode's final observation, for value bootstrapping),
+        # or every step while recording. An episode ending early by success keeps a stale image.
+        self._gate.open = c == len(out.rewards) - 1 or opts.record_video or self._elapsed + 1 >= limit
+        self._raw_obs, _, ok, _ = self._env.step(action)
+        self._elapsed += 1
+        warnings = _physics_warnings(self._env.sim)
+        if warnings != self._warnings or not np.all(np.isfinite(self._env.sim.data.qpos)):
+            self._gate.open = False
+            out.dones[c:] = True
+            return self._end(*out, c + 1, error="physics became unstable (MuJoCo bad qacc/qpos/qvel warning)",
+                             unstable=True)
+        succ = bool(ok)
+        out.success[c] = succ
+        reward, self._prev_reward_level = rlinf_step_reward(
+            succ, self._prev_reward_level, reward_coef=opts.reward_coef,
+            step_penalty=opts.step_penalty, use_rel_reward=opts.use_rel_reward,
+        )  # fmt: skip
+        out.rewards[c] = reward
+        if not self._success_once:  # RLinf _record_metrics: the return stops at the first success
+            self._return += reward
+        self._success_once |= succ
+        self._last_success = succ
+        if opts.record_video:
+            self._capture(self._raw_obs)
+        terminated = succ and not opts.ignore_terminations
+        if self._elapsed >= limit:
+            out.truncated[c] = not terminated
+        if terminated or self._elapsed >= limit:
+            self._gate.open = False
+            out.dones[c:] = True
+            return self._end(*out, c + 1)
+        return None
 
     def _end(
         self,

@@ -39,7 +39,7 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -378,6 +378,28 @@ class LiberoWorker:
 # ------------------------------------------------------------------------------------------------
 
 
+
+@dataclass
+class _StageRows:
+    """One stage's chunk results, row by row (``wait``): ``[n, C]`` steps, ``[n]`` episode ends and metrics,
+    errors by env id, and the final observations of episodes the time limit cut (by row)."""
+
+    rewards: np.ndarray
+    dones: np.ndarray
+    success: np.ndarray
+    truncated: np.ndarray
+    ep_done: np.ndarray
+    ep: dict[str, np.ndarray]
+    errors: dict[int, str] = field(default_factory=dict)
+    finals: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def zeros(cls, n: int, chunk: int) -> _StageRows:
+        ep = {keys.SUCCESS_ONCE: np.zeros(n, bool), keys.SUCCESS_AT_END: np.zeros(n, bool),
+              keys.RETURN: np.zeros(n, np.float32), keys.EPISODE_LEN: np.zeros(n, np.int64)}
+        return cls(np.zeros((n, chunk), np.float32), np.zeros((n, chunk), bool), np.zeros((n, chunk), bool),
+                   np.zeros((n, chunk), bool), np.zeros(n, bool), ep)
+
 class LiberoVectorEnv:
     """Vectorised LIBERO (see module docstring). All arrays are indexed by global env id."""
 
@@ -685,67 +707,57 @@ class LiberoVectorEnv:
 
         ids, chunk, tags, lost_now = self._pending_stage.pop(stage)
         replies = self._gather(tags)
-        n = len(ids)
-        finals: dict[int, dict[str, Any]] = {}  # row -> final observation of an episode the time limit cut
-        rewards = np.zeros((n, chunk), np.float32)
-        dones = np.zeros((n, chunk), bool)
-        success = np.zeros((n, chunk), bool)
-        truncated = np.zeros((n, chunk), bool)
-        ep_done = np.zeros(n, bool)
-        ep = {
-            keys.SUCCESS_ONCE: np.zeros(n, bool),
-            keys.SUCCESS_AT_END: np.zeros(n, bool),
-            keys.RETURN: np.zeros(n, np.float32),
-            keys.EPISODE_LEN: np.zeros(n, np.int64),
-        }
-        errors: dict[int, str] = {}
+        rows = _StageRows.zeros(len(ids), chunk)
         for row, e in enumerate(ids):
             if e in lost_now:
-                dones[row] = True
-                ep_done[row] = True
-                errors[e] = lost_now[e]
-                continue
-            out = replies[e]
-            rewards[row], dones[row] = out["rewards"], out["dones"]
-            success[row], truncated[row] = out["success"], out["truncated"]
-            episode = out.get("episode")
-            if episode is not None:
-                ep_done[row] = True
-                for k in ep:
-                    ep[k][row] = episode[k]
-                if episode[ERROR]:
-                    errors[e] = episode[ERROR]
-                if "frames" in out:
-                    self._frames.setdefault(e, []).append(out["frames"])
-                if not self.spec.auto_reset:
-                    self._active[e] = False
-            if out.get("final"):
-                finals[row] = self._final_observation(e)
-            if "task_description" in out:
-                self._task_descriptions[e] = out["task_description"]
+                rows.dones[row] = True
+                rows.ep_done[row] = True
+                rows.errors[e] = lost_now[e]
+            else:
+                self._take_reply(rows, row, e, replies[e])
         if self._parent_resets:
-            finished = [e for row, e in enumerate(ids) if ep_done[row] and e not in lost_now]
+            finished = [e for row, e in enumerate(ids) if rows.ep_done[row] and e not in lost_now]
             if finished:
                 if self.spec.redraws:
                     self._redraw_auto_reset(finished)
                 else:
                     self._start(finished)
         infos: dict[str, Any] = {
-            keys.SUCCESS: torch.from_numpy(success),
-            keys.TRUNCATED: torch.from_numpy(truncated),
-            EPISODE_DONE: torch.from_numpy(ep_done),
-            **{k: torch.from_numpy(v) for k, v in ep.items()},
-            ERRORS: errors,
+            keys.SUCCESS: torch.from_numpy(rows.success),
+            keys.TRUNCATED: torch.from_numpy(rows.truncated),
+            EPISODE_DONE: torch.from_numpy(rows.ep_done),
+            **{k: torch.from_numpy(v) for k, v in rows.ep.items()},
+            ERRORS: rows.errors,
             RESET_STATE_IDS: torch.from_numpy(self._reset_state_ids[ids].copy()),
             ACTIVE: torch.from_numpy(self._active[ids].copy()),
             "env_ids": ids,
         }
         obs = self._observation(ids)
-        if finals:
+        if rows.finals:
             from vlarl_cli.envs.base import final_observation  # torch: parent side only, workers stay light
 
-            infos[keys.FINAL_OBSERVATION] = final_observation(obs, finals)
-        return obs, torch.from_numpy(rewards), torch.from_numpy(dones), infos
+            infos[keys.FINAL_OBSERVATION] = final_observation(obs, rows.finals)
+        return obs, torch.from_numpy(rows.rewards), torch.from_numpy(rows.dones), infos
+
+    def _take_reply(self, rows: _StageRows, row: int, e: int, out: dict[str, Any]) -> None:
+        """Env ``e``'s reply to a chunk into row ``row``; its episode's end, frames and new instruction kept."""
+        rows.rewards[row], rows.dones[row] = out["rewards"], out["dones"]
+        rows.success[row], rows.truncated[row] = out["success"], out["truncated"]
+        episode = out.get("episode")
+        if episode is not None:
+            rows.ep_done[row] = True
+            for k in rows.ep:
+                rows.ep[k][row] = episode[k]
+            if episode[ERROR]:
+                rows.errors[e] = episode[ERROR]
+            if "frames" in out:
+                self._frames.setdefault(e, []).append(out["frames"])
+            if not self.spec.auto_reset:
+                self._active[e] = False
+        if out.get("final"):
+            rows.finals[row] = self._final_observation(e)
+        if "task_description" in out:
+            self._task_descriptions[e] = out["task_description"]
 
     def step_chunk(self, actions: Any) -> tuple[dict[str, Any], Any, Any, dict[str, Any]]:
         """Execute ``[N, C, 7]`` actions in all envs; returns ``(obs, rewards [N, C], dones [N, C], infos)``.
