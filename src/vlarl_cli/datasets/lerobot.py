@@ -388,11 +388,9 @@ def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, r
     must not exist yet (written under a temporary name, renamed at the end). ``extra_meta``: file name ->
     JSON content written into ``meta/`` as well (e.g. how the episodes were recorded).
     """
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from vlarl_cli.checkpoints.atomic import atomic_directory
-    from vlarl_cli.datasets.stats import feature_stats, image_stats
 
     root = Path(root).expanduser()
     if root.exists():
@@ -400,13 +398,52 @@ def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, r
                          "Choose a new folder or move the old one away.")
     if not episodes:
         raise VlarlError("No episodes to write.", "Record some first.")
-    first = episodes[0]
-    cam_cols = {keys.MAIN_IMAGES: "observation.images.image", keys.WRIST_IMAGES: "observation.images.wrist_image"}
-    cams = [c for c in cam_cols if c in first.images]
     tasks = sorted({e.task_description for e in episodes})
-    task_index = {t: i for i, t in enumerate(tasks)}
     lengths = [len(e) for e in episodes]
     starts = np.concatenate([[0], np.cumsum(lengths)])
+    data, features, stats = _frame_columns(episodes, lengths, starts, tasks, fps)
+    with atomic_directory(root, overwrite=False) as tmp:
+        ep_rows = _episode_rows(episodes, lengths, starts)
+        for cam, col in _CAMERA_COLUMNS.items():
+            if cam in episodes[0].images:
+                _write_camera(tmp, col, np.concatenate([e.images[cam] for e in episodes]), fps, codec,
+                              starts, features, stats, ep_rows)
+        (tmp / "data" / "chunk-000").mkdir(parents=True)
+        pq.write_table(data, tmp / "data" / "chunk-000" / "file-000.parquet")
+        (tmp / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
+        pq.write_table(_pa().table(ep_rows), tmp / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+        pq.write_table(_tasks_table(tasks), tmp / "meta" / "tasks.parquet")
+        info = {"codebase_version": "v3.0", "robot_type": robot_type, "total_episodes": len(episodes),
+                "total_frames": int(starts[-1]), "total_tasks": len(tasks), "chunks_size": 1000,
+                "data_files_size_in_mb": 100, "video_files_size_in_mb": 200, "fps": fps,
+                "splits": {"train": f"0:{len(episodes)}"},
+                "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+                "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
+                "features": features}
+        (tmp / "meta" / "info.json").write_text(json.dumps(info, indent=2))
+        (tmp / "meta" / "stats.json").write_text(json.dumps(stats, indent=2))
+        for name, content in (extra_meta or {}).items():
+            (tmp / "meta" / name).write_text(json.dumps(content, indent=2))
+    return root
+
+
+#: vlarl's camera keys -> LeRobot's columns (the GR00T / lerobot LIBERO names), in the order they are written
+_CAMERA_COLUMNS = {keys.MAIN_IMAGES: "observation.images.image", keys.WRIST_IMAGES: "observation.images.wrist_image"}
+
+
+def _pa() -> Any:
+    import pyarrow as pa
+
+    return pa
+
+
+def _frame_columns(episodes: Sequence[Any], lengths: list[int], starts: np.ndarray, tasks: list[str],
+                   fps: int) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The data file's table (one row per frame), the non-camera features and their statistics."""
+    from vlarl_cli.datasets.stats import feature_stats
+
+    pa = _pa()
+    task_index = {t: i for i, t in enumerate(tasks)}
     states = np.concatenate([e.states for e in episodes]).astype(np.float32)
     actions = np.concatenate([e.actions for e in episodes]).astype(np.float32)
     frame_index = np.concatenate([np.arange(n) for n in lengths])
@@ -427,40 +464,32 @@ def write_lerobot(root: str | Path, episodes: Sequence[Any], *, fps: int = 20, r
         "task_index": _feature("int64", [1], None),
     }
     stats = {"observation.state": feature_stats(states), "action": feature_stats(actions)}
-    with atomic_directory(root, overwrite=False) as tmp:
-        ep_rows: dict[str, list[Any]] = {"episode_index": list(range(len(episodes))),
-                                         "tasks": [[e.task_description] for e in episodes], "length": lengths,
-                                         "data/chunk_index": [0] * len(episodes), "data/file_index": [0] * len(episodes),
-                                         "dataset_from_index": starts[:-1].tolist(), "dataset_to_index": starts[1:].tolist(),
-                                         "vlarl/success": [bool(e.success) for e in episodes]}
-        for cam in cams:
-            col = cam_cols[cam]
-            frames = np.concatenate([e.images[cam] for e in episodes])
-            encode_frames(tmp / "videos" / col / "chunk-000" / "file-000.mp4", frames, fps, codec=codec)
-            stats[col] = image_stats(frames)
-            h, w = frames.shape[1:3]
-            features[col] = {**_feature("video", [int(h), int(w), 3], ["height", "width", "channels"]),
-                             "info": {"video.fps": fps, "video.codec": codec.removeprefix("lib").replace("svtav1", "av1"),
-                                      "video.pix_fmt": "yuv420p", "video.height": int(h), "video.width": int(w),
-                                      "video.channels": 3, "has_audio": False}}
-            ep_rows[f"videos/{col}/chunk_index"] = [0] * len(episodes)
-            ep_rows[f"videos/{col}/file_index"] = [0] * len(episodes)
-            ep_rows[f"videos/{col}/from_timestamp"] = (starts[:-1] / fps).tolist()
-            ep_rows[f"videos/{col}/to_timestamp"] = (starts[1:] / fps).tolist()
-        (tmp / "data" / "chunk-000").mkdir(parents=True)
-        pq.write_table(pa.table(data), tmp / "data" / "chunk-000" / "file-000.parquet")
-        (tmp / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
-        pq.write_table(pa.table(ep_rows), tmp / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
-        pq.write_table(_tasks_table(tasks), tmp / "meta" / "tasks.parquet")
-        info = {"codebase_version": "v3.0", "robot_type": robot_type, "total_episodes": len(episodes),
-                "total_frames": int(starts[-1]), "total_tasks": len(tasks), "chunks_size": 1000,
-                "data_files_size_in_mb": 100, "video_files_size_in_mb": 200, "fps": fps,
-                "splits": {"train": f"0:{len(episodes)}"},
-                "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-                "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
-                "features": features}
-        (tmp / "meta" / "info.json").write_text(json.dumps(info, indent=2))
-        (tmp / "meta" / "stats.json").write_text(json.dumps(stats, indent=2))
-        for name, content in (extra_meta or {}).items():
-            (tmp / "meta" / name).write_text(json.dumps(content, indent=2))
-    return root
+    return pa.table(data), features, stats
+
+
+def _episode_rows(episodes: Sequence[Any], lengths: list[int], starts: np.ndarray) -> dict[str, list[Any]]:
+    """The episodes file's columns (the cameras' columns are added by :func:`_write_camera`)."""
+    n = len(episodes)
+    return {"episode_index": list(range(n)), "tasks": [[e.task_description] for e in episodes], "length": lengths,
+            "data/chunk_index": [0] * n, "data/file_index": [0] * n,
+            "dataset_from_index": starts[:-1].tolist(), "dataset_to_index": starts[1:].tolist(),
+            "vlarl/success": [bool(e.success) for e in episodes]}
+
+
+def _write_camera(tmp: Path, col: str, frames: np.ndarray, fps: int, codec: str, starts: np.ndarray,
+                  features: dict[str, Any], stats: dict[str, Any], ep_rows: dict[str, list[Any]]) -> None:
+    """One camera's video file, its feature, its per-channel pixel statistics and its episode columns."""
+    from vlarl_cli.datasets.stats import image_stats
+
+    n = len(starts) - 1
+    encode_frames(tmp / "videos" / col / "chunk-000" / "file-000.mp4", frames, fps, codec=codec)
+    stats[col] = image_stats(frames)
+    h, w = frames.shape[1:3]
+    features[col] = {**_feature("video", [int(h), int(w), 3], ["height", "width", "channels"]),
+                     "info": {"video.fps": fps, "video.codec": codec.removeprefix("lib").replace("svtav1", "av1"),
+                              "video.pix_fmt": "yuv420p", "video.height": int(h), "video.width": int(w),
+                              "video.channels": 3, "has_audio": False}}
+    ep_rows[f"videos/{col}/chunk_index"] = [0] * n
+    ep_rows[f"videos/{col}/file_index"] = [0] * n
+    ep_rows[f"videos/{col}/from_timestamp"] = (starts[:-1] / fps).tolist()
+    ep_rows[f"videos/{col}/to_timestamp"] = (starts[1:] / fps).tolist()
