@@ -886,8 +886,14 @@ class VlarlConfig(Section):
 
     @model_validator(mode="after")
     def _rules(self, info: ValidationInfo) -> VlarlConfig:
-        context = info.context or {}
-        world_size = int(context.get("world_size", 1))
+        world_size = int((info.context or {}).get("world_size", 1))
+        self._check_chunking()
+        self._check_algorithm_fits()
+        self._check_simulator_fits()
+        self._check_batches(world_size)
+        return self
+
+    def _check_chunking(self) -> None:
         chunks = self.actor.model.num_action_chunks
         if self.env.train.max_steps_per_rollout_epoch < chunks:
             raise ValueError(
@@ -897,6 +903,8 @@ class VlarlConfig(Section):
             raise ValueError(
                 f"env.train.max_steps_per_rollout_epoch ({self.env.train.max_steps_per_rollout_epoch}) must be a "
                 f"multiple of actor.model.num_action_chunks ({chunks}): every env step belongs to a chunk")
+
+    def _check_algorithm_fits(self) -> None:
         model = self.actor.model
         flow_model = model_types.MODEL_TYPES[model.model_type].flow
         if self.algorithm.entropy_bonus > 0 and flow_model and model.effective_noise_method != "flow_noise":
@@ -922,7 +930,10 @@ class VlarlConfig(Section):
             raise ValueError("reward_type action_level with adv_type gae needs one value per executed action: set "
                              "actor.model.value_type: action_level (OpenVLA-OFT, toy policies); a policy with one "
                              "value per chunk needs reward_type chunk_level (or adv_type grpo)")
-        self._check_simulator_fits()
+
+    def _check_batches(self, world_size: int) -> None:
+        """Micro / global batch against data-parallel size, whole trajectories per micro-batch for a sequence-level
+        loss, samples per iteration, envs over env ranks and pipeline stages."""
         placement = self.cluster.placement(world_size)
         dp = len(placement["actor"])
         micro, glob = self.actor.micro_batch_size, self.actor.global_batch_size
@@ -949,4 +960,3 @@ class VlarlConfig(Section):
             raise ValueError(
                 f"env.train.total_num_envs must split evenly over env ranks x pipeline stages "
                 f"(got {n_envs} envs, {n_env_ranks} env ranks x {stages} stages)")
-        return self

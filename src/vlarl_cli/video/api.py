@@ -66,44 +66,8 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
                   load_policy: Callable[..., tuple[Any, Any, Any]] | None = None) -> list[Path]:
     """Write MP4s (see module docstring); returns the written paths. ``sims``: reuse these simulators;
     ``load_policy(checkpoint, config, overrides) -> (policy, info, config)`` builds the live policies."""
-    from vlarl_cli.video import render
-    from vlarl_cli.video.resim import Simulators, live_episode, resimulate
-
-    written: list[Path] = []
     if episodes is not None:
-        records = read_episodes(episodes)
-        chosen = selection.apply(records)
-        root = chosen[0].root
-        out = Path(out) if out is not None else (root or Path(".")) / "videos"
-        others = unique_episodes(read_episodes(against)) if against is not None else None
-        clips: list[np.ndarray] = []
-        own = sims is None
-        sims = sims or Simulators()
-        try:
-            for rec in chosen:
-                ep = resimulate(rec, sims=sims, resolution=resolution)
-                if ep.max_state_drift:
-                    print(f"warning: {rec.label} re-simulation drifted from the recording by "
-                          f"{ep.max_state_drift:.2e} (robot state at chunk boundaries)", flush=True)
-                clip = render.annotate(ep, title=f"A {rec.label}" if others is not None else rec.label)
-                if others is not None:
-                    other = others.get(rec.key)
-                    if other is None:
-                        raise ResultsError(f"{against} has no episode {rec.label}.",
-                                           "Evaluate both checkpoints on the same suite, tasks and trials.")
-                    clip = render.side_by_side(clip, render.annotate(resimulate(other, sims=sims, resolution=resolution),
-                                                                     title=f"B {other.label}"))
-                written.append(_write(out / f"{rec.label}{'_vs' if others is not None else ''}.mp4", clip, fps))
-                if len(chosen) > 1 and len(clips) < montage_max:
-                    clips.append(render.annotate(ep, scale=1, title=rec.label, compact=True))
-        finally:
-            if own:
-                sims.close()
-        if len(clips) > 1:
-            what = ("failures" if selection.failures else "episodes") + \
-                (f"_task{selection.task:02d}" if selection.task is not None else "")
-            written.append(_write(out / f"montage_{what}.mp4", render.montage(clips), fps))
-        return written
+        return _recorded_videos(episodes, selection, against, resolution, out, fps, montage_max, sims)
     if checkpoint is None and config is None:
         raise ConfigError("Nothing to render: give an episodes.jsonl, or --checkpoint/--config with --suite, "
                           "--task and --trial for a live rollout.",
@@ -114,14 +78,66 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
                           "e.g. --suite libero_10 --task 3 --trial 0")
     if load_policy is None:
         raise ValueError("a live rollout needs load_policy (e.g. vlarl_cli.training.evaluation.load_policy)")
-    out = Path(out) if out is not None else Path("videos")
     kwargs: dict[str, Any] = dict(protocol=protocol, resolution=resolution or 256, max_steps=max_steps,
                                   settle_steps=settle_steps)
+    return [_live_video(load_policy, (checkpoint, config, overrides or []), compare_checkpoint, (suite, task, trial),
+                        kwargs, Path(out) if out is not None else Path("videos"), fps, sims)]
+
+
+def _recorded_videos(episodes: Path, selection: Selection, against: Path | None, resolution: int | None,
+                     out: Path | None, fps: int, montage_max: int, sims: Any) -> list[Path]:
+    """Re-simulate the chosen recorded episodes: one MP4 each (beside ``against``'s when given), and a montage."""
+    from vlarl_cli.video import render
+    from vlarl_cli.video.resim import Simulators, resimulate
+
+    chosen = selection.apply(read_episodes(episodes))
+    out = Path(out) if out is not None else (chosen[0].root or Path(".")) / "videos"
+    others = unique_episodes(read_episodes(against)) if against is not None else None
+    written: list[Path] = []
+    clips: list[np.ndarray] = []
+    own = sims is None
+    sims = sims or Simulators()
+    try:
+        for rec in chosen:
+            ep = resimulate(rec, sims=sims, resolution=resolution)
+            if ep.max_state_drift:
+                print(f"warning: {rec.label} re-simulation drifted from the recording by "
+                      f"{ep.max_state_drift:.2e} (robot state at chunk boundaries)", flush=True)
+            clip = render.annotate(ep, title=f"A {rec.label}" if others is not None else rec.label)
+            if others is not None:
+                other = others.get(rec.key)
+                if other is None:
+                    raise ResultsError(f"{against} has no episode {rec.label}.",
+                                       "Evaluate both checkpoints on the same suite, tasks and trials.")
+                clip = render.side_by_side(clip, render.annotate(resimulate(other, sims=sims, resolution=resolution),
+                                                                 title=f"B {other.label}"))
+            written.append(_write(out / f"{rec.label}{'_vs' if others is not None else ''}.mp4", clip, fps))
+            if len(chosen) > 1 and len(clips) < montage_max:
+                clips.append(render.annotate(ep, scale=1, title=rec.label, compact=True))
+    finally:
+        if own:
+            sims.close()
+    if len(clips) > 1:
+        what = ("failures" if selection.failures else "episodes") + \
+            (f"_task{selection.task:02d}" if selection.task is not None else "")
+        written.append(_write(out / f"montage_{what}.mp4", render.montage(clips), fps))
+    return written
+
+
+def _live_video(load_policy: Callable[..., tuple[Any, Any, Any]], source: tuple[Any, Any, list[str]],
+                compare_checkpoint: Path | None, where: tuple[str, int, int], kwargs: dict[str, Any], out: Path,
+                fps: int, sims: Any) -> Path:
+    """Roll out ``source`` (checkpoint, config, overrides) live at (suite, task, trial), beside
+    ``compare_checkpoint``'s rollout when given; one MP4."""
+    from vlarl_cli.video import render
+    from vlarl_cli.video.resim import Simulators, live_episode
+
+    suite, task, trial = where
     label = f"{suite}_task{task:02d}_trial{trial:02d}"
     own = sims is None
     sims = sims or Simulators()
     try:
-        policy, info, _ = load_policy(checkpoint, config, overrides or [])
+        policy, info, _ = load_policy(*source)
         ep = live_episode(policy, suite, task, trial, sims=sims, label=label, **kwargs)
         clip = render.annotate(ep, title=f"{Path(info.path).name} {label}")
         if compare_checkpoint is not None:
@@ -129,8 +145,7 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
             ep_b = live_episode(policy_b, suite, task, trial, sims=sims, label=label, **kwargs)
             clip = render.side_by_side(clip, render.annotate(ep_b, title=f"{Path(info_b.path).name} {label}"))
             label += "_vs"
-        written.append(_write(out / f"live_{label}.mp4", clip, fps))
+        return _write(out / f"live_{label}.mp4", clip, fps)
     finally:
         if own:
             sims.close()
-    return written
