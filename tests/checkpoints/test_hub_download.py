@@ -102,7 +102,7 @@ def test_cache_layout(hub, run_download, tmp_path):
     # huggingface_hub itself (hence transformers and training.rl.resolve_model_path) finds it offline.
     code = "from huggingface_hub import snapshot_download as s; print(s('acme/tiny-pi05', local_files_only=True))"
     env = {**run_download.env, "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     assert Path(out.stdout.strip()) == snap
     # Our own offline mode serves the cached snapshot too, without contacting the hub.
@@ -323,7 +323,7 @@ def test_sigkill_mid_transfer_then_resume(hub, run_download, tmp_path):
                              "--local-dir", str(out)], env=run_download.env, cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert hub.stalled.wait(timeout=60)
+        assert hub.stalled.wait(timeout=180)
         partial = out / ".cache" / "vlarl" / "partial" / (MODEL + ".part")
         for _ in range(100):  # the client writes what it received; wait until it hit the disk
             if partial.exists() and partial.stat().st_size == size // 2:

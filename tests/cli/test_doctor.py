@@ -36,7 +36,7 @@ def test_bash_completion_completes_subcommand_names() -> None:
     if not script.exists():
         pytest.skip(f"no vlarl console script beside {sys.executable}")
     env = {**os.environ, "_VLARL_COMPLETE": "complete_bash", "COMP_WORDS": "vlarl set", "COMP_CWORD": "1"}
-    out = subprocess.run([str(script)], capture_output=True, text=True, timeout=60, env=env)
+    out = subprocess.run([str(script)], capture_output=True, text=True, timeout=180, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["setup-libero", "setup-sim"]
 

@@ -45,7 +45,7 @@ def _signal_once_saved(cmd: list[str], saved: Path, sig: int, cwd: Path, **popen
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         proc.send_signal(sig)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
