@@ -93,7 +93,8 @@ def test_plus_splits_expand_to_their_suites_and_refuse_what_needs_assets_zip(tmp
         expand_suite("libero_plus_goal", ("camera", "layout"))
     text = str(err.value)
     assert text.startswith("libero_plus_goal_layout: LIBERO-Plus's layout tasks") and "assets.zip" in text
-    assert f"--local-dir {tmp_path}/libero_plus" in text
+    assert f"{tmp_path}/libero_plus/assets does not exist" in text
+    assert "vlarl download Sylvest/LIBERO-plus --repo-type dataset --include assets.zip" in str(err.value.fix)
     assert expand_suite("libero_plus", ("camera",)) == tuple(f"libero_plus_{b}_camera" for b in ("spatial", "object",
                                                                                                   "goal", "10"))
     assert expand_suite("libero_plus_10") == tuple(f"libero_plus_10_{c}" for c in ("camera", "robot", "language", "noise"))

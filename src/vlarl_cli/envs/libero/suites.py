@@ -263,9 +263,12 @@ def init_states(suite: str, task_id: int) -> np.ndarray:
     """The fixed init states of a task: ``[50, D]`` float64 (D = flattened MuJoCo state, varies by scene)."""
     task = get_task(suite, task_id)
     states = _load_init_states(str(task.init_states_file))
-    if states.ndim != 2 or states.shape[0] != TRIALS_PER_TASK:
+    expected = TRIALS_PER_TASK
+    if task.init_states_file.parent.parent.name == "libero_newobj":  # LIBERO-Plus's layout tasks: one state,
+        states, expected = states.reshape(1, -1), 1  # reshaped (1, -1) as its get_task_init_states does
+    if states.ndim != 2 or states.shape[0] != expected:
         raise EnvError(
-            f"Init states of {task.suite}/{task.name} have shape {states.shape}, expected [50, D].",
+            f"Init states of {task.suite}/{task.name} have shape {states.shape}, expected [{expected}, D].",
             fix="Reinstall libero==0.1.1 with --no-deps; its init_files are corrupted.",
         )
     return states
