@@ -172,3 +172,23 @@ def test_install_checks_the_layout_and_finds_the_assets_folder(tmp_path: Path, c
         assets.install(_zip_file(tmp_path, "c.zip", upstream_zip({"/etc/evil": b"x"})))
     plain = _zip_file(tmp_path, "d.zip", upstream_zip(prefix="assets/"))  # the layout the README describes
     assert assets.install(plain).startswith("unpacked 11 files") and assets.installed() is not None
+
+
+def test_setup_sim_links_the_installed_tree_and_never_replaces_a_folder(tmp_path: Path, cache: Path) -> None:
+    """What `vlarl setup-sim libero_plus` links (install._assets_to_link / _link, the steps after pip)."""
+    from vlarl_cli.envs.libero_plus import install
+
+    assets.install(_zip_file(tmp_path, "a.zip", upstream_zip()))
+    folder, what = install._assets_to_link()
+    assert folder == assets.assets_dir() and f"sha256 {assets.installed().sha256}" in what
+    link = tmp_path / "source" / "assets"
+    link.parent.mkdir()
+    install._link(link, folder)
+    install._link(link, folder)  # again: the link replaced, nothing else
+    assert link.resolve() == folder.resolve() and [p.name for p in link.parent.iterdir()] == ["assets"]
+    link.unlink()
+    link.mkdir()
+    (link / "mine.xml").write_text("x")
+    with pytest.raises(EnvError, match=r"is a folder, not vlarl's link"):
+        install._link(link, folder)
+    assert (link / "mine.xml").read_text() == "x"

@@ -144,5 +144,7 @@ def test_the_card_names_the_libero_plus_environment_and_its_one_trial_protocol(t
     card = _plus_card(["libero_goal_swap", "libero_plus_goal_noise"])["libero_plus"]
     assert card["environment"] is None and "mujoco==3.3.7" in card["simulator"]
     assert list(card["categories"]) == ["libero_plus_goal_noise"] and card["categories"]["libero_plus_goal_noise"].startswith("Sensor Noise")
+    assert card["assets"] == (f"LIBERO's own; light, background and layout cannot run here: LIBERO-Plus's assets.zip "
+                              f"is not installed ({tmp_path}/libero_plus/assets does not exist)")
     assert EvalSettings(suite="libero_plus_goal", trials=1).deviations(["libero_plus_goal_noise"]) == []
     assert EvalSettings(suite="libero_plus", trials=50).deviations() == ["trials=50 per task (protocol: 1)"]

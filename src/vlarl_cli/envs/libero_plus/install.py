@@ -9,9 +9,11 @@ What LIBERO-Plus needs (sylvestf/LIBERO-plus at :data:`COMMIT`; docs/benchmarks/
   source``, then installed as the README says, ``pip install -e .`` (``--no-deps``; in setuptools' ``compat``
   editable mode, the source folder on the path: its top ``libero/`` has no ``__init__.py``, so a regular or
   strict editable install finds no package at all and installs nothing);
-* LIBERO's own scene assets: ``source/libero/libero/assets`` links to this environment's verified tree
-  (``vlarl setup-libero``), never copied. LIBERO-Plus's ``assets.zip`` (new objects, scenes, textures) is on the Hugging Face hub only; without
-  it the camera, robot, language and noise categories run, light / background / layout are refused;
+* the assets: ``source/libero/libero/assets`` (where LIBERO-Plus's code reads them, relative to its package) is a
+  link, never a copy: to LIBERO-Plus's ``assets.zip`` tree when ``vlarl download Sylvest/LIBERO-plus`` has
+  installed it (``assets.py``; the download re-points the link of an environment built before it), else to the
+  trainer environment's verified LIBERO tree (``vlarl setup-libero``): then the camera, robot, language and
+  noise categories run and light / background / layout are refused, naming the download;
 * ImageMagick's MagickWand library for ``Wand`` (``libero.libero.envs`` imports it whatever the task): the
   Debian package ``libmagickwand-6.q16-6`` (the README: ``apt-get install libmagickwand-dev``).
 
@@ -123,7 +125,8 @@ def extract_source(target: Path) -> str:
 
 def finish(python: Path) -> str:
     """The row's ``setup``: LIBERO-Plus's files at :data:`COMMIT` installed into the environment of ``python``,
-    LIBERO's verified assets linked into it, the provenance written."""
+    the assets linked into it (assets.zip's tree if installed, else LIBERO's verified one), the provenance
+    written."""
     check_magickwand()
     root = env_root()
     source = root / "source"

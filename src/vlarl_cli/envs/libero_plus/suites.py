@@ -242,9 +242,21 @@ def card(suite_names: list[str]) -> dict[str, Any]:
     return {"libero_plus": {
         "environment": json.loads(record.read_text()) if record.is_file() else None,
         "simulator": [r for r in pinned(REQUIREMENTS) if r.split("==")[0] in ("mujoco", "robosuite", "wand")],
-        "init_states": "the base task's .pruned_init; the README's protocol plays init state 0 (one trial per task)",
+        "init_states": "the file LIBERO-Plus's get_task_init_states reads (the base task's .pruned_init; layout "
+                       "tasks: init_files/libero_newobj, one state); the README's protocol plays init state 0 "
+                       "(one trial per task)",
+        "assets": _assets_card(),
         "instruction": "LIBERO-Plus's task.language: the bddl's (:language) for _language_ tasks, else the task "
                        "name with _ -> space, suffix included",
         "categories": {s: f"{by_key[all_suite_names()[s][1]].title}: {by_key[all_suite_names()[s][1]].changes}"
                        for s in ours},
     }}
+
+
+def _assets_card() -> str:
+    """The card's word on the asset tree: assets.zip's (its sha256) or why light / background / layout cannot run."""
+    why = asset_categories_unusable()
+    installed = assets.installed()
+    if why is None and installed is not None:
+        return f"LIBERO-Plus's assets.zip, sha256 {installed.sha256} ({installed.folder})"
+    return f"LIBERO's own; light, background and layout cannot run here: {why}"
