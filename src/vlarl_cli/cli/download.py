@@ -124,7 +124,8 @@ def _install_libero_plus(result: DownloadResult, quiet: bool) -> None:
                       "for LIBERO-Plus", markup=False)
         return
     sha256 = record.hash if record.hash_kind == "sha256" else ""
-    what = assets.install(result.path / assets.ARCHIVE, sha256)
+    say = None if quiet else (lambda line: console.print(f"  assets:      {line}", markup=False))
+    what = assets.install(result.path / assets.ARCHIVE, sha256, say)
     linked = link_installed_assets()
     if not quiet:
         console.print(f"  assets:      LIBERO-Plus's {assets.ARCHIVE}: {what}\n  environment: {linked}\n"

@@ -184,5 +184,5 @@ def unavailable(split: str, categories: list[str] | None = None) -> EnvError:
         f"LIBERO-Plus tasks, categories {', '.join(chosen)}); vlarl runs LIBERO-Plus's own tasks instead, one "
         "suite per base suite and category, in LIBERO-Plus's own environment.",
         fix="Build it with `vlarl setup-sim libero_plus`, then set env_type: libero_plus and task_suite_name: "
-            "libero_plus_<spatial|object|goal|10>_<camera|robot|language|noise> (vlarl eval --suite libero_plus "
-            "evaluates them all).")
+            "libero_plus_<spatial|object|goal|10>_<camera|robot|language|noise> (light, background and layout once "
+            f"`{download_command()}` installed its assets.zip; vlarl eval --suite libero_plus evaluates them all).")
