@@ -80,6 +80,8 @@ def test_download_verifies_installs_and_then_the_asset_categories_run(hub: HubSe
     again = _download(run_download, cache)
     assert again.returncode == 0 and "already installed" in again.stdout
     assert hub.served("cdn", "GET", "") == []  # nothing fetched again
+    offline = run_download(*ARGS, extra_env={"VLARL_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})
+    assert offline.returncode == 0 and "already installed" in offline.stdout  # the sha256 computed from the file
 
 
 def test_a_corrupted_archive_is_refused_and_nothing_is_installed(hub: HubServer, run_download, cache: Path) -> None:
@@ -193,3 +195,20 @@ def test_setup_sim_links_the_installed_tree_and_never_replaces_a_folder(tmp_path
     with pytest.raises(EnvError, match=r"is a folder, not vlarl's link"):
         install._link(link, folder)
     assert (link / "mine.xml").read_text() == "x"
+
+
+def test_config_splits_accept_light_once_installed_and_refuse_layout(tmp_path: Path, cache: Path) -> None:
+    """At config load: light is refused for its assets before the install and for its interpreter after it;
+    layout (one init state per task) is refused as an env split, naming `vlarl eval`."""
+    from vlarl_cli.config.loading import load_config
+    from vlarl_cli.errors import ConfigError
+
+    light = ["env.train.task_suite_name=libero_plus_goal_light"]
+    with pytest.raises(ConfigError, match=r"light tasks build scenes or objects from its assets\.zip"):
+        load_config("libero_tiny_ppo", light)
+    assets.install(_zip_file(tmp_path, "a.zip", upstream_zip()))
+    with pytest.raises(ConfigError, match=r"runs only in LIBERO-Plus's own environment"):
+        load_config("libero_tiny_ppo", light)
+    with pytest.raises(ConfigError, match=r"one init state each .*vlarl eval --suite libero_plus_goal --categories "
+                                          r"layout"):
+        load_config("libero_tiny_ppo", ["env.train.task_suite_name=libero_plus_goal_layout"])

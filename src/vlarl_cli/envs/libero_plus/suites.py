@@ -179,6 +179,11 @@ def check_python(split: Any) -> None:
         check_runnable(suite)
     except EnvError as err:
         raise ValueError(str(err)) from None
+    if all_suite_names()[suite][1] == "layout":
+        raise ValueError(f"{suite}: LIBERO-Plus's layout tasks have one init state each (init_files/libero_newobj), "
+                         "and an env split draws from 50 per task; evaluate them with `vlarl eval --suite "
+                         f"libero_plus_{base_suite(suite).removeprefix('libero_')} --categories layout` (state 0, "
+                         "the protocol) instead")
     if split.python is None:
         raise ValueError(f"{suite} runs only in LIBERO-Plus's own environment (its libero package reads the "
                          "perturbation from the task name); build it with `vlarl setup-sim libero_plus` and set "
