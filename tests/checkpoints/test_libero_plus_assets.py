@@ -212,3 +212,14 @@ def test_config_splits_accept_light_once_installed_and_refuse_layout(tmp_path: P
     with pytest.raises(ConfigError, match=r"one init state each .*vlarl eval --suite libero_plus_goal --categories "
                                           r"layout"):
         load_config("libero_tiny_ppo", ["env.train.task_suite_name=libero_plus_goal_layout"])
+
+
+def test_libero_all_ids_do_not_move_when_assets_are_installed(tmp_path: Path, cache: Path) -> None:
+    from vlarl_cli.envs.libero import suites as libero_suites
+
+    before = libero_suites.all_suite_order()
+    assert "libero_plus_goal_light" not in libero_suites.plus_suite_names()
+    assets.install(_zip_file(tmp_path, "a.zip", upstream_zip()))
+    assert libero_suites.all_suite_order() == before  # libero_all keeps the 16 asset-free LIBERO-Plus suites
+    assert "libero_plus_goal_light" in libero_suites.plus_suite_names()
+    assert libero_suites.check_suite("libero_plus_goal_light") == "libero_plus_goal_light"

@@ -54,7 +54,8 @@ def pro_suite_names() -> tuple[str, ...]:
 
 
 def plus_suite_names() -> tuple[str, ...]:
-    """The LIBERO-Plus suites that run in LIBERO-Plus's own environment (``envs/libero_plus/suites.py``)."""
+    """The LIBERO-Plus suites that run in LIBERO-Plus's own environment here (``envs/libero_plus/suites.py``;
+    light / background / layout once its assets.zip is installed)."""
     from vlarl_cli.envs.libero_plus.suites import runnable_suite_names
 
     return runnable_suite_names()
@@ -72,8 +73,12 @@ def pro_object_suite_names() -> tuple[str, ...]:
 
 def all_suite_order() -> tuple[str, ...]:
     """The original suites in ``libero_all`` order: libero_130's five, the PRO suites vlarl's LIBERO runs, the
-    runnable LIBERO-Plus suites, then PRO's ``_object`` suites (appended last: earlier ids stay as they were)."""
-    return (*SUITE_ORDER, *pro_suite_names(), *plus_suite_names(), *pro_object_suite_names())
+    LIBERO-Plus suites that need no assets.zip (whether or not it is installed: the ids do not depend on this
+    machine), then PRO's ``_object`` suites (appended last: earlier ids stay as they were)."""
+    from vlarl_cli.envs.libero_plus.suites import RUNNABLE, all_suite_names
+
+    plus = tuple(name for name, (_, category) in all_suite_names().items() if category in RUNNABLE)
+    return (*SUITE_ORDER, *pro_suite_names(), *plus, *pro_object_suite_names())
 
 
 @dataclass(frozen=True)
