@@ -129,8 +129,9 @@ def _install_libero_plus(result: DownloadResult, quiet: bool) -> None:
     linked = link_installed_assets()
     if not quiet:
         console.print(f"  assets:      LIBERO-Plus's {assets.ARCHIVE}: {what}\n  environment: {linked}\n"
-                      f"  note:        the light, background and layout categories run now; the archive itself "
-                      f"({result.path / assets.ARCHIVE}) is no longer needed", markup=False)
+                      f"  note:        the light, background and layout categories can run; the benchmark does not "
+                      f"read the archive itself ({result.path / assets.ARCHIVE}): deleting it frees its space (this "
+                      "command would then fetch it again)", markup=False)
 
 
 def _asset_note(repo_id: str, path: Path, default: Path) -> None:
