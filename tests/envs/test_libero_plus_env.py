@@ -20,7 +20,9 @@ from vlarl_cli.errors import EnvError
 pytestmark = pytest.mark.libero
 
 
-def test_suites_are_base_by_category_and_the_asset_categories_are_refused_naming_assets_zip() -> None:
+def test_suites_are_base_by_category_and_the_asset_categories_are_refused_naming_assets_zip(tmp_path,
+                                                                                           monkeypatch) -> None:
+    monkeypatch.setenv("VLARL_CACHE", str(tmp_path))  # assets.zip not installed there
     assert len(plus.all_suite_names()) == 28 and len(plus.runnable_suite_names()) == 16
     counts = {c: sum(plus.num_tasks(plus.suite_name(b, c)) for b in catalog.BASE_SUITES) for c in plus.RUNNABLE}
     assert counts == {"camera": 1599, "robot": 1550, "language": 1537, "noise": 1601}  # the catalog's categories
@@ -31,6 +33,26 @@ def test_suites_are_base_by_category_and_the_asset_categories_are_refused_naming
     bddl, init = plus.files(task, plus.Path("/r"))
     assert bddl.name == f"{task.name}.bddl" and "_view_" in task.name and task.robot_init > 0
     assert init == plus.Path(f"/r/init_files/libero_goal/{task.name.split('_view_')[0]}.pruned_init")
+
+
+def test_init_state_files_follow_libero_plus_get_task_init_states() -> None:
+    """One task per branch of LIBERO-Plus's Benchmark.get_task_init_states (benchmark/__init__.py at 4976dc3),
+    names from the catalog; the expected paths written out by hand from that code."""
+    root = plus.Path("/r")
+    by_name = {t.name: t for t in catalog.plus_tasks()}
+    base = "pick_up_the_black_bowl_from_table_center_and_place_it_on_the_plate"
+    folder = "/r/init_files/libero_spatial/"
+    for name, expected in (
+        (f"{base}_language_1_view_0_0_100_0_0_initstate_0", f"{base}.pruned_init"),
+        (f"{base}_table_11", f"{base}.pruned_init"),
+        (f"{base}_tb_1", f"{base}.pruned_init"),  # re.sub(_tb_\d+) leaves "_table_center" (no digits) alone
+        (f"{base}_light_1", f"{base}.pruned_init"),
+        (f"{base}_add_10", f"/r/init_files/libero_newobj/libero_spatial/{base}_add_10.pruned_init"),
+        (f"{base}_level1_sample1", f"/r/init_files/libero_newobj/libero_spatial/{base}_level1_sample1.pruned_init"),
+    ):
+        assert name in by_name, name
+        path = plus.init_states_file(by_name[name], root)
+        assert str(path) == (expected if expected.startswith("/") else folder + expected), name
 
 
 @pytest.fixture(scope="module")

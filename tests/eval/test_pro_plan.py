@@ -93,7 +93,8 @@ def test_plus_splits_expand_to_their_suites_and_refuse_what_needs_assets_zip(tmp
         expand_suite("libero_plus_goal", ("camera", "layout"))
     text = str(err.value)
     assert text.startswith("libero_plus_goal_layout: LIBERO-Plus's layout tasks") and "assets.zip" in text
-    assert f"--local-dir {tmp_path}/libero_plus" in text
+    assert f"{tmp_path}/libero_plus/assets does not exist" in text
+    assert "vlarl download Sylvest/LIBERO-plus --repo-type dataset --include assets.zip" in str(err.value.fix)
     assert expand_suite("libero_plus", ("camera",)) == tuple(f"libero_plus_{b}_camera" for b in ("spatial", "object",
                                                                                                   "goal", "10"))
     assert expand_suite("libero_plus_10") == tuple(f"libero_plus_10_{c}" for c in ("camera", "robot", "language", "noise"))
@@ -143,5 +144,7 @@ def test_the_card_names_the_libero_plus_environment_and_its_one_trial_protocol(t
     card = _plus_card(["libero_goal_swap", "libero_plus_goal_noise"])["libero_plus"]
     assert card["environment"] is None and "mujoco==3.3.7" in card["simulator"]
     assert list(card["categories"]) == ["libero_plus_goal_noise"] and card["categories"]["libero_plus_goal_noise"].startswith("Sensor Noise")
+    assert card["assets"] == (f"LIBERO's own; light, background and layout cannot run here: LIBERO-Plus's assets.zip "
+                              f"is not installed ({tmp_path}/libero_plus/assets does not exist)")
     assert EvalSettings(suite="libero_plus_goal", trials=1).deviations(["libero_plus_goal_noise"]) == []
     assert EvalSettings(suite="libero_plus", trials=50).deviations() == ["trials=50 per task (protocol: 1)"]

@@ -10,7 +10,9 @@ Pickle files (.bin/.pt) are skipped unless --allow-pickle.
 RLinf's ManiSkill assets (dataset repos RLinf/maniskill_assets and, its custom_assets/ only,
 RLinf/RLCo-maniskill-assets) go straight to the folder RLinf's task code reads ($MANISKILL_ASSET_DIR,
 default ~/.maniskill/data/rlinf_maniskill_assets); ManiSkill's bridge_v2_real2sim zip (haosulab/ManiSkill_bridge_v2_real2sim) is unpacked where ManiSkill looks
-($MS_ASSET_DIR/data/tasks/bridge_v2_real2sim_dataset).
+($MS_ASSET_DIR/data/tasks/bridge_v2_real2sim_dataset). LIBERO-Plus's assets.zip (dataset Sylvest/LIBERO-plus)
+is unpacked into $VLARL_CACHE/libero_plus/assets and linked into LIBERO-Plus's environment (vlarl setup-sim
+libero_plus links it too when it builds the environment later).
 
 Honours HF_ENDPOINT (mirror), HF_TOKEN (gated/private repos) and HF_HUB_OFFLINE.
 
@@ -20,6 +22,7 @@ Examples:
   vlarl download RLinf/RLinf-Pi05-LIBERO-SFT --include "*.json" --include "physical-intelligence/"
   vlarl download RLinf/maniskill_assets
   vlarl download haosulab/ManiSkill_bridge_v2_real2sim
+  vlarl download Sylvest/LIBERO-plus --repo-type dataset --include assets.zip
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from vlarl_cli.checkpoints.hub import DownloadResult
     from vlarl_cli.envs.maniskill.assets import AssetSet
 
 
@@ -49,15 +53,20 @@ def command(
                                 "without progress before giving up (the partial file is kept)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no summary."),
     repo_type: str | None = typer.Option(None, "--repo-type", help="model or dataset (default: dataset for "
-                                         "the ManiSkill asset repos, model otherwise)."),
+                                         "the ManiSkill and LIBERO-Plus asset repos, model otherwise)."),
 ) -> None:
     """Download a model repository from the Hugging Face Hub, verify it and tell what it is."""
     from vlarl_cli.checkpoints.hub import download
     from vlarl_cli.config.presets import configs_using
+    from vlarl_cli.envs.libero_plus import assets as plus_assets
     from vlarl_cli.envs.maniskill.assets import asset_archive, asset_default_include, asset_download_dir
 
     asset_dir = asset_download_dir(repo_id)
     archive = asset_archive(repo_id)
+    plus = repo_id.lower() == plus_assets.REPO.lower()
+    if plus:  # LIBERO-Plus's assets.zip: fetched (to the cache unless --local-dir), then installed
+        repo_type = repo_type or "dataset"
+        include = include or [plus_assets.ARCHIVE]
     if asset_dir is not None:  # simulator assets: a dataset repo, into the folder the simulator reads
         repo_type = repo_type or "dataset"
         local_dir = local_dir or asset_dir
@@ -70,6 +79,8 @@ def command(
                       quiet=quiet, repo_type=repo_type or "model", presets=configs_using)
     if asset_dir is not None and not quiet:
         _asset_note(repo_id, result.path, asset_dir)
+    if plus:
+        _install_libero_plus(result, quiet)
     if archive is not None:
         record = next((f for f in result.files if f.path == archive[0]), None)
         sha256 = record.hash if record is not None and record.hash_kind == "sha256" else ""
@@ -97,6 +108,30 @@ def _unpack(zip_path: Path, assets: AssetSet, sha256: str, quiet: bool) -> None:
     else:
         pin = "not the zip mani-skill 3.0.1 pins (another sha256): ManiSkill's own downloader would refuse it"
     Console(highlight=False, soft_wrap=True).print(f"  assets:      {what}\n  note:        {pin}", markup=False)
+
+
+def _install_libero_plus(result: DownloadResult, quiet: bool) -> None:
+    """Install the verified assets.zip where LIBERO-Plus's environment reads it (envs/libero_plus/assets.py)."""
+    from rich.console import Console
+
+    from vlarl_cli.envs.libero_plus import assets
+    from vlarl_cli.envs.libero_plus.install import link_installed_assets
+
+    record = next((f for f in result.files if f.path == assets.ARCHIVE), None)
+    console = Console(highlight=False, soft_wrap=True)
+    if record is None:
+        console.print(f"  note:        {assets.ARCHIVE} was left out by --include / --exclude: nothing installed "
+                      "for LIBERO-Plus", markup=False)
+        return
+    sha256 = record.hash if record.hash_kind == "sha256" else ""
+    say = None if quiet else (lambda line: console.print(f"  assets:      {line}", markup=False))
+    what = assets.install(result.path / assets.ARCHIVE, sha256, say)
+    linked = link_installed_assets()
+    if not quiet:
+        console.print(f"  assets:      LIBERO-Plus's {assets.ARCHIVE}: {what}\n  environment: {linked}\n"
+                      f"  note:        the light, background and layout categories can run; the benchmark does not "
+                      f"read the archive itself ({result.path / assets.ARCHIVE}): deleting it frees its space (this "
+                      "command would then fetch it again)", markup=False)
 
 
 def _asset_note(repo_id: str, path: Path, default: Path) -> None:

@@ -127,6 +127,9 @@ def command(
                             env_seed=env_seed, render_quality=render_quality,
                             categories=tuple(c.strip() for c in categories.split(",") if c.strip()) if categories else None)
     settings.validate()  # a mistyped suite or protocol is named before the choice of checkpoint
+    left_out = plus_suites.left_out(settings.categories) if plus.is_plus_split(suite) else None
+    if left_out:  # the split runs without them; said, never silent
+        typer.echo(f"vlarl: {left_out}", err=True)
     summary = evaluate(_policy_source(checkpoint, config, run), config, list(overrides or []), settings=settings,
                        out_dir=out, resume=resume)
     from vlarl_cli.envs.libero_pro.catalog import is_pro_split

@@ -54,7 +54,8 @@ def pro_suite_names() -> tuple[str, ...]:
 
 
 def plus_suite_names() -> tuple[str, ...]:
-    """The LIBERO-Plus suites that run in LIBERO-Plus's own environment (``envs/libero_plus/suites.py``)."""
+    """The LIBERO-Plus suites that run in LIBERO-Plus's own environment here (``envs/libero_plus/suites.py``;
+    light / background / layout once its assets.zip is installed)."""
     from vlarl_cli.envs.libero_plus.suites import runnable_suite_names
 
     return runnable_suite_names()
@@ -72,8 +73,12 @@ def pro_object_suite_names() -> tuple[str, ...]:
 
 def all_suite_order() -> tuple[str, ...]:
     """The original suites in ``libero_all`` order: libero_130's five, the PRO suites vlarl's LIBERO runs, the
-    runnable LIBERO-Plus suites, then PRO's ``_object`` suites (appended last: earlier ids stay as they were)."""
-    return (*SUITE_ORDER, *pro_suite_names(), *plus_suite_names(), *pro_object_suite_names())
+    LIBERO-Plus suites that need no assets.zip (whether or not it is installed: the ids do not depend on this
+    machine), then PRO's ``_object`` suites (appended last: earlier ids stay as they were)."""
+    from vlarl_cli.envs.libero_plus.suites import RUNNABLE, all_suite_names
+
+    plus = tuple(name for name, (_, category) in all_suite_names().items() if category in RUNNABLE)
+    return (*SUITE_ORDER, *pro_suite_names(), *plus, *pro_object_suite_names())
 
 
 @dataclass(frozen=True)
@@ -263,9 +268,12 @@ def init_states(suite: str, task_id: int) -> np.ndarray:
     """The fixed init states of a task: ``[50, D]`` float64 (D = flattened MuJoCo state, varies by scene)."""
     task = get_task(suite, task_id)
     states = _load_init_states(str(task.init_states_file))
-    if states.ndim != 2 or states.shape[0] != TRIALS_PER_TASK:
+    expected = TRIALS_PER_TASK
+    if task.init_states_file.parent.parent.name == "libero_newobj":  # LIBERO-Plus's layout tasks: one state,
+        states, expected = states.reshape(1, -1), 1  # reshaped (1, -1) as its get_task_init_states does
+    if states.ndim != 2 or states.shape[0] != expected:
         raise EnvError(
-            f"Init states of {task.suite}/{task.name} have shape {states.shape}, expected [50, D].",
+            f"Init states of {task.suite}/{task.name} have shape {states.shape}, expected [{expected}, D].",
             fix="Reinstall libero==0.1.1 with --no-deps; its init_files are corrupted.",
         )
     return states

@@ -156,19 +156,21 @@ def resolve(split: str, categories: list[str] | None = None) -> list[PlusTask]:
     return [t for t in plus_tasks() if t.category in keys and (base is None or t.suite == base)]
 
 
-#: Where ``vlarl download`` puts LIBERO-Plus's asset archive (the hub lists its sha256; the download checks it).
+#: The hub dataset holding LIBERO-Plus's assets.zip (``assets.py``: fetched, verified and installed by ``vlarl download``)
 ASSETS_REPO = "Sylvest/LIBERO-plus"
 
 
 def assets_dir() -> Path:
-    """``$VLARL_CACHE/libero_plus`` (``vlarl download ... --local-dir`` target of ``assets.zip``)."""
-    from vlarl_cli.envs.libero.setup import default_cache_dir
+    """``$VLARL_CACHE/libero_plus/assets``: where ``vlarl download`` installs assets.zip's tree."""
+    from vlarl_cli.envs.libero_plus.assets import assets_dir as installed_dir
 
-    return default_cache_dir() / "libero_plus"
+    return installed_dir()
 
 
 def download_command() -> str:
-    return f"vlarl download {ASSETS_REPO} --repo-type dataset --include assets.zip --local-dir {assets_dir()}"
+    from vlarl_cli.envs.libero_plus.assets import download_command as command
+
+    return command()
 
 
 def unavailable(split: str, categories: list[str] | None = None) -> EnvError:
@@ -182,5 +184,5 @@ def unavailable(split: str, categories: list[str] | None = None) -> EnvError:
         f"LIBERO-Plus tasks, categories {', '.join(chosen)}); vlarl runs LIBERO-Plus's own tasks instead, one "
         "suite per base suite and category, in LIBERO-Plus's own environment.",
         fix="Build it with `vlarl setup-sim libero_plus`, then set env_type: libero_plus and task_suite_name: "
-            "libero_plus_<spatial|object|goal|10>_<camera|robot|language|noise> (vlarl eval --suite libero_plus "
-            "evaluates them all).")
+            "libero_plus_<spatial|object|goal|10>_<camera|robot|language|noise> (light, background and layout once "
+            f"`{download_command()}` installed its assets.zip; vlarl eval --suite libero_plus evaluates them all).")

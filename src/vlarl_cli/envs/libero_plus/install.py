@@ -9,9 +9,11 @@ What LIBERO-Plus needs (sylvestf/LIBERO-plus at :data:`COMMIT`; docs/benchmarks/
   source``, then installed as the README says, ``pip install -e .`` (``--no-deps``; in setuptools' ``compat``
   editable mode, the source folder on the path: its top ``libero/`` has no ``__init__.py``, so a regular or
   strict editable install finds no package at all and installs nothing);
-* LIBERO's own scene assets: ``source/libero/libero/assets`` links to this environment's verified tree
-  (``vlarl setup-libero``), never copied. LIBERO-Plus's ``assets.zip`` (new objects, scenes, textures) is on the Hugging Face hub only; without
-  it the camera, robot, language and noise categories run, light / background / layout are refused;
+* the assets: ``source/libero/libero/assets`` (where LIBERO-Plus's code reads them, relative to its package) is a
+  link, never a copy: to LIBERO-Plus's ``assets.zip`` tree when ``vlarl download Sylvest/LIBERO-plus`` has
+  installed it (``assets.py``; the download re-points the link of an environment built before it), else to the
+  trainer environment's verified LIBERO tree (``vlarl setup-libero``): then the camera, robot, language and
+  noise categories run and light / background / layout are refused, naming the download;
 * ImageMagick's MagickWand library for ``Wand`` (``libero.libero.envs`` imports it whatever the task): the
   Debian package ``libmagickwand-6.q16-6`` (the README: ``apt-get install libmagickwand-dev``).
 
@@ -123,9 +125,8 @@ def extract_source(target: Path) -> str:
 
 def finish(python: Path) -> str:
     """The row's ``setup``: LIBERO-Plus's files at :data:`COMMIT` installed into the environment of ``python``,
-    LIBERO's verified assets linked into it, the provenance written."""
-    from vlarl_cli.envs.libero import setup
-
+    the assets linked into it (assets.zip's tree if installed, else LIBERO's verified one), the provenance
+    written."""
     check_magickwand()
     root = env_root()
     source = root / "source"
@@ -135,16 +136,79 @@ def finish(python: Path) -> str:
     if done.returncode != 0:
         raise EnvError(f"pip could not install LIBERO-Plus from {source} (exit code {done.returncode}).",
                        fix="Read pip's message above, then run `vlarl setup-sim libero_plus` again.")
+    folder, what = _assets_to_link()
+    _link(source / "libero" / "libero" / "assets", folder)
+    _write_provenance({"commit": commit, "source": str(source), "repository": REPOSITORY, "assets": what})
+    return f"LIBERO-Plus {commit[:7]} from {source}; assets: {what}"
+
+
+def _assets_to_link() -> tuple[Path, str]:
+    """LIBERO-Plus's installed assets.zip tree when there is one, else LIBERO's verified tree (then the light /
+    background / layout categories are refused, naming the download)."""
+    from vlarl_cli.envs.libero import setup
+    from vlarl_cli.envs.libero_plus import assets
+
+    plus = assets.installed()
+    if plus is not None:
+        return plus.folder, f"LIBERO-Plus's assets.zip (sha256 {plus.sha256}) unpacked in {plus.folder}"
     ours = (setup.libero_package_dir() / "assets").resolve()
     setup.verify_assets(ours, hashes=False)
-    (source / "libero" / "libero" / "assets").symlink_to(ours, target_is_directory=True)
-    linked = f"LIBERO's assets linked from {ours}"
-    record = {"commit": commit, "source": str(source), "repository": REPOSITORY,
-              "assets": "LIBERO's own (vlarl setup-libero); LIBERO-Plus's assets.zip not installed"}
-    tmp = root / (PROVENANCE + ".tmp")
+    return ours, (f"LIBERO's own (vlarl setup-libero) in {ours}; LIBERO-Plus's assets.zip not installed "
+                  f"(`{assets.download_command()}` installs it)")
+
+
+def _link(link: Path, folder: Path) -> None:
+    """``link`` -> ``folder``, replacing only a link (never a folder of the user's), atomically."""
+    if link.exists() and not link.is_symlink():
+        raise EnvError(f"{link} is a folder, not vlarl's link to an asset tree; vlarl does not replace it.",
+                       fix=f"Move {link} away, then run `vlarl setup-sim libero_plus` again.")
+    tmp = link.with_name(link.name + ".vlarl-link")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(folder, target_is_directory=True)
+    os.replace(tmp, link)
+
+
+def _write_provenance(record: dict[str, str]) -> None:
+    tmp = env_root() / (PROVENANCE + ".tmp")
     tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, root / PROVENANCE)
-    return f"LIBERO-Plus {commit[:7]} from {source}; {linked}"
+    os.replace(tmp, env_root() / PROVENANCE)
+
+
+def link_installed_assets() -> str:
+    """After ``vlarl download`` installed assets.zip: point a built environment's ``libero/libero/assets`` at it
+    (and record it in the provenance); say what to run when there is no environment yet."""
+    from vlarl_cli.envs.libero_plus import assets
+
+    plus = assets.installed()
+    record = env_root() / PROVENANCE
+    if plus is None or not record.is_file():
+        return "LIBERO-Plus's environment is not built yet: `vlarl setup-sim libero_plus` links these assets into it"
+    built = json.loads(record.read_text())
+    link = Path(built["source"]) / "libero" / "libero" / "assets"
+    if link.resolve() == plus.folder.resolve():
+        return f"LIBERO-Plus's environment already reads them ({link})"
+    _link(link, plus.folder)
+    _write_provenance({**built, "assets": f"LIBERO-Plus's assets.zip (sha256 {plus.sha256}) unpacked in {plus.folder}"})
+    return f"linked into LIBERO-Plus's environment: {link} -> {plus.folder}"
+
+
+def assets_unusable() -> str | None:
+    """None when the light / background / layout categories can run here: assets.zip installed (stamp and
+    layout) and, where LIBERO-Plus's environment is built, its ``libero/libero/assets`` leading to that tree;
+    otherwise why not, in words."""
+    from vlarl_cli.envs.libero_plus import assets
+
+    plus = assets.installed()
+    if plus is None:
+        return assets.missing_reason()
+    record = env_root() / PROVENANCE
+    if not record.is_file():
+        return None
+    link = Path(json.loads(record.read_text())["source"]) / "libero" / "libero" / "assets"
+    if link.resolve() != plus.folder.resolve():
+        return (f"LIBERO-Plus's environment reads {link.resolve()}, not the installed assets.zip tree {plus.folder} "
+                "(`vlarl setup-sim libero_plus` links it)")
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover - manual use

@@ -16,6 +16,7 @@ REQUIREMENTS = (*(r for r in LIBERO.requirements if r != "mujoco"), "mujoco==3.3
 SIMULATOR = own_environment_row(
     name="libero_plus",
     summary="libero_plus (LIBERO-Plus: libero_plus_<spatial|object|goal|10>_<camera|robot|language|noise>, "
+            "and _<light|background|layout> once `vlarl download Sylvest/LIBERO-plus` installed its assets.zip; "
             "in its own environment: vlarl setup-sim libero_plus)",
     make_env="vlarl_cli.envs.libero_plus.suites:make_env",
     check_split="vlarl_cli.envs.libero_plus.suites:check_split",
