@@ -50,6 +50,23 @@ def test_plan_counts_and_order() -> None:
     assert len(plan_episodes("libero_90", None, 50)) == 4500
 
 
+def test_plan_refuses_more_trials_than_a_task_has_init_states(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trial i plays init state i; LIBERO-Plus's layout tasks have one (init_files/libero_newobj): the plan names
+    that before any simulator starts, instead of an index error in a worker."""
+    from dataclasses import replace
+
+    from vlarl_cli.envs.libero import suites as S
+
+    real = S.get_task
+    layout = replace(real("libero_spatial", 1), init_states_file=Path("/r/init_files/libero_newobj/x/t.pruned_init"))
+    monkeypatch.setattr(S, "get_task", lambda suite, t: layout if t == 1 else real(suite, t))
+    assert S.num_init_states("libero_spatial", 1) == 1 and S.num_init_states("libero_spatial", 3) == 50
+    assert len(plan_episodes("libero_spatial", (3, 1), 1)) == 2
+    with pytest.raises(EnvError, match=r"1 of the 2 tasks have fewer than 2 init states \(e\.g\. libero_spatial task "
+                                       r"1: 1; .*--trials 1"):
+        plan_episodes("libero_spatial", (3, 1), 2)
+
+
 def test_plan_libero130_maps_to_original_suites() -> None:
     plan = plan_episodes("libero_130", (0, 10, 39, 40, 129), 1)
     # RLinf's libero_130 order: spatial, object, goal, 90, 10

@@ -264,13 +264,19 @@ def _load_init_states(path: str) -> np.ndarray:
     return states
 
 
+def num_init_states(suite: str, task_id: int) -> int:
+    """How many init states a task has: 50 (LIBERO, LIBERO-PRO, LIBERO-Plus but its layout tasks), or 1
+    (LIBERO-Plus's layout tasks, under ``init_files/libero_newobj``)."""
+    return 1 if get_task(suite, task_id).init_states_file.parent.parent.name == "libero_newobj" else TRIALS_PER_TASK
+
+
 def init_states(suite: str, task_id: int) -> np.ndarray:
     """The fixed init states of a task: ``[50, D]`` float64 (D = flattened MuJoCo state, varies by scene)."""
     task = get_task(suite, task_id)
     states = _load_init_states(str(task.init_states_file))
-    expected = TRIALS_PER_TASK
-    if task.init_states_file.parent.parent.name == "libero_newobj":  # LIBERO-Plus's layout tasks: one state,
-        states, expected = states.reshape(1, -1), 1  # reshaped (1, -1) as its get_task_init_states does
+    expected = num_init_states(suite, task_id)
+    if expected == 1:  # LIBERO-Plus's layout tasks: one state,
+        states = states.reshape(1, -1)  # reshaped (1, -1) as its get_task_init_states does
     if states.ndim != 2 or states.shape[0] != expected:
         raise EnvError(
             f"Init states of {task.suite}/{task.name} have shape {states.shape}, expected [{expected}, D].",

@@ -100,9 +100,24 @@ def plan_episodes(suite: str, tasks: tuple[int, ...] | None, trials: int,
                     raise EnvError(f"task id {t} is out of range for {s} ({n} tasks).", fix=f"Use 0..{n - 1}.")
                 pairs.append((s, t))
     ordered = list(dict.fromkeys(pairs))  # keep order, drop repeats
+    if trials > 1:
+        _check_init_states(ordered, trials)
     if order == "trial_major":
         return [EpisodeKey(s, t, i) for i in range(trials) for s, t in ordered]
     return [EpisodeKey(s, t, i) for s, t in ordered for i in range(trials)]
+
+
+def _check_init_states(pairs: list[tuple[str, int]], trials: int) -> None:
+    """Trial i plays init state i: every task must have ``trials`` of them (LIBERO-Plus's layout tasks have one)."""
+    from vlarl_cli.envs.libero import suites as S
+
+    short = [(s, t) for s, t in pairs if S.num_init_states(s, t) < trials]
+    if short:
+        s, t = short[0]
+        raise EnvError(f"{len(short)} of the {len(pairs)} tasks have fewer than {trials} init states (e.g. {s} task "
+                       f"{t}: {S.num_init_states(s, t)}; LIBERO-Plus's layout tasks have one each), and trial i plays "
+                       "init state i.",
+                       fix="Pass --trials 1 (LIBERO-Plus's protocol plays each task once), or leave those tasks out.")
 
 
 def split_blocks(items: list[Any], parts: int) -> list[list[Any]]:
