@@ -349,7 +349,9 @@ class EnvSplitConfig(Section):
                                  "(libero_goal_swap ...: lan, swap, task of the four 10-task suites; _object with python: "
                                  "libero_pro), or with "
                                  "env_type libero_plus a LIBERO-Plus suite libero_plus_<spatial|object|goal|10>_"
-                                 "<camera|robot|language|noise>.")
+                                 "<camera|robot|language|noise> (light, background: once `vlarl download "
+                                 "Sylvest/LIBERO-plus` installed its assets.zip; layout, one init state per task: "
+                                 "evaluation only).")
     libero_variant: Literal["standard", "pro", "plus"] = Field(
         "standard", description="RLinf's key (or its LIBERO_TYPE): pro runs task_suite_name's LIBERO-PRO suite "
         "named by perturbation_suffix, with PRO's own init states (RLinf keeps the base suite's); plus (RLinf's "
