@@ -57,6 +57,24 @@ def test_workers_in_another_interpreter_write_shared_memory_and_are_replaced_whe
     assert not any(w.process.is_alive() for w in pool.workers)
 
 
+@pytest.mark.parametrize("python", [None, PYTHON], ids=["spawned", "other_interpreter"])
+def test_a_worker_that_fails_on_a_command_says_why_before_it_dies(python: str | None) -> None:
+    """The parent's WorkerDied carries the worker's exception (the error message a user then sees names it,
+    not only "died"); the pool replaces the worker as for any other death."""
+    shared = SharedArrays({"x": ((2, 1), "float32")})
+    pool = WorkerPool(ProbeHost, (), num_envs=2, num_workers=1, shared=shared, name="t", reply_timeout_s=60,
+                      python=python)
+    try:
+        (w,) = pool.workers
+        with pytest.raises(WorkerDied, match=r"^ValueError: unknown worker command 'boom'$"):
+            pool.recv(w, pool.send(w, "boom", None))
+        pool.replace(w)
+        assert set(pool.recv(w, pool.send(w, "fill", 1.0))) == {0, 1}
+    finally:
+        pool.close()
+        shared.close()
+
+
 def _script(path: Path, body: str) -> str:
     path.write_text("#!/bin/sh\n" + body + "\n")
     path.chmod(path.stat().st_mode | stat.S_IEXEC)

@@ -148,3 +148,20 @@ def test_the_card_names_the_libero_plus_environment_and_its_one_trial_protocol(t
                               f"is not installed ({tmp_path}/libero_plus/assets does not exist)")
     assert EvalSettings(suite="libero_plus_goal", trials=1).deviations(["libero_plus_goal_noise"]) == []
     assert EvalSettings(suite="libero_plus", trials=50).deviations() == ["trials=50 per task (protocol: 1)"]
+
+
+def test_base_suite_init_states_in_pros_package_are_its_npz_copies(tmp_path: Path) -> None:
+    """In LIBERO-PRO's environment (the `original` category beside `object`) the base suites' init states are
+    `.pruned_init.npz` only; LIBERO's `.pruned_init` is used wherever it exists."""
+    from vlarl_cli.envs.libero.suites import _base_init_file
+
+    libero = tmp_path / "libero" / "t.pruned_init"
+    pro = tmp_path / "pro" / "t.pruned_init"
+    libero.parent.mkdir()
+    pro.parent.mkdir()
+    libero.write_bytes(b"x")
+    libero.with_name("t.pruned_init.npz").write_bytes(b"x")
+    pro.with_name("t.pruned_init.npz").write_bytes(b"x")
+    assert _base_init_file(libero) == libero
+    assert _base_init_file(pro) == pro.with_name("t.pruned_init.npz")
+    assert _base_init_file(tmp_path / "none" / "t.pruned_init") == tmp_path / "none" / "t.pruned_init"  # named

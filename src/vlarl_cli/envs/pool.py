@@ -86,6 +86,7 @@ def worker_main(conn: Any, factory: Callable[..., Any], env_ids: list[int], args
     """A worker process: build the host with ``factory`` and serve the parent's commands until ``close``."""
     blocks, arrays = attach(shm_names, layout, untrack=untrack)
     host = factory(env_ids, arrays, *args)
+    tag = -1
     try:
         while True:
             cmd, tag, payload = conn.recv()
@@ -99,8 +100,9 @@ def worker_main(conn: Any, factory: Callable[..., Any], env_ids: list[int], args
                 conn.send((tag, host.handle(cmd, payload)))
     except (EOFError, KeyboardInterrupt):
         pass
-    except Exception:
+    except Exception as err:
         traceback.print_exc()
+        _say_failed(conn, tag, err)
         raise
     finally:
         host.close()
@@ -169,8 +171,21 @@ class Worker:
     pending: dict[int, tuple[str, Any]] = field(default_factory=dict)  # tag -> (cmd, payload)
 
 
+def _say_failed(conn: Any, tag: int, err: Exception) -> None:
+    """Tell the parent why this worker is about to die, as the reply to the command it failed on (best effort:
+    the pipe may be gone too)."""
+    try:
+        conn.send((tag, (FAILED, f"{type(err).__name__}: {err}")))
+    except Exception:
+        pass
+
+
 class WorkerDied(Exception):
-    pass
+    """A worker is gone or silent too long; ``str()`` is its exception when it said one before dying."""
+
+
+#: first item of the reply a worker sends for the command it failed on, before it exits: (FAILED, "Type: message")
+FAILED = "vlarl-worker-failed"
 
 
 class WorkerPool:
@@ -274,7 +289,10 @@ class WorkerPool:
             elif not worker.process.is_alive() or time.monotonic() > deadline:
                 raise WorkerDied
         worker.pending.pop(tag, None)
-        return worker.stash.pop(tag)
+        reply = worker.stash.pop(tag)
+        if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == FAILED:
+            raise WorkerDied(reply[1])
+        return reply
 
     def close(self) -> None:
         """Stop the workers (asked first, killed after 20 s)."""

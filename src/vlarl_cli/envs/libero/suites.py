@@ -186,6 +186,15 @@ def _task_map() -> dict[str, list[str]]:
     return module.libero_task_map
 
 
+def _base_init_file(path: Path) -> Path:
+    """LIBERO's ``.pruned_init``; in LIBERO-PRO's package (a worker in `vlarl setup-sim libero_pro`'s environment,
+    which evaluates the ``original`` category beside ``object``) the base suites ship the same arrays as
+    ``.pruned_init.npz`` only (all 130 tasks checked equal to LIBERO 0.1.1's, dtype and shape included, as are
+    their bddl files)."""
+    npz = path.with_name(path.name + ".npz")
+    return npz if not path.exists() and npz.exists() else path
+
+
 @functools.cache
 def _original_suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
     """LIBERO's tasks of ``suite`` at task order index 0 (LIBERO's ``Benchmark``: the task map's order),
@@ -201,7 +210,7 @@ def _original_suite_tasks(suite: str) -> tuple[TaskInfo, ...]:
     paths = prepare_libero(check_assets=False)
     tasks = [TaskInfo(suite=suite, suite_task_id=i, name=name, language=_language(name),
                       bddl_file=paths.bddl_dir / suite / f"{name}.bddl",
-                      init_states_file=paths.init_states_dir / suite / f"{name}.pruned_init")
+                      init_states_file=_base_init_file(paths.init_states_dir / suite / f"{name}.pruned_init"))
              for i, name in enumerate(_task_map()[suite])]
     if len(tasks) != SUITE_SIZES[suite]:
         raise EnvError(

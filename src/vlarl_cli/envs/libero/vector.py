@@ -499,12 +499,14 @@ class LiberoVectorEnv:
             tag = self._send(worker, "reset", items)
             try:
                 descriptions = self._recv(worker, tag)
-            except WorkerDied:
+            except WorkerDied as died:
                 raise EnvError(
                     f"LIBERO worker {worker.index} died again right after being restarted "
-                    f"(exit code {worker.process.exitcode}); see its traceback above.",
-                    fix="Scripts that create a LiberoVectorEnv must guard their entry point with "
-                    "`if __name__ == '__main__':` (workers are spawned); otherwise check memory and MUJOCO_GL.",
+                    + (f"when resetting its envs: {died}" if str(died) else f"(exit code {worker.process.exitcode})")
+                    + "; see its traceback above.",
+                    fix="Fix what its error names. A worker that dies without one: scripts that create a "
+                    "LiberoVectorEnv must guard their entry point with `if __name__ == '__main__':` (workers are "
+                    "spawned); otherwise check memory and MUJOCO_GL.",
                 ) from None
             for e, d in descriptions.items():
                 self._task_descriptions[e] = d
