@@ -140,6 +140,30 @@ def _prediction(config: Any, micro_batch: int) -> dict[str, Any]:
             "activation_share": round(activations / est.device_total, 3) if est.device_total else None}
 
 
+def _prediction_from(estimate: Any) -> dict[str, Any]:
+    """:func:`_prediction`'s figures from one :class:`MemoryEstimate` (a :class:`DeviceFit`'s, no rebuild)."""
+    total, activations = estimate.device_total, estimate.activations
+    return {"predicted_bytes": int(total), "predicted_activation_bytes": int(activations),
+            "predicted_static_bytes": int(total - activations),
+            "activation_share": round(activations / total, 3) if total else None}
+
+
+def _device_bytes(device: Any) -> int:
+    """The device's memory; on the CPU (``--smoke``) the host's."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _fit_record(fit: Any) -> dict[str, Any]:
+    """What the dry run says of each micro-batch on this device, and the one measured."""
+    return {"recipe_micro_batch": fit.recipe_micro_batch, "chosen_micro_batch": fit.micro_batch,
+            "device_bytes": int(fit.device_bytes), "fixed_bytes": int(fit.fixed.device_total),
+            "planned_bytes": {str(mb): int(e.device_total) for mb, e in fit.planned.items()}, "reason": fit.reason()}
+
+
 def _update_once(policy: Any, optimizer: Any, replay: Any, measure: bool) -> int:
     """One actor update (evaluate, loss, backward, AdamW step); the bytes autograd kept when ``measure``."""
     from vlarl_cli.policies.activations import saved_tensor_bytes
@@ -180,26 +204,72 @@ def _update(policy: Any, optimizer: Any, micro_batch: int, size: int, device: An
             "update_s": round(seconds, 4), "update_samples_per_s": round(micro_batch / seconds, 2)}
 
 
-def _update_fitting(policy: Any, optimizer: Any, micro_batch: int, size: int, device: Any) -> dict[str, Any]:
-    """:func:`_update` at ``micro_batch``, halved after each out-of-memory error (recorded)."""
+class NoFit(RuntimeError):
+    """A micro-batch cannot help: the plan's fixed part exceeds the device, or a failed attempt left memory held."""
+
+
+def _held_bytes(policy: Any, optimizer: Any) -> int:
+    """What an update keeps between attempts: the weights and AdamW's moments (distinct storages)."""
+    tensors = [*policy.parameters(), *(t for st in optimizer.state.values() for t in st.values() if hasattr(t, "untyped_storage"))]
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
+
+
+def _live_bytes(device: Any) -> int:
+    """Bytes allocated on ``device``: the caching allocator's count on CUDA; on the CPU the distinct storages of
+    the tensors Python can still reach (what a reference cycle or a kept traceback would hold)."""
     import gc
 
     import torch
 
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    storages = {}
+    for obj in gc.get_objects():
+        # type(), not isinstance(): isinstance reads __class__, which some deprecated module proxies warn on
+        if issubclass(type(obj), torch.Tensor) and obj.device.type == device.type and not obj.is_meta:
+            st = obj.untyped_storage()
+            storages[st.data_ptr()] = st.nbytes()
+    return sum(storages.values())
+
+
+def _free_failed_attempt(policy: Any, optimizer: Any, device: Any) -> int:
+    """Drop the gradients, collect, empty the cache (outside the ``except`` block: its traceback holds the failed
+    graph); the bytes still allocated besides the weights and AdamW moments."""
+    import gc
+
+    import torch
+
+    optimizer.zero_grad(set_to_none=True)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return _live_bytes(device) - _held_bytes(policy, optimizer)
+
+
+def _update_fitting(policy: Any, optimizer: Any, micro_batch: int, size: int, device: Any,
+                    leak_bytes: float = GIB) -> dict[str, Any]:
+    """:func:`_update` at ``micro_batch``, halved after each out-of-memory error (recorded with the bytes the failed
+    attempt left allocated). Stops early (:class:`NoFit`) when those exceed ``leak_bytes``: a smaller micro-batch
+    would then fail for what is held, not for its own size (the H200 run of 2026-11-28 retried down to 1 that way)."""
+    import torch
+
     ooms: list[int] = []
+    left: list[int] = []
+    before = _live_bytes(device) - _held_bytes(policy, optimizer)  # what the part holds besides (its inputs, say)
     while True:
         try:
-            return {**_update(policy, optimizer, micro_batch, size, device), "out_of_memory_at": ooms}
+            return {**_update(policy, optimizer, micro_batch, size, device), "out_of_memory_at": ooms,
+                    "left_after_out_of_memory_bytes": left}
         except torch.OutOfMemoryError:
             ooms.append(micro_batch)
-            _progress({"update": {"out_of_memory_at": ooms}})
             if micro_batch == 1:
                 raise
-        # outside the except block, with a collection: on the H200 run of 2026-11-28 the failed attempt's memory
-        # stayed allocated (cause not established) and every smaller micro-batch ran out of memory as well
-        optimizer.zero_grad(set_to_none=True)
-        gc.collect()
-        torch.cuda.empty_cache()
+        left.append(max(0, _free_failed_attempt(policy, optimizer, device) - before))
+        _progress({"update": {"out_of_memory_at": ooms, "left_after_out_of_memory_bytes": left}})
+        if left[-1] > leak_bytes:
+            raise NoFit(f"after the out-of-memory error at micro-batch {micro_batch}, {left[-1] / GIB:.2f} GiB stayed "
+                        f"allocated beyond the weights and AdamW moments: the failed attempt was not freed, so a "
+                        f"smaller micro-batch would fail for what is held, not for its own size; not retrying")
         micro_batch //= 2
 
 
@@ -265,6 +335,7 @@ def part_family(family: str, smoke: bool) -> dict[str, Any]:
 
     from vlarl_cli.training.actor import build_policy_for
     from vlarl_cli.training.common import build_optimizer
+    from vlarl_cli.training.dry_run import count_parameters, plan_device_fit, refusal
 
     config, device = _family_config(family, smoke), _device(smoke)
     start = time.perf_counter()
@@ -276,9 +347,14 @@ def part_family(family: str, smoke: bool) -> dict[str, Any]:
                               "denoising_steps": config.actor.model.effective_denoising_steps}
     _progress(result)
     size = 64 if smoke else 224
+    fit = plan_device_fit(config, _device_bytes(device), policy)  # the dry run's plan, from the built policy
+    result["micro_batch_choice"] = _fit_record(fit)
+    _progress(result)
+    if fit.micro_batch is None:  # no halving can help: say so before the first update, with the fixes
+        raise NoFit(refusal(config, fit, count_parameters(policy)))
     optimizer = build_optimizer(policy, config)
-    update = _update_fitting(policy, optimizer, config.actor.micro_batch_size, size, device)
-    pred = _prediction(config, update["micro_batch"])
+    update = _update_fitting(policy, optimizer, fit.micro_batch, size, device)
+    pred = _prediction_from(fit.planned[update["micro_batch"]])
     if update["peak_bytes"]:
         pred["ratio"] = round(update["peak_bytes"] / pred["predicted_bytes"], 3)
     if pred["predicted_activation_bytes"]:

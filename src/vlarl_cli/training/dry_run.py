@@ -187,6 +187,103 @@ def memory_warnings(config: VlarlConfig, estimates: dict[str, MemoryEstimate], w
     return warnings
 
 
+#: the plan is within 15% of every peak measured on a GPU (tests/training/test_gpu_calibration.py): a micro-batch
+#: "fits" a device when its plan, grown by that margin, is at most the device's memory
+FIT_MARGIN = 1.15
+
+
+@dataclass(frozen=True)
+class DeviceFit:
+    """Which micro-batch of a plan fits one device, and what does not depend on the micro-batch."""
+
+    device_bytes: float
+    recipe_micro_batch: int
+    planned: dict[int, MemoryEstimate]  # the fullest actor device's plan at the recipe's micro-batch and halvings
+    fixed: MemoryEstimate  # the same with no activations: weights, gradients, AdamW moments, the step, rollout copy
+
+    def fits(self, estimate: MemoryEstimate) -> bool:
+        return estimate.device_total * FIT_MARGIN <= self.device_bytes
+
+    @property
+    def micro_batch(self) -> int | None:
+        """The recipe's micro-batch or its largest halving that fits with the margin; 1 when only the plan without
+        the margin fits; None when not even that (:func:`refusal` says why and what to do)."""
+        fitting = next((mb for mb, est in self.planned.items() if self.fits(est)), None)
+        if fitting is None and self.planned[1].device_total <= self.device_bytes:
+            return 1
+        return fitting
+
+    def reason(self) -> str:
+        """One sentence on the choice, with the figures."""
+        dev, mb, recipe = self.device_bytes / GIB, self.micro_batch, self.recipe_micro_batch
+        at = f"{self.planned[recipe].device_total / GIB:.1f} GiB planned at the recipe's micro-batch {recipe}"
+        margin = f"{dev:.1f} GiB with the {FIT_MARGIN:.2f} margin"
+        if mb is None:
+            return (f"{at}; what does not depend on the micro-batch alone, {self.fixed.device_total / GIB:.1f} GiB, "
+                    f"exceeds {dev:.1f} GiB: no micro-batch fits")
+        planned = self.planned[mb].device_total / GIB
+        if mb == recipe:
+            return f"{at} fits {margin}"
+        if not self.fits(self.planned[mb]):
+            return f"{at}; only micro-batch 1 fits {dev:.1f} GiB, and only without the margin ({planned:.1f} GiB)"
+        return f"{at} does not fit {margin}; micro-batch {mb} does ({planned:.1f} GiB planned)"
+
+
+def plan_device_fit(config: VlarlConfig, device_bytes: float, policy: torch.nn.Module | None = None) -> DeviceFit:
+    """The plan of one actor device (``world_size`` 1) at the recipe's micro-batch and each halving down to 1,
+    against ``device_bytes``; ``policy``: the configured family already built (meta or real), else built on meta."""
+    meta = build_meta_policy(config) if policy is None else policy
+    params, plan = count_parameters(meta), activation_plan(config, meta)
+    recipe = config.actor.micro_batch_size
+
+    def fullest(activations: float) -> MemoryEstimate:
+        return max(estimate_memory(config, params, 1, activations).values(), key=lambda e: e.device_total)
+
+    planned, mb = {}, recipe
+    while mb >= 1:
+        planned[mb] = fullest(0.0 if plan is None else plan.bytes * mb / plan.micro_batch)
+        mb //= 2
+    return DeviceFit(float(device_bytes), recipe, planned, fullest(0.0))
+
+
+def refusal(config: VlarlConfig, fit: DeviceFit, params: ParamCount) -> str:
+    """One paragraph for a plan whose micro-batch-independent part alone exceeds the device: the figures, and the
+    fixes with theirs (FSDP over N devices, CPU offload, LoRA, a smaller recipe)."""
+    f, dev = fit.fixed, fit.device_bytes / GIB
+    parts = (f"weights {f.weights / GIB:.1f}, gradients {f.gradients / GIB:.1f}, AdamW moments "
+             f"{f.optimizer / GIB:.1f}, the optimizer step's temporary {f.optimizer_step / GIB:.1f}"
+             + (f", the rollout copy {f.rollout_weights / GIB:.1f}" if f.rollout_weights else ""))
+    offload = _with_fsdp(config, cpu_offload=True)
+    off = max(e.device_total for e in estimate_memory(offload, params, 1, fit.planned[1].activations).values())
+    return (f"{config.actor.model.model_type} cannot train on one device of {dev:.1f} GiB at any micro-batch: what "
+            f"does not depend on the micro-batch alone is {f.device_total / GIB:.1f} GiB ({parts} GiB), so halving "
+            f"the micro-batch (recipe: {fit.recipe_micro_batch}) cannot help. Fixes: {_fsdp_devices(config, params, fit)}; "
+            f"or keep weights, gradients and AdamW on the host (actor.fsdp_config.cpu_offload=true: {off / GIB:.1f} GiB "
+            f"on the device at micro-batch 1, slower updates); or train LoRA adapters (actor.model.is_lora=true: "
+            f"gradients and AdamW for the adapters only, about the weights' {f.weights / GIB:.1f} GiB stay); or a "
+            f"smaller recipe or model.")
+
+
+def _with_fsdp(config: VlarlConfig, **update: Any) -> VlarlConfig:
+    fsdp = config.actor.fsdp_config.model_copy(update=update)
+    return config.model_copy(update={"actor": config.actor.model_copy(update={"fsdp_config": fsdp})})
+
+
+def _fsdp_devices(config: VlarlConfig, params: ParamCount, fit: DeviceFit, largest: int = 64) -> str:
+    """The fewest devices (a power of two) over which FSDP full_shard fits, at the largest micro-batch there."""
+    sharded = _with_fsdp(config, sharding_strategy="full_shard")
+    n = 2
+    while n <= largest:
+        for mb, est in fit.planned.items():
+            worst = max(e.device_total for e in estimate_memory(sharded, params, n, est.activations).values())
+            if worst * FIT_MARGIN <= fit.device_bytes:
+                return (f"shard the actor with FSDP over {n} such devices (actor.fsdp_config.sharding_strategy="
+                        f"full_shard, cluster.component_placement over {n} devices: {worst / GIB:.1f} GiB each at "
+                        f"micro-batch {mb})")
+        n *= 2
+    return f"FSDP does not fit it on up to {largest} such devices"
+
+
 def build_meta_policy(config: VlarlConfig) -> torch.nn.Module:
     """The configured family at its full size on the meta device (tiny when the preset says so)."""
     # torch 2.6 imports torch._dynamo lazily and that import builds tensors, which fails under a meta
