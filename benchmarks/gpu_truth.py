@@ -11,9 +11,12 @@ Parts (each a subprocess with its own time limit; a failure or a timeout is reco
   (pi0 expert shapes): the math kernel keeps the attention scores, the fused ones do not.
 * ``family:<name>`` (pi0, pi05, gr00t_n15, gr00t_n16, openvla_oft): the recipe's policy at full size with
   random weights, built as ``rl-train`` builds it (its precision, on the device). One actor update (evaluate,
-  loss, backward, AdamW step) at the recipe's micro-batch: peak device memory against the dry run's plan for
-  one device (``ratio`` = measured / predicted), the activations autograd kept against the activation term,
-  and update samples/s; on an out-of-memory error the micro-batch is halved and the error recorded. Rollout:
+  loss, backward, AdamW step) at the recipe's micro-batch, or its largest halving the dry run's plan fits in the
+  device's memory with the 15% calibration margin (``micro_batch_choice`` says which and why; a plan whose
+  micro-batch-independent part alone exceeds the device is refused before building, naming the fixes): peak
+  device memory against the plan for one device (``ratio`` = measured / predicted), the activations autograd
+  kept against the activation term, and update samples/s; on an out-of-memory error the micro-batch is halved
+  and the error recorded, with what the failed attempt left allocated (the retry stops when that exceeds 1 GiB). Rollout:
   ``sample`` latency and throughput at the recipe's env count and denoising steps, and for pi0 / pi0.5 the
   same without the prefix cache. Offload (``actor.enable_offload``): seconds to move the weights and AdamW
   moments to the host and back.
@@ -46,10 +49,11 @@ FAMILIES = {  # part name -> the recipe rl-train would run
 }
 PARTS = ("attention", *(f"family:{f}" for f in FAMILIES), "libero", "iteration")
 #: seconds per part on the GPU machine (the H200 run of 2026-11-28: GR00T ~31 s; pi0 ~50 s to the end of its update,
-#: its fp32 rollout at 64 envs beyond), 500 s in all, so that one call (timeout 570 s, the kit's install included)
-#: and a rerun of the parts that failed fit in the 15 minutes of device time a task is lent (docs/gpu/README.md)
-TIMEOUTS = {"attention": 15, "family:pi0": 90, "family:pi05": 90, "family:gr00t_n15": 45, "family:gr00t_n16": 45,
-            "family:openvla_oft": 70, "libero": 60, "iteration": 85}
+#: its fp32 rollout at 64 envs beyond; OpenVLA-OFT built in 14 s, and its offload moves 3x GR00T N1.5's bytes, which
+#: took 8.8 s + 1.9 s), 500 s in all, so that one call (timeout 570 s, the kit's install included) and a rerun of the
+#: parts that failed fit in the 15 minutes of device time a task is lent (docs/gpu/README.md)
+TIMEOUTS = {"attention": 15, "family:pi0": 90, "family:pi05": 90, "family:gr00t_n15": 40, "family:gr00t_n16": 40,
+            "family:openvla_oft": 80, "libero": 60, "iteration": 85}
 SMOKE_TIMEOUT = 30  # per part; --smoke runs them all in one process
 WORKERS = (1, 4, 8, 16)
 GIB = 1024**3
@@ -134,10 +138,7 @@ def _prediction(config: Any, micro_batch: int) -> dict[str, Any]:
     meta = build_meta_policy(config)
     plan = activation_plan(config, meta)
     activations = 0.0 if plan is None else plan.bytes * micro_batch / plan.micro_batch
-    est = estimate_memory(config, count_parameters(meta), 1, activations)["0"]
-    return {"predicted_bytes": int(est.device_total), "predicted_activation_bytes": int(activations),
-            "predicted_static_bytes": int(est.device_total - activations),
-            "activation_share": round(activations / est.device_total, 3) if est.device_total else None}
+    return _prediction_from(estimate_memory(config, count_parameters(meta), 1, activations)["0"])
 
 
 def _prediction_from(estimate: Any) -> dict[str, Any]:
@@ -335,23 +336,24 @@ def part_family(family: str, smoke: bool) -> dict[str, Any]:
 
     from vlarl_cli.training.actor import build_policy_for
     from vlarl_cli.training.common import build_optimizer
-    from vlarl_cli.training.dry_run import count_parameters, plan_device_fit, refusal
+    from vlarl_cli.training.dry_run import build_meta_policy, count_parameters, plan_device_fit, refusal
 
     config, device = _family_config(family, smoke), _device(smoke)
+    meta = build_meta_policy(config)  # the dry run's plan on this device, before anything is built on it
+    fit = plan_device_fit(config, _device_bytes(device), meta)
+    result: dict[str, Any] = {"recipe": FAMILIES[family], "micro_batch_choice": _fit_record(fit)}
+    _progress(result)
+    if fit.micro_batch is None:  # no halving can help: say so before building, with the fixes
+        raise NoFit(refusal(config, fit, count_parameters(meta)))
+    del meta
     start = time.perf_counter()
     policy = build_policy_for(config, device)
     _sync(device)
-    result: dict[str, Any] = {"recipe": FAMILIES[family], "build_s": round(time.perf_counter() - start, 2),
-                              "parameters": sum(p.numel() for p in policy.parameters()),
-                              "dtype": str(next(policy.parameters()).dtype).removeprefix("torch."),
-                              "denoising_steps": config.actor.model.effective_denoising_steps}
+    result.update(build_s=round(time.perf_counter() - start, 2), parameters=sum(p.numel() for p in policy.parameters()),
+                  dtype=str(next(policy.parameters()).dtype).removeprefix("torch."),
+                  denoising_steps=config.actor.model.effective_denoising_steps)
     _progress(result)
     size = 64 if smoke else 224
-    fit = plan_device_fit(config, _device_bytes(device), policy)  # the dry run's plan, from the built policy
-    result["micro_batch_choice"] = _fit_record(fit)
-    _progress(result)
-    if fit.micro_batch is None:  # no halving can help: say so before the first update, with the fixes
-        raise NoFit(refusal(config, fit, count_parameters(policy)))
     optimizer = build_optimizer(policy, config)
     update = _update_fitting(policy, optimizer, fit.micro_batch, size, device)
     pred = _prediction_from(fit.planned[update["micro_batch"]])

@@ -35,6 +35,9 @@ def test_family_part_compares_a_real_update_with_the_dry_run(gpu_truth: ModuleTy
     fam = results["family:pi05"]
     assert fam["ok"], fam
     update, memory = fam["update"], fam["memory"]
+    choice = fam["micro_batch_choice"]  # the dry run's plan on this device chose the micro-batch measured
+    assert choice["recipe_micro_batch"] == choice["chosen_micro_batch"] == 2 and " fits " in choice["reason"]
+    assert choice["planned_bytes"]["2"] == memory["predicted_bytes"] >= choice["fixed_bytes"] > 0
     assert update["micro_batch"] == 2 and update["kept_activation_bytes"] > 0 and update["update_samples_per_s"] > 0
     assert memory["predicted_bytes"] > memory["predicted_activation_bytes"] > 0
     assert 0.5 < memory["activation_ratio"] < 2.0  # measured kept activations vs the family's declared stacks
@@ -162,7 +165,7 @@ def test_a_plan_whose_fixed_part_exceeds_the_device_is_refused_before_any_update
     gpu_truth.run_parts(["family:openvla_oft"], True, result_file)
     fam = json.loads(result_file.read_text())["family:openvla_oft"]
     choice = fam["micro_batch_choice"]
-    assert not fam["ok"] and "update" not in fam and choice["chosen_micro_batch"] is None
+    assert not fam["ok"] and "build_s" not in fam and choice["chosen_micro_batch"] is None  # refused before building
     assert choice["fixed_bytes"] > choice["device_bytes"] and "no micro-batch fits" in choice["reason"]
     assert fam["error"].startswith("NoFit: openvla_oft cannot train on one device of ")
     assert "at any micro-batch: what does not depend on the micro-batch alone is" in fam["error"]
