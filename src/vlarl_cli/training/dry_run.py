@@ -229,21 +229,50 @@ class DeviceFit:
         return f"{at} does not fit {margin}; micro-batch {mb} does ({planned:.1f} GiB planned)"
 
 
-def plan_device_fit(config: VlarlConfig, device_bytes: float, policy: torch.nn.Module | None = None) -> DeviceFit:
-    """The plan of one actor device (``world_size`` 1) at the recipe's micro-batch and each halving down to 1,
-    against ``device_bytes``; ``policy``: the configured family already built (meta or real), else built on meta."""
+def plan_device_fit(config: VlarlConfig, device_bytes: float, policy: torch.nn.Module | None = None,
+                    world_size: int = 1) -> DeviceFit:
+    """The fullest actor device's plan over ``world_size`` devices at the recipe's micro-batch and each halving
+    down to 1, against ``device_bytes``; ``policy``: the configured family already built (meta or real), else
+    built on meta."""
     meta = build_meta_policy(config) if policy is None else policy
     params, plan = count_parameters(meta), activation_plan(config, meta)
     recipe = config.actor.micro_batch_size
 
     def fullest(activations: float) -> MemoryEstimate:
-        return max(estimate_memory(config, params, 1, activations).values(), key=lambda e: e.device_total)
+        return max(estimate_memory(config, params, world_size, activations).values(), key=lambda e: e.device_total)
 
     planned, mb = {}, recipe
     while mb >= 1:
         planned[mb] = fullest(0.0 if plan is None else plan.bytes * mb / plan.micro_batch)
         mb //= 2
     return DeviceFit(float(device_bytes), recipe, planned, fullest(0.0))
+
+
+#: device sizes the dry run reports a fit for (GiB as torch reports them: 80 GB A100 / H100, the H200 measured)
+COMMON_DEVICES = {"24 GiB": 24 * GIB, "48 GiB": 48 * GIB, "80 GB": 79.6 * GIB, "H200 (139.8 GiB)": 139.8 * GIB}
+
+
+def fit_summary(config: VlarlConfig, policy: torch.nn.Module, world_size: int) -> str:
+    """One line: the micro-batch-independent part of the fullest actor device, what a sample adds, and the largest
+    micro-batch (the configured one or a halving) each common device size holds with the calibration margin."""
+    fits = {name: plan_device_fit(config, size, policy, world_size) for name, size in COMMON_DEVICES.items()}
+    first = next(iter(fits.values()))
+    fixed, recipe = first.fixed, first.recipe_micro_batch
+    per_sample = first.planned[recipe].activations / recipe
+    held = ", ".join(name for name, v in (("weights", fixed.weights), ("gradients", fixed.gradients),
+                                          ("AdamW moments", fixed.optimizer), ("the step's temporary",
+                                          fixed.optimizer_step), ("the rollout copy", fixed.rollout_weights)) if v)
+    def largest(fit: DeviceFit) -> str:
+        mb = fit.micro_batch
+        return "none" if mb is None else f"{mb}" + ("" if fit.fits(fit.planned[mb]) else " (only without the margin)")
+
+    sizes = "; ".join(f"{name}: {largest(fit)}" for name, fit in fits.items())
+    none = any(fit.micro_batch is None for fit in fits.values())
+    return (f"Fit: {fixed.device_total / GIB:.1f} GiB of the fullest actor device does not depend on the micro-batch "
+            f"({held or 'nothing'}); each sample adds {per_sample / GIB:.2f} GiB of activations. Largest micro-batch "
+            f"(the configured {recipe} or a halving) with the {FIT_MARGIN:.2f} margin per device size: {sizes}."
+            + (" None: no micro-batch helps there; shard with FSDP over more devices, offload "
+               "(actor.fsdp_config.cpu_offload) or train LoRA adapters (actor.model.is_lora)." if none else ""))
 
 
 def refusal(config: VlarlConfig, fit: DeviceFit, params: ParamCount) -> str:
@@ -372,6 +401,7 @@ def dry_run(config: VlarlConfig, world_size: int) -> None:
                                                           est.host_offload, est.env_host)))
     console.print(table)
     console.print(activation_summary(plan, estimates))
+    console.print(fit_summary(config, policy, world_size), soft_wrap=True, markup=False)
     for warning in memory_warnings(config, estimates, world_size):
         _warn(f"this plan fits on no machine: {warning}.")
 
