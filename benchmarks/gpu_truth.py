@@ -336,7 +336,7 @@ def part_family(family: str, smoke: bool) -> dict[str, Any]:
 
     from vlarl_cli.training.actor import build_policy_for
     from vlarl_cli.training.common import build_optimizer
-    from vlarl_cli.training.dry_run import build_meta_policy, count_parameters, plan_device_fit, refusal
+    from vlarl_cli.training.dry_run import build_meta_policy, plan_device_fit, refusal
 
     config, device = _family_config(family, smoke), _device(smoke)
     meta = build_meta_policy(config)  # the dry run's plan on this device, before anything is built on it
@@ -344,7 +344,7 @@ def part_family(family: str, smoke: bool) -> dict[str, Any]:
     result: dict[str, Any] = {"recipe": FAMILIES[family], "micro_batch_choice": _fit_record(fit)}
     _progress(result)
     if fit.micro_batch is None:  # no halving can help: say so before building, with the fixes
-        raise NoFit(refusal(config, fit, count_parameters(meta)))
+        raise NoFit(refusal(config, fit))
     del meta
     start = time.perf_counter()
     policy = build_policy_for(config, device)

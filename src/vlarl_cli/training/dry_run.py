@@ -200,6 +200,8 @@ class DeviceFit:
     recipe_micro_batch: int
     planned: dict[int, MemoryEstimate]  # the fullest actor device's plan at the recipe's micro-batch and halvings
     fixed: MemoryEstimate  # the same with no activations: weights, gradients, AdamW moments, the step, rollout copy
+    params: ParamCount
+    world_size: int = 1
 
     def fits(self, estimate: MemoryEstimate) -> bool:
         return estimate.device_total * FIT_MARGIN <= self.device_bytes
@@ -245,7 +247,7 @@ def plan_device_fit(config: VlarlConfig, device_bytes: float, policy: torch.nn.M
     while mb >= 1:
         planned[mb] = fullest(0.0 if plan is None else plan.bytes * mb / plan.micro_batch)
         mb //= 2
-    return DeviceFit(float(device_bytes), recipe, planned, fullest(0.0))
+    return DeviceFit(float(device_bytes), recipe, planned, fullest(0.0), params, world_size)
 
 
 #: device sizes the dry run reports a fit for (GiB as torch reports them: 80 GB A100 / H100, the H200 measured)
@@ -275,18 +277,37 @@ def fit_summary(config: VlarlConfig, policy: torch.nn.Module, world_size: int) -
                "(actor.fsdp_config.cpu_offload) or train LoRA adapters (actor.model.is_lora)." if none else ""))
 
 
-def refusal(config: VlarlConfig, fit: DeviceFit, params: ParamCount) -> str:
+def check_device_fits(config: VlarlConfig, world_size: int, device: torch.device | str) -> None:
+    """Before the actor is built on a GPU, the plan against its memory: a :class:`ConfigError` naming the figures
+    and the fixes when what does not depend on the micro-batch alone exceeds it (no micro-batch can help); a
+    printed warning naming the micro-batch that fits when only the configured one does not. Nothing on the CPU."""
+    from vlarl_cli.errors import ConfigError
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return
+    fit = plan_device_fit(config, torch.cuda.get_device_properties(device).total_memory, world_size=world_size)
+    if fit.micro_batch is None:
+        raise ConfigError(refusal(config, fit))
+    if fit.micro_batch != fit.recipe_micro_batch:
+        _warn(f"{fit.reason()}: this run will likely run out of memory in its first update; "
+              f"actor.micro_batch_size={fit.micro_batch} fits (the global batch stays: more accumulation steps).")
+
+
+def refusal(config: VlarlConfig, fit: DeviceFit) -> str:
     """One paragraph for a plan whose micro-batch-independent part alone exceeds the device: the figures, and the
     fixes with theirs (FSDP over N devices, CPU offload, LoRA, a smaller recipe)."""
-    f, dev = fit.fixed, fit.device_bytes / GIB
+    f, dev, params = fit.fixed, fit.device_bytes / GIB, fit.params
+    where = "one device" if fit.world_size == 1 else f"{fit.world_size} devices"
     parts = (f"weights {f.weights / GIB:.1f}, gradients {f.gradients / GIB:.1f}, AdamW moments "
              f"{f.optimizer / GIB:.1f}, the optimizer step's temporary {f.optimizer_step / GIB:.1f}"
              + (f", the rollout copy {f.rollout_weights / GIB:.1f}" if f.rollout_weights else ""))
     offload = _with_fsdp(config, cpu_offload=True)
-    off = max(e.device_total for e in estimate_memory(offload, params, 1, fit.planned[1].activations).values())
-    return (f"{config.actor.model.model_type} cannot train on one device of {dev:.1f} GiB at any micro-batch: what "
+    off = max(e.device_total for e in estimate_memory(offload, params, fit.world_size,
+                                                       fit.planned[1].activations).values())
+    return (f"{config.actor.model.model_type} cannot train on {where} of {dev:.1f} GiB at any micro-batch: what "
             f"does not depend on the micro-batch alone is {f.device_total / GIB:.1f} GiB ({parts} GiB), so halving "
-            f"the micro-batch (recipe: {fit.recipe_micro_batch}) cannot help. Fixes: {_fsdp_devices(config, params, fit)}; "
+            f"the micro-batch (configured: {fit.recipe_micro_batch}) cannot help. Fixes: {_fsdp_devices(config, params, fit)}; "
             f"or keep weights, gradients and AdamW on the host (actor.fsdp_config.cpu_offload=true: {off / GIB:.1f} GiB "
             f"on the device at micro-batch 1, slower updates); or train LoRA adapters (actor.model.is_lora=true: "
             f"gradients and AdamW for the adapters only, about the weights' {f.weights / GIB:.1f} GiB stay); or a "
@@ -298,10 +319,10 @@ def _with_fsdp(config: VlarlConfig, **update: Any) -> VlarlConfig:
     return config.model_copy(update={"actor": config.actor.model_copy(update={"fsdp_config": fsdp})})
 
 
-def _fsdp_devices(config: VlarlConfig, params: ParamCount, fit: DeviceFit, largest: int = 64) -> str:
+def _fsdp_devices(config: VlarlConfig, params: ParamCount, fit: DeviceFit, largest: int = 1024) -> str:
     """The fewest devices (a power of two) over which FSDP full_shard fits, at the largest micro-batch there."""
     sharded = _with_fsdp(config, sharding_strategy="full_shard")
-    n = 2
+    n = 2 * fit.world_size
     while n <= largest:
         for mb, est in fit.planned.items():
             worst = max(e.device_total for e in estimate_memory(sharded, params, n, est.activations).values())
