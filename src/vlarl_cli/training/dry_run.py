@@ -192,6 +192,10 @@ def memory_warnings(config: VlarlConfig, estimates: dict[str, MemoryEstimate], w
 FIT_MARGIN = 1.15
 
 
+def _size(nbytes: float) -> str:
+    return f"{nbytes / GIB:.1f} GiB" if nbytes >= GIB / 10 else f"{nbytes / 2**20:.1f} MiB"
+
+
 @dataclass(frozen=True)
 class DeviceFit:
     """Which micro-batch of a plan fits one device, and what does not depend on the micro-batch."""
@@ -217,18 +221,18 @@ class DeviceFit:
 
     def reason(self) -> str:
         """One sentence on the choice, with the figures."""
-        dev, mb, recipe = self.device_bytes / GIB, self.micro_batch, self.recipe_micro_batch
-        at = f"{self.planned[recipe].device_total / GIB:.1f} GiB planned at the recipe's micro-batch {recipe}"
-        margin = f"{dev:.1f} GiB with the {FIT_MARGIN:.2f} margin"
+        dev, mb, recipe = self.device_bytes, self.micro_batch, self.recipe_micro_batch
+        at = f"{_size(self.planned[recipe].device_total)} planned at the recipe's micro-batch {recipe}"
+        margin = f"{_size(dev)} with the {FIT_MARGIN:.2f} margin"
         if mb is None:
-            return (f"{at}; what does not depend on the micro-batch alone, {self.fixed.device_total / GIB:.1f} GiB, "
-                    f"exceeds {dev:.1f} GiB: no micro-batch fits")
-        planned = self.planned[mb].device_total / GIB
+            return (f"{at}; what does not depend on the micro-batch alone, {_size(self.fixed.device_total)}, "
+                    f"exceeds {_size(dev)}: no micro-batch fits")
+        planned = self.planned[mb].device_total
         if mb == recipe:
             return f"{at} fits {margin}"
         if not self.fits(self.planned[mb]):
-            return f"{at}; only micro-batch 1 fits {dev:.1f} GiB, and only without the margin ({planned:.1f} GiB)"
-        return f"{at} does not fit {margin}; micro-batch {mb} does ({planned:.1f} GiB planned)"
+            return f"{at}; only micro-batch 1 fits {_size(dev)}, and only without the margin ({_size(planned)})"
+        return f"{at} does not fit {margin}; micro-batch {mb} does ({_size(planned)} planned)"
 
 
 def plan_device_fit(config: VlarlConfig, device_bytes: float, policy: torch.nn.Module | None = None,
@@ -270,7 +274,7 @@ def fit_summary(config: VlarlConfig, policy: torch.nn.Module, world_size: int) -
 
     sizes = "; ".join(f"{name}: {largest(fit)}" for name, fit in fits.items())
     none = any(fit.micro_batch is None for fit in fits.values())
-    return (f"Fit: {fixed.device_total / GIB:.1f} GiB of the fullest actor device does not depend on the micro-batch "
+    return (f"Fit: {_size(fixed.device_total)} of the fullest actor device does not depend on the micro-batch "
             f"({held or 'nothing'}); each sample adds {per_sample / GIB:.2f} GiB of activations. Largest micro-batch "
             f"(the configured {recipe} or a halving) with the {FIT_MARGIN:.2f} margin per device size: {sizes}."
             + (" None: no micro-batch helps there; shard with FSDP over more devices, offload "
@@ -297,20 +301,20 @@ def check_device_fits(config: VlarlConfig, world_size: int, device: torch.device
 def refusal(config: VlarlConfig, fit: DeviceFit) -> str:
     """One paragraph for a plan whose micro-batch-independent part alone exceeds the device: the figures, and the
     fixes with theirs (FSDP over N devices, CPU offload, LoRA, a smaller recipe)."""
-    f, dev, params = fit.fixed, fit.device_bytes / GIB, fit.params
+    f, dev, params = fit.fixed, fit.device_bytes, fit.params
     where = "one device" if fit.world_size == 1 else f"{fit.world_size} devices"
-    parts = (f"weights {f.weights / GIB:.1f}, gradients {f.gradients / GIB:.1f}, AdamW moments "
-             f"{f.optimizer / GIB:.1f}, the optimizer step's temporary {f.optimizer_step / GIB:.1f}"
-             + (f", the rollout copy {f.rollout_weights / GIB:.1f}" if f.rollout_weights else ""))
+    parts = (f"weights {_size(f.weights)}, gradients {_size(f.gradients)}, AdamW moments {_size(f.optimizer)}, "
+             f"the optimizer step's temporary {_size(f.optimizer_step)}"
+             + (f", the rollout copy {_size(f.rollout_weights)}" if f.rollout_weights else ""))
     offload = _with_fsdp(config, cpu_offload=True)
     off = max(e.device_total for e in estimate_memory(offload, params, fit.world_size,
                                                        fit.planned[1].activations).values())
-    return (f"{config.actor.model.model_type} cannot train on {where} of {dev:.1f} GiB at any micro-batch: what "
-            f"does not depend on the micro-batch alone is {f.device_total / GIB:.1f} GiB ({parts} GiB), so halving "
+    return (f"{config.actor.model.model_type} cannot train on {where} of {_size(dev)} at any micro-batch: what "
+            f"does not depend on the micro-batch alone is {_size(f.device_total)} ({parts}), so halving "
             f"the micro-batch (configured: {fit.recipe_micro_batch}) cannot help. Fixes: {_fsdp_devices(config, params, fit)}; "
-            f"or keep weights, gradients and AdamW on the host (actor.fsdp_config.cpu_offload=true: {off / GIB:.1f} GiB "
+            f"or keep weights, gradients and AdamW on the host (actor.fsdp_config.cpu_offload=true: {_size(off)} "
             f"on the device at micro-batch 1, slower updates); or train LoRA adapters (actor.model.is_lora=true: "
-            f"gradients and AdamW for the adapters only, about the weights' {f.weights / GIB:.1f} GiB stay); or a "
+            f"gradients and AdamW for the adapters only, about the weights' {_size(f.weights)} stay); or a "
             f"smaller recipe or model.")
 
 
@@ -328,7 +332,7 @@ def _fsdp_devices(config: VlarlConfig, params: ParamCount, fit: DeviceFit, large
             worst = max(e.device_total for e in estimate_memory(sharded, params, n, est.activations).values())
             if worst * FIT_MARGIN <= fit.device_bytes:
                 return (f"shard the actor with FSDP over {n} such devices (actor.fsdp_config.sharding_strategy="
-                        f"full_shard, cluster.component_placement over {n} devices: {worst / GIB:.1f} GiB each at "
+                        f"full_shard, cluster.component_placement over {n} devices: {_size(worst)} each at "
                         f"micro-batch {mb})")
         n *= 2
     return f"FSDP does not fit it on up to {largest} such devices"
