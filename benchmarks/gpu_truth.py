@@ -11,9 +11,12 @@ Parts (each a subprocess with its own time limit; a failure or a timeout is reco
   (pi0 expert shapes): the math kernel keeps the attention scores, the fused ones do not.
 * ``family:<name>`` (pi0, pi05, gr00t_n15, gr00t_n16, openvla_oft): the recipe's policy at full size with
   random weights, built as ``rl-train`` builds it (its precision, on the device). One actor update (evaluate,
-  loss, backward, AdamW step) at the recipe's micro-batch: peak device memory against the dry run's plan for
-  one device (``ratio`` = measured / predicted), the activations autograd kept against the activation term,
-  and update samples/s; on an out-of-memory error the micro-batch is halved and the error recorded. Rollout:
+  loss, backward, AdamW step) at the recipe's micro-batch, or its largest halving the dry run's plan fits in the
+  device's memory with the 15% calibration margin (``micro_batch_choice`` says which and why; a plan whose
+  micro-batch-independent part alone exceeds the device is refused before building, naming the fixes): peak
+  device memory against the plan for one device (``ratio`` = measured / predicted), the activations autograd
+  kept against the activation term, and update samples/s; on an out-of-memory error the micro-batch is halved
+  and the error recorded, with what the failed attempt left allocated (the retry stops when that exceeds 1 GiB). Rollout:
   ``sample`` latency and throughput at the recipe's env count and denoising steps, and for pi0 / pi0.5 the
   same without the prefix cache. Offload (``actor.enable_offload``): seconds to move the weights and AdamW
   moments to the host and back.
@@ -46,10 +49,11 @@ FAMILIES = {  # part name -> the recipe rl-train would run
 }
 PARTS = ("attention", *(f"family:{f}" for f in FAMILIES), "libero", "iteration")
 #: seconds per part on the GPU machine (the H200 run of 2026-11-28: GR00T ~31 s; pi0 ~50 s to the end of its update,
-#: its fp32 rollout at 64 envs beyond), 500 s in all, so that one call (timeout 570 s, the kit's install included)
-#: and a rerun of the parts that failed fit in the 15 minutes of device time a task is lent (docs/gpu/README.md)
-TIMEOUTS = {"attention": 15, "family:pi0": 90, "family:pi05": 90, "family:gr00t_n15": 45, "family:gr00t_n16": 45,
-            "family:openvla_oft": 70, "libero": 60, "iteration": 85}
+#: its fp32 rollout at 64 envs beyond; OpenVLA-OFT built in 14 s, and its offload moves 3x GR00T N1.5's bytes, which
+#: took 8.8 s + 1.9 s), 500 s in all, so that one call (timeout 570 s, the kit's install included) and a rerun of the
+#: parts that failed fit in the 15 minutes of device time a task is lent (docs/gpu/README.md)
+TIMEOUTS = {"attention": 15, "family:pi0": 90, "family:pi05": 90, "family:gr00t_n15": 40, "family:gr00t_n16": 40,
+            "family:openvla_oft": 80, "libero": 60, "iteration": 85}
 SMOKE_TIMEOUT = 30  # per part; --smoke runs them all in one process
 WORKERS = (1, 4, 8, 16)
 GIB = 1024**3
@@ -134,10 +138,31 @@ def _prediction(config: Any, micro_batch: int) -> dict[str, Any]:
     meta = build_meta_policy(config)
     plan = activation_plan(config, meta)
     activations = 0.0 if plan is None else plan.bytes * micro_batch / plan.micro_batch
-    est = estimate_memory(config, count_parameters(meta), 1, activations)["0"]
-    return {"predicted_bytes": int(est.device_total), "predicted_activation_bytes": int(activations),
-            "predicted_static_bytes": int(est.device_total - activations),
-            "activation_share": round(activations / est.device_total, 3) if est.device_total else None}
+    return _prediction_from(estimate_memory(config, count_parameters(meta), 1, activations)["0"])
+
+
+def _prediction_from(estimate: Any) -> dict[str, Any]:
+    """:func:`_prediction`'s figures from one :class:`MemoryEstimate` (a :class:`DeviceFit`'s, no rebuild)."""
+    total, activations = estimate.device_total, estimate.activations
+    return {"predicted_bytes": int(total), "predicted_activation_bytes": int(activations),
+            "predicted_static_bytes": int(total - activations),
+            "activation_share": round(activations / total, 3) if total else None}
+
+
+def _device_bytes(device: Any) -> int:
+    """The device's memory; on the CPU (``--smoke``) the host's."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _fit_record(fit: Any) -> dict[str, Any]:
+    """What the dry run says of each micro-batch on this device, and the one measured."""
+    return {"recipe_micro_batch": fit.recipe_micro_batch, "chosen_micro_batch": fit.micro_batch,
+            "device_bytes": int(fit.device_bytes), "fixed_bytes": int(fit.fixed.device_total),
+            "planned_bytes": {str(mb): int(e.device_total) for mb, e in fit.planned.items()}, "reason": fit.reason()}
 
 
 def _update_once(policy: Any, optimizer: Any, replay: Any, measure: bool) -> int:
@@ -180,26 +205,72 @@ def _update(policy: Any, optimizer: Any, micro_batch: int, size: int, device: An
             "update_s": round(seconds, 4), "update_samples_per_s": round(micro_batch / seconds, 2)}
 
 
-def _update_fitting(policy: Any, optimizer: Any, micro_batch: int, size: int, device: Any) -> dict[str, Any]:
-    """:func:`_update` at ``micro_batch``, halved after each out-of-memory error (recorded)."""
+class NoFit(RuntimeError):
+    """A micro-batch cannot help: the plan's fixed part exceeds the device, or a failed attempt left memory held."""
+
+
+def _held_bytes(policy: Any, optimizer: Any) -> int:
+    """What an update keeps between attempts: the weights and AdamW's moments (distinct storages)."""
+    tensors = [*policy.parameters(), *(t for st in optimizer.state.values() for t in st.values() if hasattr(t, "untyped_storage"))]
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
+
+
+def _live_bytes(device: Any) -> int:
+    """Bytes allocated on ``device``: the caching allocator's count on CUDA; on the CPU the distinct storages of
+    the tensors Python can still reach (what a reference cycle or a kept traceback would hold)."""
     import gc
 
     import torch
 
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    storages = {}
+    for obj in gc.get_objects():
+        # type(), not isinstance(): isinstance reads __class__, which some deprecated module proxies warn on
+        if issubclass(type(obj), torch.Tensor) and obj.device.type == device.type and not obj.is_meta:
+            st = obj.untyped_storage()
+            storages[st.data_ptr()] = st.nbytes()
+    return sum(storages.values())
+
+
+def _free_failed_attempt(policy: Any, optimizer: Any, device: Any) -> int:
+    """Drop the gradients, collect, empty the cache (outside the ``except`` block: its traceback holds the failed
+    graph); the bytes still allocated besides the weights and AdamW moments."""
+    import gc
+
+    import torch
+
+    optimizer.zero_grad(set_to_none=True)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return _live_bytes(device) - _held_bytes(policy, optimizer)
+
+
+def _update_fitting(policy: Any, optimizer: Any, micro_batch: int, size: int, device: Any,
+                    leak_bytes: float = GIB) -> dict[str, Any]:
+    """:func:`_update` at ``micro_batch``, halved after each out-of-memory error (recorded with the bytes the failed
+    attempt left allocated). Stops early (:class:`NoFit`) when those exceed ``leak_bytes``: a smaller micro-batch
+    would then fail for what is held, not for its own size (the H200 run of 2026-11-28 retried down to 1 that way)."""
+    import torch
+
     ooms: list[int] = []
+    left: list[int] = []
+    before = _live_bytes(device) - _held_bytes(policy, optimizer)  # what the part holds besides (its inputs, say)
     while True:
         try:
-            return {**_update(policy, optimizer, micro_batch, size, device), "out_of_memory_at": ooms}
+            return {**_update(policy, optimizer, micro_batch, size, device), "out_of_memory_at": ooms,
+                    "left_after_out_of_memory_bytes": left}
         except torch.OutOfMemoryError:
             ooms.append(micro_batch)
-            _progress({"update": {"out_of_memory_at": ooms}})
             if micro_batch == 1:
                 raise
-        # outside the except block, with a collection: on the H200 run of 2026-11-28 the failed attempt's memory
-        # stayed allocated (cause not established) and every smaller micro-batch ran out of memory as well
-        optimizer.zero_grad(set_to_none=True)
-        gc.collect()
-        torch.cuda.empty_cache()
+        left.append(max(0, _free_failed_attempt(policy, optimizer, device) - before))
+        _progress({"update": {"out_of_memory_at": ooms, "left_after_out_of_memory_bytes": left}})
+        if left[-1] > leak_bytes:
+            raise NoFit(f"after the out-of-memory error at micro-batch {micro_batch}, {left[-1] / GIB:.2f} GiB stayed "
+                        f"allocated beyond the weights and AdamW moments: the failed attempt was not freed, so a "
+                        f"smaller micro-batch would fail for what is held, not for its own size; not retrying")
         micro_batch //= 2
 
 
@@ -265,20 +336,27 @@ def part_family(family: str, smoke: bool) -> dict[str, Any]:
 
     from vlarl_cli.training.actor import build_policy_for
     from vlarl_cli.training.common import build_optimizer
+    from vlarl_cli.training.dry_run import build_meta_policy, plan_device_fit, refusal
 
     config, device = _family_config(family, smoke), _device(smoke)
+    meta = build_meta_policy(config)  # the dry run's plan on this device, before anything is built on it
+    fit = plan_device_fit(config, _device_bytes(device), meta)
+    result: dict[str, Any] = {"recipe": FAMILIES[family], "micro_batch_choice": _fit_record(fit)}
+    _progress(result)
+    if fit.micro_batch is None:  # no halving can help: say so before building, with the fixes
+        raise NoFit(refusal(config, fit))
+    del meta
     start = time.perf_counter()
     policy = build_policy_for(config, device)
     _sync(device)
-    result: dict[str, Any] = {"recipe": FAMILIES[family], "build_s": round(time.perf_counter() - start, 2),
-                              "parameters": sum(p.numel() for p in policy.parameters()),
-                              "dtype": str(next(policy.parameters()).dtype).removeprefix("torch."),
-                              "denoising_steps": config.actor.model.effective_denoising_steps}
+    result.update(build_s=round(time.perf_counter() - start, 2), parameters=sum(p.numel() for p in policy.parameters()),
+                  dtype=str(next(policy.parameters()).dtype).removeprefix("torch."),
+                  denoising_steps=config.actor.model.effective_denoising_steps)
     _progress(result)
     size = 64 if smoke else 224
     optimizer = build_optimizer(policy, config)
-    update = _update_fitting(policy, optimizer, config.actor.micro_batch_size, size, device)
-    pred = _prediction(config, update["micro_batch"])
+    update = _update_fitting(policy, optimizer, fit.micro_batch, size, device)
+    pred = _prediction_from(fit.planned[update["micro_batch"]])
     if update["peak_bytes"]:
         pred["ratio"] = round(update["peak_bytes"] / pred["predicted_bytes"], 3)
     if pred["predicted_activation_bytes"]:

@@ -90,7 +90,13 @@ def logprob_calls(flow: FlowConfig) -> int:
 
 def saved_tensor_bytes(fn: object, module: torch.nn.Module) -> tuple[int, object]:
     """Bytes of the distinct storages autograd saves for backward while ``fn()`` runs (parameters excluded),
-    and ``fn``'s result: the measured counterpart of :func:`activation_bytes` on any device."""
+    and ``fn``'s result: the measured counterpart of :func:`activation_bytes` on any device.
+
+    The pack hook keeps a detached view: the tensor it receives still carries its ``grad_fn``, and an op that
+    saves its own output (exp, softmax, attention) would then own a tensor owning that op, a Python / C++
+    reference cycle that no garbage collection breaks. A backward that completes frees it; a backward that
+    fails part-way (out of memory) or none at all leaves the graph's activations allocated for good (on an
+    H200 every smaller micro-batch then ran out of memory, with 134 GB still allocated at micro-batch 1)."""
     params = {p.untyped_storage().data_ptr() for p in module.parameters()}
     kept: dict[int, int] = {}
 
@@ -99,7 +105,7 @@ def saved_tensor_bytes(fn: object, module: torch.nn.Module) -> tuple[int, object
         ptr = storage.data_ptr()
         if ptr and ptr not in params:
             kept[ptr] = max(kept.get(ptr, 0), storage.nbytes())
-        return t
+        return t.detach()  # same storage; autograd restores the grad_fn on unpack (no reference cycle)
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn()  # type: ignore[operator]

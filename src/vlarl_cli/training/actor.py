@@ -21,6 +21,7 @@ from vlarl_cli.distributed.placement import Cluster
 from vlarl_cli.errors import CheckpointError
 from vlarl_cli.training import checkpoint as ckpt
 from vlarl_cli.training.common import build_optimizer, build_scheduler, resolve_model_path
+from vlarl_cli.training.dry_run import check_device_fits
 from vlarl_cli.training.update import RolloutBatch, UpdateSettings, ppo_update
 
 
@@ -103,6 +104,7 @@ class Actor:
         self.group = cluster.groups.get("actor")
         self.sharded = cluster.actor_sharded
         n_actor = len(cluster.roles.actor)
+        check_device_fits(config, cluster.ctx.world_size, cluster.device)  # on a GPU: refuse what cannot fit
         policy = build_policy_for(config, cluster.device)
         dist.broadcast_module_(policy, src=cluster.roles.actor[0], group=self.group)
         self.ref_policy = None

@@ -187,6 +187,157 @@ def memory_warnings(config: VlarlConfig, estimates: dict[str, MemoryEstimate], w
     return warnings
 
 
+#: the plan is within 15% of every peak measured on a GPU (tests/training/test_gpu_calibration.py): a micro-batch
+#: "fits" a device when its plan, grown by that margin, is at most the device's memory
+FIT_MARGIN = 1.15
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / GIB:.1f} GiB" if nbytes >= GIB / 10 else f"{nbytes / 2**20:.1f} MiB"
+
+
+@dataclass(frozen=True)
+class DeviceFit:
+    """Which micro-batch of a plan fits one device, and what does not depend on the micro-batch."""
+
+    device_bytes: float
+    recipe_micro_batch: int
+    planned: dict[int, MemoryEstimate]  # the fullest actor device's plan at the recipe's micro-batch and halvings
+    fixed: MemoryEstimate  # the same with no activations: weights, gradients, AdamW moments, the step, rollout copy
+    params: ParamCount
+    world_size: int = 1
+
+    def fits(self, estimate: MemoryEstimate) -> bool:
+        return estimate.device_total * FIT_MARGIN <= self.device_bytes
+
+    @property
+    def micro_batch(self) -> int | None:
+        """The recipe's micro-batch or its largest halving that fits with the margin; 1 when only the plan without
+        the margin fits; None when not even that (:func:`refusal` says why and what to do)."""
+        fitting = next((mb for mb, est in self.planned.items() if self.fits(est)), None)
+        if fitting is None and self.planned[1].device_total <= self.device_bytes:
+            return 1
+        return fitting
+
+    def reason(self) -> str:
+        """One sentence on the choice, with the figures."""
+        dev, mb, recipe = self.device_bytes, self.micro_batch, self.recipe_micro_batch
+        at = f"{_size(self.planned[recipe].device_total)} planned at the recipe's micro-batch {recipe}"
+        margin = f"{_size(dev)} with the {FIT_MARGIN:.2f} margin"
+        if mb is None:
+            return (f"{at}; what does not depend on the micro-batch alone, {_size(self.fixed.device_total)}, "
+                    f"exceeds {_size(dev)}: no micro-batch fits")
+        planned = self.planned[mb].device_total
+        if mb == recipe:
+            return f"{at} fits {margin}"
+        if not self.fits(self.planned[mb]):
+            return f"{at}; only micro-batch 1 fits {_size(dev)}, and only without the margin ({_size(planned)})"
+        return f"{at} does not fit {margin}; micro-batch {mb} does ({_size(planned)} planned)"
+
+
+def plan_device_fit(config: VlarlConfig, device_bytes: float, policy: torch.nn.Module | None = None,
+                    world_size: int = 1) -> DeviceFit:
+    """The fullest actor device's plan over ``world_size`` devices at the recipe's micro-batch and each halving
+    down to 1, against ``device_bytes``; ``policy``: the configured family already built (meta or real), else
+    built on meta."""
+    meta = build_meta_policy(config) if policy is None else policy
+    params, plan = count_parameters(meta), activation_plan(config, meta)
+    recipe = config.actor.micro_batch_size
+
+    def fullest(activations: float) -> MemoryEstimate:
+        return max(estimate_memory(config, params, world_size, activations).values(), key=lambda e: e.device_total)
+
+    planned, mb = {}, recipe
+    while mb >= 1:
+        planned[mb] = fullest(0.0 if plan is None else plan.bytes * mb / plan.micro_batch)
+        mb //= 2
+    return DeviceFit(float(device_bytes), recipe, planned, fullest(0.0), params, world_size)
+
+
+#: device sizes the dry run reports a fit for (GiB as torch reports them: 80 GB A100 / H100, the H200 measured)
+COMMON_DEVICES = {"24 GiB": 24 * GIB, "48 GiB": 48 * GIB, "80 GB": 79.6 * GIB, "H200 (139.8 GiB)": 139.8 * GIB}
+
+
+def fit_summary(config: VlarlConfig, policy: torch.nn.Module, world_size: int) -> str:
+    """One line: the micro-batch-independent part of the fullest actor device, what a sample adds, and the largest
+    micro-batch (the configured one or a halving) each common device size holds with the calibration margin."""
+    fits = {name: plan_device_fit(config, size, policy, world_size) for name, size in COMMON_DEVICES.items()}
+    first = next(iter(fits.values()))
+    fixed, recipe = first.fixed, first.recipe_micro_batch
+    per_sample = first.planned[recipe].activations / recipe
+    held = ", ".join(name for name, v in (("weights", fixed.weights), ("gradients", fixed.gradients),
+                                          ("AdamW moments", fixed.optimizer), ("the step's temporary",
+                                          fixed.optimizer_step), ("the rollout copy", fixed.rollout_weights)) if v)
+    def largest(fit: DeviceFit) -> str:
+        mb = fit.micro_batch
+        return "none" if mb is None else f"{mb}" + ("" if fit.fits(fit.planned[mb]) else " (only without the margin)")
+
+    sizes = "; ".join(f"{name}: {largest(fit)}" for name, fit in fits.items())
+    none = any(fit.micro_batch is None for fit in fits.values())
+    return (f"Fit: {_size(fixed.device_total)} of the fullest actor device does not depend on the micro-batch "
+            f"({held or 'nothing'}); each sample adds {per_sample / GIB:.2f} GiB of activations. Largest micro-batch "
+            f"(the configured {recipe} or a halving) with the {FIT_MARGIN:.2f} margin per device size: {sizes}."
+            + (" None: no micro-batch helps there; shard with FSDP over more devices, offload "
+               "(actor.fsdp_config.cpu_offload) or train LoRA adapters (actor.model.is_lora)." if none else ""))
+
+
+def check_device_fits(config: VlarlConfig, world_size: int, device: torch.device | str) -> None:
+    """Before the actor is built on a GPU, the plan against its memory: a :class:`ConfigError` naming the figures
+    and the fixes when what does not depend on the micro-batch alone exceeds it (no micro-batch can help); a
+    printed warning naming the micro-batch that fits when only the configured one does not. Nothing on the CPU."""
+    from vlarl_cli.errors import ConfigError
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return
+    fit = plan_device_fit(config, torch.cuda.get_device_properties(device).total_memory, world_size=world_size)
+    if fit.micro_batch is None:
+        raise ConfigError(refusal(config, fit))
+    if fit.micro_batch != fit.recipe_micro_batch:
+        _warn(f"{fit.reason()}: this run will likely run out of memory in its first update; "
+              f"actor.micro_batch_size={fit.micro_batch} fits (the global batch stays: more accumulation steps).")
+
+
+def refusal(config: VlarlConfig, fit: DeviceFit) -> str:
+    """One paragraph for a plan whose micro-batch-independent part alone exceeds the device: the figures, and the
+    fixes with theirs (FSDP over N devices, CPU offload, LoRA, a smaller recipe)."""
+    f, dev, params = fit.fixed, fit.device_bytes, fit.params
+    where = "one device" if fit.world_size == 1 else f"{fit.world_size} devices"
+    parts = (f"weights {_size(f.weights)}, gradients {_size(f.gradients)}, AdamW moments {_size(f.optimizer)}, "
+             f"the optimizer step's temporary {_size(f.optimizer_step)}"
+             + (f", the rollout copy {_size(f.rollout_weights)}" if f.rollout_weights else ""))
+    offload = _with_fsdp(config, cpu_offload=True)
+    off = max(e.device_total for e in estimate_memory(offload, params, fit.world_size,
+                                                       fit.planned[1].activations).values())
+    return (f"{config.actor.model.model_type} cannot train on {where} of {_size(dev)} at any micro-batch: what "
+            f"does not depend on the micro-batch alone is {_size(f.device_total)} ({parts}), so halving "
+            f"the micro-batch (configured: {fit.recipe_micro_batch}) cannot help. Fixes: {_fsdp_devices(config, params, fit)}; "
+            f"or keep weights, gradients and AdamW on the host (actor.fsdp_config.cpu_offload=true: {_size(off)} "
+            f"on the device at micro-batch 1, slower updates); or train LoRA adapters (actor.model.is_lora=true: "
+            f"gradients and AdamW for the adapters only, about the weights' {_size(f.weights)} stay); or a "
+            f"smaller recipe or model.")
+
+
+def _with_fsdp(config: VlarlConfig, **update: Any) -> VlarlConfig:
+    fsdp = config.actor.fsdp_config.model_copy(update=update)
+    return config.model_copy(update={"actor": config.actor.model_copy(update={"fsdp_config": fsdp})})
+
+
+def _fsdp_devices(config: VlarlConfig, params: ParamCount, fit: DeviceFit, largest: int = 1024) -> str:
+    """The fewest devices (a power of two) over which FSDP full_shard fits, at the largest micro-batch there."""
+    sharded = _with_fsdp(config, sharding_strategy="full_shard")
+    n = 2 * fit.world_size
+    while n <= largest:
+        for mb, est in fit.planned.items():
+            worst = max(e.device_total for e in estimate_memory(sharded, params, n, est.activations).values())
+            if worst * FIT_MARGIN <= fit.device_bytes:
+                return (f"shard the actor with FSDP over {n} such devices (actor.fsdp_config.sharding_strategy="
+                        f"full_shard, cluster.component_placement over {n} devices: {_size(worst)} each at "
+                        f"micro-batch {mb})")
+        n *= 2
+    return f"FSDP does not fit it on up to {largest} such devices"
+
+
 def build_meta_policy(config: VlarlConfig) -> torch.nn.Module:
     """The configured family at its full size on the meta device (tiny when the preset says so)."""
     # torch 2.6 imports torch._dynamo lazily and that import builds tensors, which fails under a meta
@@ -275,6 +426,7 @@ def dry_run(config: VlarlConfig, world_size: int) -> None:
                                                           est.host_offload, est.env_host)))
     console.print(table)
     console.print(activation_summary(plan, estimates))
+    console.print(fit_summary(config, policy, world_size), soft_wrap=True, markup=False)
     for warning in memory_warnings(config, estimates, world_size):
         _warn(f"this plan fits on no machine: {warning}.")
 
