@@ -377,3 +377,16 @@ def test_tilde_deletes_a_key_back_to_its_default(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="Could not delete") as info:
         load_config(path, ["~runner.no_such_key"])
     assert "--print-config" in (info.value.fix or "")
+
+
+def test_rlinf_fsdp_gradient_checkpointing_turns_on_the_policys() -> None:
+    """RLinf's FSDP manager reads actor.fsdp_config.gradient_checkpointing; vlarl's policies read
+    actor.model.gradient_checkpointing: RLinf's key turns it on (was accepted and ignored)."""
+    from vlarl_cli.config.loading import load_config
+
+    assert not load_config("libero_tiny_ppo", []).config.actor.model.gradient_checkpointing
+    on = load_config("libero_tiny_ppo", ["actor.fsdp_config.gradient_checkpointing=True"]).config
+    assert on.actor.model.gradient_checkpointing and on.actor.model.preset == "tiny"
+    assert load_config("libero_tiny_ppo", ["actor.model.gradient_checkpointing=True"]).config.actor.model.gradient_checkpointing
+    assert load_config("libero_10_ppo_openvlaoft", ["actor.fsdp_config.gradient_checkpointing=True"]
+                       ).config.actor.model.gradient_checkpointing

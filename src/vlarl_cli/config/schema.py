@@ -578,7 +578,8 @@ class ModelConfig(Section):
     max_prompt_length: int | None = Field(None, ge=1, description="Prompt token budget (null: the family's).")
     center_crop: bool | None = Field(None, description="OpenVLA-OFT: centre-crop images as in augmented "
                                      "training (null: the family's default, off).")
-    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward (also turned on "
+                                         "by RLinf's actor.fsdp_config.gradient_checkpointing).")
     # OpenVLA-OFT keys of RLinf's model yaml (policies/openvla_oft/config.py ModelSettings says what each does)
     implement_version: str | None = Field(None, description="OpenVLA-OFT: rlinf or official (null: the "
                                           "checkpoint decides; official when it has action_head--* files).")
@@ -760,7 +761,8 @@ class FsdpConfig(Section):
     strategy: Literal["fsdp", "fsdp2"] = Field("fsdp", description="Both map to FSDP2 (fully_shard).")
     sharding_strategy: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = Field(
         "full_shard", description="What is sharded across the actor ranks.")
-    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward.")
+    gradient_checkpointing: bool = Field(False, description="RLinf's spelling of actor.model.gradient_checkpointing "
+                                         "(the same switch: recomputation is on when either is true).")
     cpu_offload: bool = Field(False, description="Keep sharded parameters on the host.")
     reshard_after_forward: bool = Field(True, description="Free gathered parameters after forward.")
     mixed_precision: MixedPrecision = Field(default_factory=MixedPrecision, description="FSDP dtypes.")
@@ -777,6 +779,22 @@ class ActorConfig(Section):
     model: ModelConfig = Field(default_factory=lambda: ModelConfig(preset="tiny"), description="The policy.")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
     fsdp_config: FsdpConfig = Field(default_factory=FsdpConfig, description="Sharding.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_gradient_checkpointing(cls, data: Any) -> Any:
+        """RLinf turns recomputation on with ``actor.fsdp_config.gradient_checkpointing`` (its FSDP manager);
+        vlarl's policies read ``actor.model.gradient_checkpointing``: on when either says so (RLinf's hybrid-engine
+        file sets its key False, so a False there cannot override vlarl's True)."""
+        fsdp = data.get("fsdp_config") if isinstance(data, dict) else None
+        if not isinstance(fsdp, dict) or not fsdp.get("gradient_checkpointing"):
+            return data
+        model = data.get("model")
+        if model is None:
+            model = {"preset": "tiny"}  # the field's default
+        if not isinstance(model, dict):
+            return data
+        return {**data, "model": {**model, "gradient_checkpointing": True}}
 
 
 class SftConfig(Section):
