@@ -137,6 +137,7 @@ CASES: dict[str, Case] = {
     # ---- found by the config / dry-run, not after the first rollout -----------------------------------
     "task id too big": Case((*DRY, "env.train.task_ids=[0,10]"), ("task_ids [10]", "0..9")),
     "negative task id": Case((*DRY, "env.train.task_ids=[-1]"), ("task_ids [-1]",)),
+    "empty task list": Case((*DRY, "env.train.task_ids=[]"), ("task_ids [] names no task", "null")),
     "reset id too big": Case((*DRY, "env.train.specific_reset_id=500"), ("specific_reset_id 500", "0..49")),
     "reset id unimplemented": Case((*DRY, "env.train.specific_reset_id=3"), ("not implemented",)),
     "camera size": Case((*DRY, "env.train.init_params.camera_heights=300", "env.train.init_params.camera_widths=300"),

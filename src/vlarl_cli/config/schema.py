@@ -401,6 +401,15 @@ class EnvSplitConfig(Section):
     def resolution(self) -> int:
         return self.init_params.camera_heights
 
+    @field_validator("task_ids")
+    @classmethod
+    def _names_a_task(cls, value: list[int] | None) -> list[int] | None:
+        # every consumer reads an empty list as "all tasks": [] would silently train on the whole suite
+        if value is not None and not value:
+            raise ValueError("task_ids [] names no task; leave task_ids out (null) for every task of the suite, or "
+                             "list some, e.g. task_ids=[0,1]")
+        return value
+
     @field_validator("env_type", mode="before")
     @classmethod
     def _supported_env(cls, value: Any) -> Any:
