@@ -157,6 +157,23 @@ CASES: dict[str, Case] = {
                                    "actor.micro_batch_size=100"), ("fits on no machine", "host memory"), code=0),
     "eval out is a file": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_spatial", "--out", "{tmp}/f"),
                                ("results folder", "is a file"), files={"f": "mine"}, kept=("f",)),
+    "eval categories of one suite": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_10", "--categories", "swap",
+                                          "--out", "{tmp}/r"), ('"libero_10" is not one', "leave --categories out")),
+    "eval categories of all": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "all", "--categories", "swap",
+                                    "--out", "{tmp}/r"), ('"all" is not one',)),
+    "eval empty categories": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_pro", "--categories", ",",
+                                   "--out", "{tmp}/r"), ("--categories names no category",)),
+    "eval max steps beyond": Case(("eval", "--max-steps", "99999999999999999999"), ("'--max-steps'", "100000")),
+    "eval settle steps beyond": Case(("eval", "--settle-steps", "99999999999999999999"), ("'--settle-steps'",)),
+    "eval num envs beyond": Case(("eval", "--num-envs", "99999999999999999999"), ("'--num-envs'", "4096")),
+    "maniskill episodes overflow": Case(("eval", "--task", "PickCube-v1", "--config", "libero_tiny_ppo", "--episodes",
+                                        "99999999999999999999"), ("'--episodes'",)),
+    "video max steps beyond": Case(("video", "--config", "libero_tiny_ppo", "--max-steps", "99999999999999999999"),
+                                   ("'--max-steps'",)),
+    "sft record overflow": Case(("sft", "-c", "sft_toy_reach", "--record", "99999999999999999999",
+                                 "runner.logger.log_path={tmp}/run"), ("'--record'",)),
+    "sft steps beyond": Case(("sft", "-c", "sft_toy_reach", "--steps", "99999999999999999999",
+                              "runner.logger.log_path={tmp}/run"), ("'--steps'",)),
     "eval empty task list": Case(("eval", "--config", "libero_tiny_ppo", "--tasks", ""), ("names no task",)),
     "eval out in /proc": Case(("eval", "--config", "libero_tiny_ppo", "--out", "/proc/vlarl-eval"), ("cannot be written",)),
     # ---- broken files --------------------------------------------------------------------------------
@@ -445,6 +462,9 @@ def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
         real_launch(**kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(entry, "launch", guarded_launch)
+    import vlarl_cli.training.evaluation.api as evaluation_api
+
+    monkeypatch.setattr(evaluation_api, "run_episodes", refuse)  # an eval row: no simulator either
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
