@@ -38,6 +38,22 @@ EP = {"suite": "libero_10", "task": 0, "trial": 0, "episode_id": 0, "task_name":
       "success": True, "steps": 3, "env_seed": 7, "max_steps": 10, "settle_steps": 2}
 EP_LINE = json.dumps(EP)
 
+_VEC = {"dtype": "float32", "shape": [2], "names": None}
+_INFO = {"codebase_version": "v2.1", "fps": 10, "chunks_size": 1000, "data_path": "data/episode_{episode_index:06d}.parquet",
+         "features": {"observation.state": _VEC, "action": _VEC}}
+
+
+def _lerobot_meta(info: object = None, episodes: str = '{"episode_index": 0, "tasks": ["t"], "length": 2}\n',
+                  tasks: str = '{"task_index": 0, "task": "t"}\n', **extra: str) -> dict[str, bytes | str]:
+    """The meta/ files of a LeRobot v2.1 dataset under ds/ (``info``: the info.json object; ``extra``: more files
+    of meta/ by name)."""
+    files: dict[str, bytes | str] = {"ds/meta/info.json": json.dumps(_INFO if info is None else info),
+                                     "ds/meta/episodes.jsonl": episodes, "ds/meta/tasks.jsonl": tasks}
+    return files | {f"ds/meta/{name.replace('_', '.')}": body for name, body in extra.items()}
+
+
+SFT_DS = ("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds", "runner.logger.log_path={tmp}/run")
+
 CASES: dict[str, Case] = {
     # ---- command-line usage: click's errors, one paragraph, exit 2 -----------------------------------------
     "missing --config": Case(("rl-train",), ("Missing option '--config'", "vlarl rl-train --help")),
@@ -228,6 +244,21 @@ CASES: dict[str, Case] = {
                                               "runner.logger.log_path={tmp}/run"),
                                              ("column 'action' is not a numeric vector", "'left'"),
                                              setup="lerobot_string_actions"),
+    "lerobot info is a list": Case(SFT_DS, ("info.json holds a JSON list",), files=_lerobot_meta([])),
+    "lerobot episode row a list": Case(SFT_DS, ("episodes.jsonl: row 1", "episode_index (int)"),
+                                       files=_lerobot_meta(episodes="[1]\n")),
+    "lerobot episode index a word": Case(SFT_DS, ("episodes.jsonl: row 1",),
+                                         files=_lerobot_meta(episodes='{"episode_index": "a"}\n')),
+    "lerobot task row without index": Case(SFT_DS, ("tasks.jsonl: row 1", "task_index (int)"),
+                                           files=_lerobot_meta(tasks='{"task": "t"}\n')),
+    "lerobot data_path a number": Case(SFT_DS, ("data_path '3' cannot be filled in",),
+                                       files=_lerobot_meta({**_INFO, "data_path": 3})),
+    "lerobot data_path unknown field": Case(SFT_DS, ("cannot be filled in (KeyError: 'nope')", "{episode_index}"),
+                                            files=_lerobot_meta({**_INFO, "data_path": "data/{nope}.parquet"})),
+    "lerobot chunks_size 0": Case(SFT_DS, ("chunks_size 0", "positive integer"),
+                                  files=_lerobot_meta({**_INFO, "chunks_size": 0})),
+    "lerobot modality a list": Case(SFT_DS, ("modality.json is not GR00T's modality map",),
+                                    files=_lerobot_meta(modality_json="[]")),
     "lerobot fps 0": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds", "runner.logger.log_path={tmp}/run"),
                           ("gives fps 0", "positive"), setup="lerobot_fps0"),
     "no episode log": Case(("video", "{tmp}/nowhere", "--episode", "0"), ("No episode log",)),
