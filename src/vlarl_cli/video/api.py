@@ -32,6 +32,10 @@ class Selection:
     suite: str | None = None
 
     def apply(self, records: list[EpisodeRecord]) -> list[EpisodeRecord]:
+        if not records:  # "--episode 0 is out of range ... Use 0..-1" said nothing useful
+            raise ConfigError("The episode log holds no episode (it is empty, or only blank lines): nothing was "
+                              "evaluated into it yet.", "Run `vlarl eval --out DIR` first (an interrupted one "
+                              "resumes), then render from DIR/episodes.jsonl.")
         if self.episode is None and not self.failures and self.task is None:
             raise ConfigError("Which episodes? None of --episode, --failures, --task was given.",
                               f"Pass --episode K (0..{len(records) - 1}), --failures, or --task T.")
