@@ -309,6 +309,18 @@ CASES: dict[str, Case] = {
     "resume override the checkpoint decides": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto",
                                                     "actor.optim.lr=1e-3"), ("actor.optim.lr", "would be ignored"),
                                                    setup="tiny_run"),
+    "resume with an infinite iteration": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto"),
+                                              ("gives iteration inf", "integer >= 0"), setup="tiny_run",
+                                              files={"run/checkpoints/global_step_1/trainer_state.json": '{"iteration": 1e400}'}),
+    "resume with a negative iteration": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto"),
+                                             ("gives iteration -5",), setup="tiny_run",
+                                             files={"run/checkpoints/global_step_1/trainer_state.json": '{"iteration": -5}'}),
+    "resume a checkpoint whose config is a list": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto"),
+                                                       ("config.yaml holds a YAML list",), setup="tiny_run",
+                                                       files={"run/checkpoints/global_step_1/config.yaml": "- 1\n"}),
+    "resume empty": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", ""), ('--resume "" names no checkpoint',)),
+    "sft resume empty": Case(("sft", "-c", "sft_toy_reach", "--resume", "", "runner.logger.log_path={tmp}/run"),
+                             ('--resume "" names no checkpoint',)),
     "sft resumes an rl-train checkpoint": Case(("sft", "-c", "sft_toy_reach", "--resume", "{tmp}/ck",
                                                 "runner.logger.log_path={tmp}/run"), ("is not an SFT checkpoint",),
                                                files={"ck/trainer_state.json": '{"iteration": 4}', "ck/config.yaml": "a: 1\n"}),
@@ -423,11 +435,12 @@ def _tiny_run(tmp: Path) -> None:
     from vlarl_cli.config.loading import load_config, to_yaml
 
     folder = tmp / "run" / "checkpoints" / "global_step_1"
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     config = load_config("libero_tiny_ppo", [f"runner.logger.log_path={tmp / 'run'}"]).config
-    (folder / "config.yaml").write_text(to_yaml(config))
-    (folder / "trainer_state.json").write_text('{"iteration": 1}')
-    (tmp / "run" / "checkpoints" / "latest").write_text("global_step_1\n")
+    for path, text in ((folder / "config.yaml", to_yaml(config)), (folder / "trainer_state.json", '{"iteration": 1}'),
+                       (tmp / "run" / "checkpoints" / "latest", "global_step_1\n")):
+        if not path.exists():  # a row's own files (a damaged trainer_state.json) stay
+            path.write_text(text)
 
 
 def _lerobot_v21(tmp: Path, *, fps: float = 10, data_path: str = "data/episode_{episode_index:06d}.parquet") -> None:

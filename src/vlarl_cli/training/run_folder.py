@@ -276,16 +276,25 @@ def config_changes(saved: dict[str, Any], now: dict[str, Any]) -> dict[str, tupl
 def _saved_config(checkpoint: Path) -> tuple[dict[str, Any], int]:
     import yaml
 
+    from vlarl_cli.errors import CheckpointError
+
+    fix = "Resume from another checkpoint of the run (see its checkpoints folder)."
     try:
         saved = yaml.safe_load((checkpoint / "config.yaml").read_text(encoding="utf-8"))
         state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-        iteration = int(state["iteration"])
+        iteration = state["iteration"]
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as err:
-        from vlarl_cli.errors import CheckpointError
-
         raise CheckpointError(f"Checkpoint {checkpoint}: its config.yaml or trainer_state.json cannot be read ({err}).",
-                              "Resume from another checkpoint of the run (see its checkpoints folder).") from None
-    return (saved if isinstance(saved, dict) else {}), iteration
+                              fix) from None
+    # a config that is not a mapping would compare as empty (every override let through); an iteration of -5,
+    # 2.5 or 1e400 (JSON's inf) is no step a run reached
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"Checkpoint {checkpoint}: its config.yaml holds a YAML {type(saved).__name__}, not "
+                              "the run's config.", fix)
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
+        raise CheckpointError(f"Checkpoint {checkpoint}: its trainer_state.json gives iteration {iteration!r}, not a "
+                              "step count (an integer >= 0).", fix)
+    return saved, iteration
 
 
 def check_resume_config(run_dir: Path, checkpoint: Path, config: Any, *, say: Any = print) -> dict[str, tuple[Any, Any]]:
