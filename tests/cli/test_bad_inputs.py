@@ -296,6 +296,17 @@ CASES: dict[str, Case] = {
     "unresolvable master address on one node": Case((*QUICK, "--nproc-per-node", "2", "--master-addr", "no-such-host.invalid"),
                                                     ("--master-addr no-such-host.invalid cannot be resolved",)),
     "empty run folder name": Case((*QUICK, "runner.logger.log_path="), ("log_path must name a folder",)),
+    "run folder is '.'": Case((*QUICK, "runner.logger.log_path=./"), ("log_path must name a folder",),
+                              files={"mine.txt": "mine"}, kept=("mine.txt",)),
+    "run folder is the root": Case((*QUICK, "runner.logger.log_path=/"), ("file system's root",)),
+    "run folder with a NUL": Case((*QUICK, "runner.logger.log_path={tmp}/a\x00b"), ("NUL character",)),
+    "video folder under a file": Case((*QUICK, "runner.logger.log_path={tmp}/run", "env.train.video_cfg.video_base_dir={tmp}/f/v"),
+                                      ("env.train.video_cfg.video_base_dir", "is a file"), files={"f": "mine"}, kept=("f",)),
+    "model path is a file": Case((*DRY, "actor.model.model_path={tmp}/f"), ("is a file, not a checkpoint folder",),
+                                 files={"f": "x"}),
+    "model path is an empty folder": Case((*DRY, "actor.model.model_path={tmp}/d"), ("is empty",), setup="empty_folder"),
+    "rendezvous timeout beyond": Case((*QUICK, "--nnodes", "2", "--rendezvous-timeout", "99999999999999999999"),
+                                      ("'--rendezvous-timeout'",)),
     "new run over an old one": Case((*QUICK, "runner.logger.log_path={tmp}/run"), ("already holds a run", "--resume auto"),
                                     files={"run/metrics.jsonl": EP_LINE + "\n", "run/checkpoints/latest": "global_step_1\n"},
                                     kept=("run/metrics.jsonl", "run/checkpoints/latest")),
@@ -498,7 +509,7 @@ BUILDERS: dict[str, Callable[[Path], None]] = {
     "lerobot_fps0": lambda tmp: _lerobot_v21(tmp, fps=0),
     "truncated_ckpt": _truncated_ckpt, "lying_header_ckpt": _lying_header_ckpt, "bad_json_ckpt": _bad_json_ckpt,
     "good_folder_in_p": _good_folder_in_p, "alias_bomb": _alias_bomb, "interpolation_bomb": _interpolation_bomb, "damaged_ckpt": _damaged_ckpt,
-    "tiny_run": _tiny_run,
+    "tiny_run": _tiny_run, "empty_folder": lambda tmp: (tmp / "d").mkdir(),
 }
 
 

@@ -58,6 +58,10 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
     # another process writes / that holds a run this command would replace
     log_path = loaded.config.runner.logger.log_path
     check_writable_folder(log_path, "The run folder (runner.logger.log_path)")
+    for split in ("train", "eval"):  # else found by the first video write, after the first rollout
+        video = getattr(loaded.config.env, split).video_cfg
+        if video.save_video:
+            check_writable_folder(video.video_base_dir, f"The video folder (env.{split}.video_cfg.video_base_dir)")
     owner = node_rank == 0 and dist.env_world()[0] == 0
     with run_folder.claim(log_path, command="rl-train", resuming=bool(resume or loaded.config.runner.resume_dir),
                           main=owner):
