@@ -73,6 +73,7 @@ CASES: dict[str, Case] = {
     "episode -1": Case(("video", "x.jsonl", "--episode", "-1"), ("'--episode'",)),
     "convert without args": Case(("convert",), ("Missing argument",)),
     "download without repo": Case(("download",), ("Missing argument",)),
+    "print-config with dry-run": Case((*DRY, "--print-config"), ("exclude each other",)),
     "compare needs two": Case(("eval", "--compare", "a"), ("--compare", "2 arguments")),
     "world size without dry-run": Case((*QUICK, "--world-size", "4"), ("--world-size 4", "--dry-run")),
     "node rank": Case((*QUICK, "--nnodes", "2", "--node-rank", "2"), ("--node-rank 2", "--nnodes 2")),

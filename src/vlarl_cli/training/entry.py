@@ -34,6 +34,9 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
         raise ConfigError(f"--world-size {plan_world_size} only plans a layout with --dry-run; a launch takes its "
                           "size from --nnodes x --nproc-per-node (or torchrun).",
                           "Add --dry-run to plan for that many devices, or use --nproc-per-node / --nnodes.")
+    if print_config and dry_run:  # one would be skipped without a word
+        raise ConfigError("--print-config and --dry-run exclude each other (the first prints the config and stops).",
+                          "Pass one of them; run the command twice for both.")
     if resume is not None and not resume.strip():  # an unset shell variable: starting afresh is not what it meant
         raise ConfigError("--resume \"\" names no checkpoint.", "Pass --resume auto (the run's latest checkpoint) or a "
                           "checkpoint folder, or leave --resume out to start a new run.")
