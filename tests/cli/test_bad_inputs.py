@@ -53,6 +53,7 @@ def _lerobot_meta(info: object = None, episodes: str = '{"episode_index": 0, "ta
 
 
 SFT_DS = ("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds", "runner.logger.log_path={tmp}/run")
+SFT_H5 = ("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/x_demo.hdf5", "runner.logger.log_path={tmp}/run")
 
 CASES: dict[str, Case] = {
     # ---- command-line usage: click's errors, one paragraph, exit 2 -----------------------------------------
@@ -271,6 +272,14 @@ CASES: dict[str, Case] = {
                                   files=_lerobot_meta({**_INFO, "chunks_size": 0})),
     "lerobot modality a list": Case(SFT_DS, ("modality.json is not GR00T's modality map",),
                                     files=_lerobot_meta(modality_json="[]")),
+    "hdf5 problem_info not json": Case(SFT_H5, ("problem_info'] is not JSON",), setup="hdf5_problem_not_json",
+                                       kept=("x_demo.hdf5",)),
+    "hdf5 problem_info a list": Case(SFT_H5, ("has no language_instruction",), setup="hdf5_problem_a_list"),
+    "hdf5 problem_info a number": Case(SFT_H5, ("has no language_instruction",), setup="hdf5_problem_a_number"),
+    "hdf5 flat states": Case(SFT_H5, ("not T x d arrays of one length",), setup="hdf5_flat_states"),
+    "hdf5 lengths differ": Case(SFT_H5, ("not T x d arrays of one length",), setup="hdf5_lengths_differ"),
+    "hdf5 flat camera": Case(SFT_H5, ("obs/agentview_rgb has shape (3, 8)",), setup="hdf5_flat_camera"),
+    "hdf5 demo not a group": Case(SFT_H5, ("demo_0 lacks actions",), setup="hdf5_demo_not_a_group"),
     "lerobot fps 0": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds", "runner.logger.log_path={tmp}/run"),
                           ("gives fps 0", "positive"), setup="lerobot_fps0"),
     "no episode log": Case(("video", "{tmp}/nowhere", "--episode", "0"), ("No episode log",)),
@@ -482,6 +491,24 @@ def _toy_run(tmp: Path) -> None:
     assert isinstance(policy, torch.nn.Module)
 
 
+def _libero_hdf5(tmp: Path, *, problem: object = '{"language_instruction": "pick"}', ee: tuple[int, ...] = (3, 6),
+                 gripper: tuple[int, ...] = (3, 2), camera: tuple[int, ...] = (3, 8, 8, 3), demo_group: bool = True) -> None:
+    """x_demo.hdf5 in LIBERO's layout (one demo of 3 steps), with the given problem_info and array shapes."""
+    import h5py
+    import numpy as np
+
+    with h5py.File(tmp / "x_demo.hdf5", "w") as f:
+        data = f.create_group("data")
+        data.attrs["problem_info"] = problem
+        if not demo_group:
+            data["demo_0"] = np.zeros(3)
+            return
+        obs = data.create_group("demo_0").create_group("obs")
+        data["demo_0"]["actions"] = np.zeros((3, 7), np.float32)
+        obs["ee_states"], obs["gripper_states"] = np.zeros(ee, np.float32), np.zeros(gripper, np.float32)
+        obs["agentview_rgb"] = np.zeros(camera, np.uint8)
+
+
 def _lerobot_rows(tmp: Path, *, images: bool) -> None:
     """A LeRobot v2.1 dataset of one 2-frame episode whose action column holds strings (``images``: with the
     image column that info.json lists)."""
@@ -505,6 +532,13 @@ def _lerobot_rows(tmp: Path, *, images: bool) -> None:
 
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "lerobot_string_actions": lambda tmp: _lerobot_rows(tmp, images=True),
+    "hdf5_problem_not_json": lambda tmp: _libero_hdf5(tmp, problem="{oops"),
+    "hdf5_problem_a_list": lambda tmp: _libero_hdf5(tmp, problem="[1]"),
+    "hdf5_problem_a_number": lambda tmp: _libero_hdf5(tmp, problem=3),
+    "hdf5_flat_states": lambda tmp: _libero_hdf5(tmp, ee=(3,)),
+    "hdf5_lengths_differ": lambda tmp: _libero_hdf5(tmp, gripper=(4, 2)),
+    "hdf5_flat_camera": lambda tmp: _libero_hdf5(tmp, camera=(3, 8)),
+    "hdf5_demo_not_a_group": lambda tmp: _libero_hdf5(tmp, demo_group=False),
     "toy_run": _toy_run,
     "lerobot_escaping": lambda tmp: _lerobot_v21(tmp, data_path="../outside/episode_{episode_index:06d}.parquet"),
     "lerobot_fps0": lambda tmp: _lerobot_v21(tmp, fps=0),
