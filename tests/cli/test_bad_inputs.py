@@ -280,6 +280,8 @@ CASES: dict[str, Case] = {
     "hdf5 lengths differ": Case(SFT_H5, ("not T x d arrays of one length",), setup="hdf5_lengths_differ"),
     "hdf5 flat camera": Case(SFT_H5, ("obs/agentview_rgb has shape (3, 8)",), setup="hdf5_flat_camera"),
     "hdf5 demo not a group": Case(SFT_H5, ("demo_0 lacks actions",), setup="hdf5_demo_not_a_group"),
+    "npz episode meta a list": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/d", "runner.logger.log_path={tmp}/run"),
+                                    ("meta entry holds a JSON list",), setup="npz_meta_list", kept=("d/episode_0.npz",)),
     "lerobot fps 0": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds", "runner.logger.log_path={tmp}/run"),
                           ("gives fps 0", "positive"), setup="lerobot_fps0"),
     "no episode log": Case(("video", "{tmp}/nowhere", "--episode", "0"), ("No episode log",)),
@@ -509,6 +511,15 @@ def _libero_hdf5(tmp: Path, *, problem: object = '{"language_instruction": "pick
         obs["agentview_rgb"] = np.zeros(camera, np.uint8)
 
 
+def _npz_meta_list(tmp: Path) -> None:
+    """d/episode_0.npz with every entry of a vlarl episode, its meta a JSON list."""
+    import numpy as np
+
+    (tmp / "d").mkdir()
+    np.savez(tmp / "d" / "episode_0.npz", states=np.zeros((3, 4), np.float32), actions=np.zeros((3, 2), np.float32),
+             task_description=np.array("t"), success=np.array(True), meta=np.array("[1]"))
+
+
 def _lerobot_rows(tmp: Path, *, images: bool) -> None:
     """A LeRobot v2.1 dataset of one 2-frame episode whose action column holds strings (``images``: with the
     image column that info.json lists)."""
@@ -532,6 +543,7 @@ def _lerobot_rows(tmp: Path, *, images: bool) -> None:
 
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "lerobot_string_actions": lambda tmp: _lerobot_rows(tmp, images=True),
+    "npz_meta_list": _npz_meta_list,
     "hdf5_problem_not_json": lambda tmp: _libero_hdf5(tmp, problem="{oops"),
     "hdf5_problem_a_list": lambda tmp: _libero_hdf5(tmp, problem="[1]"),
     "hdf5_problem_a_number": lambda tmp: _libero_hdf5(tmp, problem=3),
