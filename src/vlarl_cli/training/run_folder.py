@@ -159,14 +159,22 @@ def refuse_existing_run(folder: Path) -> None:
 RECORD_MARKERS = (LOCK_FILE, MANIFEST_FILE, *METRICS_FILES, "trainer_state.json", "sft_state.json", "episodes.jsonl")
 
 
+def _is_record(folder: str, name: str) -> bool:
+    """A file that marks a run, a checkpoint, eval results, or demonstrations (vlarl's episode_*.npz, LIBERO's
+    .hdf5 files, a LeRobot dataset's meta/info.json: hours of recording or a download)."""
+    return (name in RECORD_MARKERS or (name.startswith("episode_") and name.endswith(".npz"))
+            or name.endswith(".hdf5") or (name == "info.json" and Path(folder).name == "meta"))
+
+
 def records_inside(folder: Path, *, limit: int = 100_000) -> list[Path]:
-    """Up to three files under ``folder`` (itself included) that mark a run, a training checkpoint or eval
-    results; looks at no more than ``limit`` entries (a huge folder counts as holding a record)."""
+    """Up to three files under ``folder`` (itself included) that mark a run, a training checkpoint, eval
+    results or demonstrations; looks at no more than ``limit`` entries (a huge folder counts as holding a
+    record)."""
     found: list[Path] = []
     seen = 0
     for dirpath, dirnames, filenames in os.walk(folder):
         seen += len(dirnames) + len(filenames)
-        found += [Path(dirpath) / n for n in filenames if n in RECORD_MARKERS]
+        found += [Path(dirpath) / n for n in filenames if _is_record(dirpath, n)]
         if len(found) >= 3:
             return found[:3]
         if seen > limit:
