@@ -37,6 +37,7 @@ DRY = (*QUICK, "--dry-run")
 EP = {"suite": "libero_10", "task": 0, "trial": 0, "episode_id": 0, "task_name": "t", "language": "l",
       "success": True, "steps": 3, "env_seed": 7, "max_steps": 10, "settle_steps": 2}
 EP_LINE = json.dumps(EP)
+EP_FULL = json.dumps({**EP, "reset_state_id": 0, "seed": 0}) + "\n"  # every field an episode record needs
 
 _VEC = {"dtype": "float32", "shape": [2], "names": None}
 _INFO = {"codebase_version": "v2.1", "fps": 10, "chunks_size": 1000, "data_path": "data/episode_{episode_index:06d}.parquet",
@@ -222,6 +223,12 @@ CASES: dict[str, Case] = {
                                         "--trials", "1", "--out", "{tmp}/res"), ("card.json", "damaged"),
                                        files={"res/card.json": "{not json", "res/episodes.jsonl": EP_LINE + "\n"},
                                        kept=("res/episodes.jsonl",)),
+    "compare an unknown suite": Case(("eval", "--compare", "{tmp}/a", "{tmp}/b"), ("suites vlarl does not know", "zzz"),
+                                     files={"a/card.json": "{}", "a/episodes.jsonl": EP_FULL.replace("libero_10", "zzz"),
+                                            "b/card.json": "{}", "b/episodes.jsonl": EP_FULL.replace("libero_10", "zzz")}),
+    "robustness of a standard suite": Case(("eval", "--robustness", "{tmp}/a"), ("unperturbed suites only", "libero_10"),
+                                           files={"a/card.json": "{}", "a/episodes.jsonl": EP_FULL},
+                                           absent=("nan",)),
     "card is a list": Case(("eval", "--compare", "{tmp}/a", "{tmp}/b"), ("not a protocol card",),
                            files={"a/card.json": "[1]", "a/episodes.jsonl": "", "b/card.json": "{}",
                                   "b/episodes.jsonl": ""}),
