@@ -193,6 +193,8 @@ CASES: dict[str, Case] = {
                                  "runner.logger.log_path={tmp}/run"), ("'--record'",)),
     "sft steps beyond": Case(("sft", "-c", "sft_toy_reach", "--steps", "99999999999999999999",
                               "runner.logger.log_path={tmp}/run"), ("'--steps'",)),
+    "eval a task twice": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_spatial", "--tasks", "0,1,0", "--trials",
+                               "1", "--out", "{tmp}/r"), ("names task 0 more than once",)),
     "eval empty task list": Case(("eval", "--config", "libero_tiny_ppo", "--tasks", ""), ("names no task",)),
     "eval out in /proc": Case(("eval", "--config", "libero_tiny_ppo", "--out", "/proc/vlarl-eval"), ("cannot be written",)),
     # ---- broken files --------------------------------------------------------------------------------

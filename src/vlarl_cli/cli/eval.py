@@ -152,6 +152,10 @@ def _task_ids(tasks: str | None) -> tuple[int, ...] | None:
         raise ConfigError(f'--tasks "{tasks}" is not a comma-separated list of integers.', "Use e.g. --tasks 0,1,5.") from None
     if task_ids == ():  # an empty value is a mistake (an unset shell variable), not "all tasks"
         raise ConfigError(f'--tasks "{tasks}" names no task.', "Use e.g. --tasks 0,1,5, or leave --tasks out for all.")
+    twice = sorted({t for t in task_ids or () if task_ids.count(t) > 1}) if task_ids else []
+    if twice:  # each would be planned (and simulated) twice, and counted twice in the episode total
+        raise ConfigError(f'--tasks "{tasks}" names task {", ".join(map(str, twice))} more than once.',
+                          "Name each task once, e.g. --tasks 0,1,5.")
     return task_ids
 
 
