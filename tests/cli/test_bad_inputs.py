@@ -724,3 +724,24 @@ def test_sigterm_in_process_exits_143_with_the_resume_note(monkeypatch: pytest.M
     err = capsys.readouterr().err
     assert "Terminated (SIGTERM)" in err and "--resume auto" in err and "Traceback" not in err
     assert signal.getsignal(signal.SIGTERM) == before  # the handler is the command's only
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--suite", "libero_1O", "--task", "0"], 'Did you mean "libero_10"'),
+    (["--suite", "libero_10", "--task", "10"], "--task 10 is out of range for libero_10"),
+    (["--suite", "libero_10", "--task", "0", "--protocol", "stdandard"], 'Did you mean "standard"'),
+    (["--suite", "libero_10", "--task", "0", "--resolution", "300"], "Resolution 300"),
+])
+def test_a_live_video_checks_its_episode_before_loading_the_policy(args: list[str], words: str,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Loading a full policy takes minutes: a mistyped suite, task, protocol or resolution is named first."""
+    import vlarl_cli.training.evaluation as evaluation
+
+    def loaded(*_: object, **__: object) -> None:
+        raise AssertionError("the policy was loaded before the episode was checked")
+
+    monkeypatch.setattr(evaluation, "load_policy", loaded)
+    assert run(["video", "--config", "libero_tiny_ppo", *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err

@@ -53,6 +53,21 @@ class Selection:
         return out
 
 
+def _check_live(suite: str, task: int, protocol: str, resolution: int | None) -> None:
+    """What the simulator would refuse, before the policy is loaded (seconds to minutes for a full model)."""
+    from vlarl_cli.envs.libero import suites
+    from vlarl_cli.envs.libero.env import RESOLUTIONS
+    from vlarl_cli.envs.libero.protocol import get_protocol
+    from vlarl_cli.errors import EnvError
+
+    get_protocol(protocol)
+    n = suites.num_tasks(suites.check_suite(suite))
+    if not 0 <= task < n:
+        raise EnvError(f"--task {task} is out of range for {suite} ({n} tasks).", f"Use 0..{n - 1}.")
+    if resolution is not None and resolution not in RESOLUTIONS:
+        raise EnvError(f"Resolution {resolution} is not supported.", f"Use one of {RESOLUTIONS}.")
+
+
 def _write(path: Path, frames: np.ndarray, fps: int) -> Path:
     from vlarl_cli.video.writer import write_mp4
 
@@ -118,6 +133,7 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
                           "e.g. --suite libero_10 --task 3 --trial 0")
     if load_policy is None:
         raise ValueError("a live rollout needs load_policy (e.g. vlarl_cli.training.evaluation.load_policy)")
+    _check_live(suite, task, protocol, resolution)
     out = Path(out) if out is not None else Path("videos")
     kwargs: dict[str, Any] = dict(protocol=protocol, resolution=resolution or 256, max_steps=max_steps,
                                   settle_steps=settle_steps)
