@@ -258,6 +258,13 @@ CASES: dict[str, Case] = {
                                            files={"r/episodes.jsonl": json.dumps({**EP, "reset_state_id": 0, "seed": 0,
                                                                                   "task": "zero"}) + "\n",
                                                   "r/card.json": "{}"}),
+    "sft -o in /proc": Case(("sft", "-c", "sft_toy_reach", "-o", "/proc/vlarl-ck", "runner.logger.log_path={tmp}/run"),
+                            ("The checkpoint folder (-o)", "cannot be written")),
+    "sft -o under a file": Case(("sft", "-c", "sft_toy_reach", "-o", "{tmp}/f/ck", "runner.logger.log_path={tmp}/run"),
+                                ("The checkpoint folder (-o)", "which is a file"), files={"f": "mine"}, kept=("f",)),
+    "sft record into a file": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/f", "--record", "2",
+                                    "runner.logger.log_path={tmp}/run"), ("demonstrations folder (--demos)", "is a file"),
+                                   files={"f": "mine"}, kept=("f",)),
     "lerobot data_path out of its folder": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds",
                                                  "runner.logger.log_path={tmp}/run"),
                                                 ("data_path names '../outside/episode_000000.parquet'",),
@@ -600,6 +607,9 @@ def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     import vlarl_cli.training.evaluation.api as evaluation_api
 
     monkeypatch.setattr(evaluation_api, "run_episodes", refuse)  # an eval row: no simulator either
+    import vlarl_cli.training.sft as sft
+
+    monkeypatch.setattr(sft, "record_demos", refuse)  # an sft row: no recording of expert demos
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

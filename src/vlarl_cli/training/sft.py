@@ -217,10 +217,15 @@ def check_run_dir(run_dir: Path, resuming: bool) -> None:
 
 
 def check_output(output: Path | None) -> None:
+    """-o must be a new folder this process can create (checked before demos are recorded or a step is trained)."""
     if output is not None and (output.exists() or output.is_symlink()):
         raise ConfigError(f"-o {output} already exists; vlarl sft writes its checkpoint into a new folder and "
                           "never replaces an existing one.",
                           "Pass a path that does not exist yet, or move the old folder away yourself.")
+    if output is not None:
+        from vlarl_cli.checkpoints.atomic import check_writable_folder
+
+        check_writable_folder(output, "The checkpoint folder (-o)")
 
 
 def _saved_config(config: VlarlConfig, folder: Path, family_files: bool) -> VlarlConfig:
@@ -335,6 +340,9 @@ def _demonstrations(config: VlarlConfig, demos: list[Path], record: int | None, 
                           "Record into one --demos folder first, then train on several.")
     folder = paths[0] if paths else run_dir / "demos"
     if is_main and not (resuming and folder.exists()):
+        from vlarl_cli.checkpoints.atomic import check_writable_folder
+
+        check_writable_folder(folder, "The demonstrations folder (--demos)")  # a file in the way: before recording
         n = record if record is not None else default_record_count(config)
         t0 = time.perf_counter()
         record_demos(config, folder, n, progress=say)
