@@ -194,7 +194,8 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     except (OSError, ValueError) as err:
         raise ConfigError(f"{path} (vlarl's list of the files it wrote there) is damaged: {err}.",
                           "Restore it, or start the run in a new folder.") from None
-    if not (isinstance(data, dict) and isinstance(data.get("files"), list)):
+    if not (isinstance(data, dict) and isinstance(data.get("files"), list)
+            and isinstance(data.get("config_history", []), list)):
         raise ConfigError(f"{path} is not vlarl's list of its files.", "Restore it, or start the run in a new folder.")
     data.setdefault("config_history", [])
     return data
