@@ -37,6 +37,24 @@ DRY = (*QUICK, "--dry-run")
 EP = {"suite": "libero_10", "task": 0, "trial": 0, "episode_id": 0, "task_name": "t", "language": "l",
       "success": True, "steps": 3, "env_seed": 7, "max_steps": 10, "settle_steps": 2}
 EP_LINE = json.dumps(EP)
+EP_FULL = json.dumps({**EP, "reset_state_id": 0, "seed": 0}) + "\n"  # every field an episode record needs
+
+_VEC = {"dtype": "float32", "shape": [2], "names": None}
+_INFO = {"codebase_version": "v2.1", "fps": 10, "chunks_size": 1000, "data_path": "data/episode_{episode_index:06d}.parquet",
+         "features": {"observation.state": _VEC, "action": _VEC}}
+
+
+def _lerobot_meta(info: object = None, episodes: str = '{"episode_index": 0, "tasks": ["t"], "length": 2}\n',
+                  tasks: str = '{"task_index": 0, "task": "t"}\n', **extra: str) -> dict[str, bytes | str]:
+    """The meta/ files of a LeRobot v2.1 dataset under ds/ (``info``: the info.json object; ``extra``: more files
+    of meta/ by name)."""
+    files: dict[str, bytes | str] = {"ds/meta/info.json": json.dumps(_INFO if info is None else info),
+                                     "ds/meta/episodes.jsonl": episodes, "ds/meta/tasks.jsonl": tasks}
+    return files | {f"ds/meta/{name.replace('_', '.')}": body for name, body in extra.items()}
+
+
+SFT_DS = ("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds", "runner.logger.log_path={tmp}/run")
+SFT_H5 = ("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/x_demo.hdf5", "runner.logger.log_path={tmp}/run")
 
 CASES: dict[str, Case] = {
     # ---- command-line usage: click's errors, one paragraph, exit 2 -----------------------------------------
@@ -57,6 +75,7 @@ CASES: dict[str, Case] = {
     "episode -1": Case(("video", "x.jsonl", "--episode", "-1"), ("'--episode'",)),
     "convert without args": Case(("convert",), ("Missing argument",)),
     "download without repo": Case(("download",), ("Missing argument",)),
+    "print-config with dry-run": Case((*DRY, "--print-config"), ("exclude each other",)),
     "compare needs two": Case(("eval", "--compare", "a"), ("--compare", "2 arguments")),
     "world size without dry-run": Case((*QUICK, "--world-size", "4"), ("--world-size 4", "--dry-run")),
     "node rank": Case((*QUICK, "--nnodes", "2", "--node-rank", "2"), ("--node-rank 2", "--nnodes 2")),
@@ -95,6 +114,17 @@ CASES: dict[str, Case] = {
     "list config": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("not a mapping",), files={"c.yaml": "- a\n"}),
     "circular defaults": Case(("rl-train", "-c", "{tmp}/a.yaml"), ("circle: a.yaml -> b.yaml -> a.yaml",),
                               files={"a.yaml": "defaults:\n  - b\n", "b.yaml": "defaults:\n  - a\n"}),
+    "defaults not a list": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("`defaults:` holds a YAML int", "as a list"),
+                                files={"c.yaml": "defaults: 3\n"}),
+    "int too long for Python": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("c.yaml holds a value YAML cannot read", "4300 digits"),
+                                    files={"c.yaml": "actor:\n  seed: " + "9" * 5000 + "\n"}),
+    "impossible date": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("month must be in 1..12", "quote it"),
+                            files={"c.yaml": "runner:\n  max_epochs: 2024-13-45\n"}),
+    "unterminated interpolation": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("no viable alternative at input '${'",
+                                       "Fix the ${...} interpolation"), files={"c.yaml": "runner:\n  max_epochs: ${\n"}),
+    "null key": Case(("rl-train", "-c", "{tmp}/c.yaml"), ("Incompatible key type 'NoneType'",), files={"c.yaml": "~: 2\n"}),
+    "override int too long": Case((*QUICK, "actor.optim.lr=" + "1" * 100_000), ("value YAML cannot read", "(100015 characters)")),
+    "override a section with a list": Case((*QUICK, "runner=[1]"), ('Cannot apply override "runner=[1]"', "a list takes [...]")),
     "tilde deletes": Case((*QUICK, "~runner.max_epochs", "--print-config"), (), code=0),
     "tilde of a missing key": Case((*QUICK, "~runner.nope", "--print-config"), ("Could not delete",)),
     "misspelled key": Case((*QUICK, "actor.optim.lrr=1"), ("actor.optim.lrr", 'Did you mean "lr"')),
@@ -126,6 +156,7 @@ CASES: dict[str, Case] = {
     # ---- found by the config / dry-run, not after the first rollout -----------------------------------
     "task id too big": Case((*DRY, "env.train.task_ids=[0,10]"), ("task_ids [10]", "0..9")),
     "negative task id": Case((*DRY, "env.train.task_ids=[-1]"), ("task_ids [-1]",)),
+    "empty task list": Case((*DRY, "env.train.task_ids=[]"), ("task_ids [] names no task", "null")),
     "reset id too big": Case((*DRY, "env.train.specific_reset_id=500"), ("specific_reset_id 500", "0..49")),
     "reset id unimplemented": Case((*DRY, "env.train.specific_reset_id=3"), ("not implemented",)),
     "camera size": Case((*DRY, "env.train.init_params.camera_heights=300", "env.train.init_params.camera_widths=300"),
@@ -145,6 +176,25 @@ CASES: dict[str, Case] = {
                                    "actor.micro_batch_size=100"), ("fits on no machine", "host memory"), code=0),
     "eval out is a file": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_spatial", "--out", "{tmp}/f"),
                                ("results folder", "is a file"), files={"f": "mine"}, kept=("f",)),
+    "eval categories of one suite": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_10", "--categories", "swap",
+                                          "--out", "{tmp}/r"), ('"libero_10" is not one', "leave --categories out")),
+    "eval categories of all": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "all", "--categories", "swap",
+                                    "--out", "{tmp}/r"), ('"all" is not one',)),
+    "eval empty categories": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_pro", "--categories", ",",
+                                   "--out", "{tmp}/r"), ("--categories names no category",)),
+    "eval max steps beyond": Case(("eval", "--max-steps", "99999999999999999999"), ("'--max-steps'", "100000")),
+    "eval settle steps beyond": Case(("eval", "--settle-steps", "99999999999999999999"), ("'--settle-steps'",)),
+    "eval num envs beyond": Case(("eval", "--num-envs", "99999999999999999999"), ("'--num-envs'", "4096")),
+    "maniskill episodes overflow": Case(("eval", "--task", "PickCube-v1", "--config", "libero_tiny_ppo", "--episodes",
+                                        "99999999999999999999"), ("'--episodes'",)),
+    "video max steps beyond": Case(("video", "--config", "libero_tiny_ppo", "--max-steps", "99999999999999999999"),
+                                   ("'--max-steps'",)),
+    "sft record overflow": Case(("sft", "-c", "sft_toy_reach", "--record", "99999999999999999999",
+                                 "runner.logger.log_path={tmp}/run"), ("'--record'",)),
+    "sft steps beyond": Case(("sft", "-c", "sft_toy_reach", "--steps", "99999999999999999999",
+                              "runner.logger.log_path={tmp}/run"), ("'--steps'",)),
+    "eval a task twice": Case(("eval", "--config", "libero_tiny_ppo", "--suite", "libero_spatial", "--tasks", "0,1,0", "--trials",
+                               "1", "--out", "{tmp}/r"), ("names task 0 more than once",)),
     "eval empty task list": Case(("eval", "--config", "libero_tiny_ppo", "--tasks", ""), ("names no task",)),
     "eval out in /proc": Case(("eval", "--config", "libero_tiny_ppo", "--out", "/proc/vlarl-eval"), ("cannot be written",)),
     # ---- broken files --------------------------------------------------------------------------------
@@ -159,6 +209,15 @@ CASES: dict[str, Case] = {
                                     files={"ck/model.safetensors": b"<!doctype html><html>hello</html>"}),
     "eval truncated weights": Case(("eval", "--checkpoint", "{tmp}/ck", "--out", "{tmp}/res"), ("truncated",),
                                    setup="truncated_ckpt"),
+    "convert shard index a list": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"),
+                                       ("model.safetensors.index.json has no weight_map object",),
+                                       files={"ck/model.safetensors.index.json": "[1]"}),
+    "convert shard index not json": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"),
+                                         ("model.safetensors.index.json is unreadable or not JSON",),
+                                         files={"ck/model.safetensors.index.json": "{oops"}),
+    "convert damaged pickle": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi", "--allow-pickle"),
+                                   ("pytorch_model.bin could not be loaded",), files={"ck/pytorch_model.bin": b"junk"},
+                                   kept=("ck/pytorch_model.bin",)),
     "corrupt card": Case(("eval", "--compare", "{tmp}/a", "{tmp}/b"), ("card.json", "damaged"),
                          files={"a/card.json": "{not json", "a/episodes.jsonl": EP_LINE + "\n",
                                 "b/card.json": "{}", "b/episodes.jsonl": EP_LINE + "\n"}),
@@ -166,6 +225,12 @@ CASES: dict[str, Case] = {
                                         "--trials", "1", "--out", "{tmp}/res"), ("card.json", "damaged"),
                                        files={"res/card.json": "{not json", "res/episodes.jsonl": EP_LINE + "\n"},
                                        kept=("res/episodes.jsonl",)),
+    "compare an unknown suite": Case(("eval", "--compare", "{tmp}/a", "{tmp}/b"), ("suites vlarl does not know", "zzz"),
+                                     files={"a/card.json": "{}", "a/episodes.jsonl": EP_FULL.replace("libero_10", "zzz"),
+                                            "b/card.json": "{}", "b/episodes.jsonl": EP_FULL.replace("libero_10", "zzz")}),
+    "robustness of a standard suite": Case(("eval", "--robustness", "{tmp}/a"), ("unperturbed suites only", "libero_10"),
+                                           files={"a/card.json": "{}", "a/episodes.jsonl": EP_FULL},
+                                           absent=("nan",)),
     "card is a list": Case(("eval", "--compare", "{tmp}/a", "{tmp}/b"), ("not a protocol card",),
                            files={"a/card.json": "[1]", "a/episodes.jsonl": "", "b/card.json": "{}",
                                   "b/episodes.jsonl": ""}),
@@ -177,6 +242,8 @@ CASES: dict[str, Case] = {
                                      files={"r/episodes.jsonl": "42\n" + EP_LINE + "\n", "r/card.json": "{}"}),
     "binary episode log": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"), ("binary",),
                                files={"r/episodes.jsonl": b"\x89PNG\r\n\x1a\n\xff\xfe" + b"\x00" * 20}),
+    "empty episode log": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"), ("holds no episode",),
+                              absent=("0..-1",), files={"r/episodes.jsonl": "\n\n", "r/card.json": "{}"}),
     "episode line not json": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"), ("line 1 is not JSON",),
                                   files={"r/episodes.jsonl": "{oops\n" + EP_LINE + "\n"}),
     "episode data path out of its folder": Case(("video", "{tmp}/r/episodes.jsonl", "--episode", "0"),
@@ -191,6 +258,13 @@ CASES: dict[str, Case] = {
                                            files={"r/episodes.jsonl": json.dumps({**EP, "reset_state_id": 0, "seed": 0,
                                                                                   "task": "zero"}) + "\n",
                                                   "r/card.json": "{}"}),
+    "sft -o in /proc": Case(("sft", "-c", "sft_toy_reach", "-o", "/proc/vlarl-ck", "runner.logger.log_path={tmp}/run"),
+                            ("The checkpoint folder (-o)", "cannot be written")),
+    "sft -o under a file": Case(("sft", "-c", "sft_toy_reach", "-o", "{tmp}/f/ck", "runner.logger.log_path={tmp}/run"),
+                                ("The checkpoint folder (-o)", "which is a file"), files={"f": "mine"}, kept=("f",)),
+    "sft record into a file": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/f", "--record", "2",
+                                    "runner.logger.log_path={tmp}/run"), ("demonstrations folder (--demos)", "is a file"),
+                                   files={"f": "mine"}, kept=("f",)),
     "lerobot data_path out of its folder": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds",
                                                  "runner.logger.log_path={tmp}/run"),
                                                 ("data_path names '../outside/episode_000000.parquet'",),
@@ -199,6 +273,31 @@ CASES: dict[str, Case] = {
                                               "runner.logger.log_path={tmp}/run"),
                                              ("column 'action' is not a numeric vector", "'left'"),
                                              setup="lerobot_string_actions"),
+    "lerobot info is a list": Case(SFT_DS, ("info.json holds a JSON list",), files=_lerobot_meta([])),
+    "lerobot episode row a list": Case(SFT_DS, ("episodes.jsonl: row 1", "episode_index (int)"),
+                                       files=_lerobot_meta(episodes="[1]\n")),
+    "lerobot episode index a word": Case(SFT_DS, ("episodes.jsonl: row 1",),
+                                         files=_lerobot_meta(episodes='{"episode_index": "a"}\n')),
+    "lerobot task row without index": Case(SFT_DS, ("tasks.jsonl: row 1", "task_index (int)"),
+                                           files=_lerobot_meta(tasks='{"task": "t"}\n')),
+    "lerobot data_path a number": Case(SFT_DS, ("data_path '3' cannot be filled in",),
+                                       files=_lerobot_meta({**_INFO, "data_path": 3})),
+    "lerobot data_path unknown field": Case(SFT_DS, ("cannot be filled in (KeyError: 'nope')", "{episode_index}"),
+                                            files=_lerobot_meta({**_INFO, "data_path": "data/{nope}.parquet"})),
+    "lerobot chunks_size 0": Case(SFT_DS, ("chunks_size 0", "positive integer"),
+                                  files=_lerobot_meta({**_INFO, "chunks_size": 0})),
+    "lerobot modality a list": Case(SFT_DS, ("modality.json is not GR00T's modality map",),
+                                    files=_lerobot_meta(modality_json="[]")),
+    "hdf5 problem_info not json": Case(SFT_H5, ("problem_info'] is not JSON",), setup="hdf5_problem_not_json",
+                                       kept=("x_demo.hdf5",)),
+    "hdf5 problem_info a list": Case(SFT_H5, ("has no language_instruction",), setup="hdf5_problem_a_list"),
+    "hdf5 problem_info a number": Case(SFT_H5, ("has no language_instruction",), setup="hdf5_problem_a_number"),
+    "hdf5 flat states": Case(SFT_H5, ("not T x d arrays of one length",), setup="hdf5_flat_states"),
+    "hdf5 lengths differ": Case(SFT_H5, ("not T x d arrays of one length",), setup="hdf5_lengths_differ"),
+    "hdf5 flat camera": Case(SFT_H5, ("obs/agentview_rgb has shape (3, 8)",), setup="hdf5_flat_camera"),
+    "hdf5 demo not a group": Case(SFT_H5, ("demo_0 lacks actions",), setup="hdf5_demo_not_a_group"),
+    "npz episode meta a list": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/d", "runner.logger.log_path={tmp}/run"),
+                                    ("meta entry holds a JSON list",), setup="npz_meta_list", kept=("d/episode_0.npz",)),
     "lerobot fps 0": Case(("sft", "-c", "sft_toy_reach", "--demos", "{tmp}/ds", "runner.logger.log_path={tmp}/run"),
                           ("gives fps 0", "positive"), setup="lerobot_fps0"),
     "no episode log": Case(("video", "{tmp}/nowhere", "--episode", "0"), ("No episode log",)),
@@ -225,6 +324,17 @@ CASES: dict[str, Case] = {
     "unresolvable master address on one node": Case((*QUICK, "--nproc-per-node", "2", "--master-addr", "no-such-host.invalid"),
                                                     ("--master-addr no-such-host.invalid cannot be resolved",)),
     "empty run folder name": Case((*QUICK, "runner.logger.log_path="), ("log_path must name a folder",)),
+    "run folder is '.'": Case((*QUICK, "runner.logger.log_path=./"), ("log_path must name a folder",),
+                              files={"mine.txt": "mine"}, kept=("mine.txt",)),
+    "run folder is the root": Case((*QUICK, "runner.logger.log_path=/"), ("file system's root",)),
+    "run folder with a NUL": Case((*QUICK, "runner.logger.log_path={tmp}/a\x00b"), ("NUL character",)),
+    "video folder under a file": Case((*QUICK, "runner.logger.log_path={tmp}/run", "env.train.video_cfg.video_base_dir={tmp}/f/v"),
+                                      ("env.train.video_cfg.video_base_dir", "is a file"), files={"f": "mine"}, kept=("f",)),
+    "model path is a file": Case((*DRY, "actor.model.model_path={tmp}/f"), ("is a file, not a checkpoint folder",),
+                                 files={"f": "x"}),
+    "model path is an empty folder": Case((*DRY, "actor.model.model_path={tmp}/d"), ("is empty",), setup="empty_folder"),
+    "rendezvous timeout beyond": Case((*QUICK, "--nnodes", "2", "--rendezvous-timeout", "99999999999999999999"),
+                                      ("'--rendezvous-timeout'",)),
     "new run over an old one": Case((*QUICK, "runner.logger.log_path={tmp}/run"), ("already holds a run", "--resume auto"),
                                     files={"run/metrics.jsonl": EP_LINE + "\n", "run/checkpoints/latest": "global_step_1\n"},
                                     kept=("run/metrics.jsonl", "run/checkpoints/latest")),
@@ -238,12 +348,32 @@ CASES: dict[str, Case] = {
     "resume override the checkpoint decides": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto",
                                                     "actor.optim.lr=1e-3"), ("actor.optim.lr", "would be ignored"),
                                                    setup="tiny_run"),
+    "resume with an infinite iteration": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto"),
+                                              ("gives iteration inf", "integer >= 0"), setup="tiny_run",
+                                              files={"run/checkpoints/global_step_1/trainer_state.json": '{"iteration": 1e400}'}),
+    "resume with a negative iteration": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto"),
+                                             ("gives iteration -5",), setup="tiny_run",
+                                             files={"run/checkpoints/global_step_1/trainer_state.json": '{"iteration": -5}'}),
+    "resume a checkpoint whose config is a list": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto"),
+                                                       ("config.yaml holds a YAML list",), setup="tiny_run",
+                                                       files={"run/checkpoints/global_step_1/config.yaml": "- 1\n"}),
+    "resume empty": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", ""), ('--resume "" names no checkpoint',)),
+    "sft resume empty": Case(("sft", "-c", "sft_toy_reach", "--resume", "", "runner.logger.log_path={tmp}/run"),
+                             ('--resume "" names no checkpoint',)),
+    "resume into a damaged config history": Case((*QUICK, "runner.logger.log_path={tmp}/run", "--resume", "auto",
+                                                  "runner.max_epochs=5"), ("is not vlarl's list of its files",),
+                                                 setup="tiny_run", kept=("run/.vlarl-run.json",),
+                                                 files={"run/.vlarl-run.json": '{"files": [], "config_history": 3}'}),
     "sft resumes an rl-train checkpoint": Case(("sft", "-c", "sft_toy_reach", "--resume", "{tmp}/ck",
                                                 "runner.logger.log_path={tmp}/run"), ("is not an SFT checkpoint",),
                                                files={"ck/trainer_state.json": '{"iteration": 4}', "ck/config.yaml": "a: 1\n"}),
     "eval a toy checkpoint in libero": Case(("eval", "--checkpoint", "{tmp}/run", "--suite", "libero_spatial", "--tasks", "0",
                                              "--trials", "1", "--out", "{tmp}/res"), ("toy_flow policy", "LIBERO"),
                                             setup="toy_run"),
+    "eval run with a binary latest": Case(("eval", "--run", "{tmp}/run"), ("latest cannot be read",),
+                                          files={"run/checkpoints/latest": b"\xff\x00"}, kept=("run/checkpoints/latest",)),
+    "eval checkpoint is a file": Case(("eval", "--checkpoint", "{tmp}/f"), ("is a file, not a checkpoint folder",),
+                                      files={"f": "x"}, kept=("f",)),
     "eval damaged checkpoint": Case(("eval", "--checkpoint", "{tmp}/ck", "--out", "{tmp}/res"),
                                     ("model.safetensors is damaged",), setup="damaged_ckpt"),
     "convert damaged checkpoint": Case(("convert", "{tmp}/ck", "{tmp}/out", "--to", "openpi"),
@@ -254,6 +384,15 @@ CASES: dict[str, Case] = {
     "convert overwrite a checkpoint": Case(("convert", "{tmp}/p/src", "{tmp}/ck", "--to", "openpi", "--overwrite"),
                                            ("holds the record of a run", "trainer_state.json"), setup="good_folder_in_p",
                                            files={"ck/trainer_state.json": "{}"}, kept=("ck/trainer_state.json",)),
+    "convert overwrite recorded demos": Case(("convert", "{tmp}/p/src", "{tmp}/demos", "--to", "openpi", "--overwrite"),
+                                             ("holds the record of a run", "episode_000000.npz"), setup="good_folder_in_p",
+                                             files={"demos/episode_000000.npz": b"demo"}, kept=("demos/episode_000000.npz",)),
+    "convert overwrite a lerobot dataset": Case(("convert", "{tmp}/p/src", "{tmp}/ds", "--to", "openpi", "--overwrite"),
+                                                ("meta/info.json",), setup="good_folder_in_p",
+                                                files={"ds/meta/info.json": "{}"}, kept=("ds/meta/info.json",)),
+    "convert overwrite libero hdf5": Case(("convert", "{tmp}/p/src", "{tmp}/h", "--to", "openpi", "--overwrite"),
+                                          ("x_demo.hdf5",), setup="good_folder_in_p",
+                                          files={"h/x_demo.hdf5": b"h5"}, kept=("h/x_demo.hdf5",)),
     # ---- convert: arguments first (no torch import), and never lose the source ---------------------------
     "convert into the parent": Case(("convert", "{tmp}/p/src", "{tmp}/p", "--to", "openpi", "--overwrite"),
                                     ("contains the source",), setup="good_folder_in_p",
@@ -348,11 +487,12 @@ def _tiny_run(tmp: Path) -> None:
     from vlarl_cli.config.loading import load_config, to_yaml
 
     folder = tmp / "run" / "checkpoints" / "global_step_1"
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     config = load_config("libero_tiny_ppo", [f"runner.logger.log_path={tmp / 'run'}"]).config
-    (folder / "config.yaml").write_text(to_yaml(config))
-    (folder / "trainer_state.json").write_text('{"iteration": 1}')
-    (tmp / "run" / "checkpoints" / "latest").write_text("global_step_1\n")
+    for path, text in ((folder / "config.yaml", to_yaml(config)), (folder / "trainer_state.json", '{"iteration": 1}'),
+                       (tmp / "run" / "checkpoints" / "latest", "global_step_1\n")):
+        if not path.exists():  # a row's own files (a damaged trainer_state.json) stay
+            path.write_text(text)
 
 
 def _lerobot_v21(tmp: Path, *, fps: float = 10, data_path: str = "data/episode_{episode_index:06d}.parquet") -> None:
@@ -382,6 +522,33 @@ def _toy_run(tmp: Path) -> None:
     assert isinstance(policy, torch.nn.Module)
 
 
+def _libero_hdf5(tmp: Path, *, problem: object = '{"language_instruction": "pick"}', ee: tuple[int, ...] = (3, 6),
+                 gripper: tuple[int, ...] = (3, 2), camera: tuple[int, ...] = (3, 8, 8, 3), demo_group: bool = True) -> None:
+    """x_demo.hdf5 in LIBERO's layout (one demo of 3 steps), with the given problem_info and array shapes."""
+    import h5py
+    import numpy as np
+
+    with h5py.File(tmp / "x_demo.hdf5", "w") as f:
+        data = f.create_group("data")
+        data.attrs["problem_info"] = problem
+        if not demo_group:
+            data["demo_0"] = np.zeros(3)
+            return
+        obs = data.create_group("demo_0").create_group("obs")
+        data["demo_0"]["actions"] = np.zeros((3, 7), np.float32)
+        obs["ee_states"], obs["gripper_states"] = np.zeros(ee, np.float32), np.zeros(gripper, np.float32)
+        obs["agentview_rgb"] = np.zeros(camera, np.uint8)
+
+
+def _npz_meta_list(tmp: Path) -> None:
+    """d/episode_0.npz with every entry of a vlarl episode, its meta a JSON list."""
+    import numpy as np
+
+    (tmp / "d").mkdir()
+    np.savez(tmp / "d" / "episode_0.npz", states=np.zeros((3, 4), np.float32), actions=np.zeros((3, 2), np.float32),
+             task_description=np.array("t"), success=np.array(True), meta=np.array("[1]"))
+
+
 def _lerobot_rows(tmp: Path, *, images: bool) -> None:
     """A LeRobot v2.1 dataset of one 2-frame episode whose action column holds strings (``images``: with the
     image column that info.json lists)."""
@@ -405,12 +572,20 @@ def _lerobot_rows(tmp: Path, *, images: bool) -> None:
 
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "lerobot_string_actions": lambda tmp: _lerobot_rows(tmp, images=True),
+    "npz_meta_list": _npz_meta_list,
+    "hdf5_problem_not_json": lambda tmp: _libero_hdf5(tmp, problem="{oops"),
+    "hdf5_problem_a_list": lambda tmp: _libero_hdf5(tmp, problem="[1]"),
+    "hdf5_problem_a_number": lambda tmp: _libero_hdf5(tmp, problem=3),
+    "hdf5_flat_states": lambda tmp: _libero_hdf5(tmp, ee=(3,)),
+    "hdf5_lengths_differ": lambda tmp: _libero_hdf5(tmp, gripper=(4, 2)),
+    "hdf5_flat_camera": lambda tmp: _libero_hdf5(tmp, camera=(3, 8)),
+    "hdf5_demo_not_a_group": lambda tmp: _libero_hdf5(tmp, demo_group=False),
     "toy_run": _toy_run,
     "lerobot_escaping": lambda tmp: _lerobot_v21(tmp, data_path="../outside/episode_{episode_index:06d}.parquet"),
     "lerobot_fps0": lambda tmp: _lerobot_v21(tmp, fps=0),
     "truncated_ckpt": _truncated_ckpt, "lying_header_ckpt": _lying_header_ckpt, "bad_json_ckpt": _bad_json_ckpt,
     "good_folder_in_p": _good_folder_in_p, "alias_bomb": _alias_bomb, "interpolation_bomb": _interpolation_bomb, "damaged_ckpt": _damaged_ckpt,
-    "tiny_run": _tiny_run,
+    "tiny_run": _tiny_run, "empty_folder": lambda tmp: (tmp / "d").mkdir(),
 }
 
 
@@ -433,6 +608,12 @@ def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
         real_launch(**kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(entry, "launch", guarded_launch)
+    import vlarl_cli.training.evaluation.api as evaluation_api
+
+    monkeypatch.setattr(evaluation_api, "run_episodes", refuse)  # an eval row: no simulator either
+    import vlarl_cli.training.sft as sft
+
+    monkeypatch.setattr(sft, "record_demos", refuse)  # an sft row: no recording of expert demos
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -557,3 +738,24 @@ def test_sigterm_in_process_exits_143_with_the_resume_note(monkeypatch: pytest.M
     err = capsys.readouterr().err
     assert "Terminated (SIGTERM)" in err and "--resume auto" in err and "Traceback" not in err
     assert signal.getsignal(signal.SIGTERM) == before  # the handler is the command's only
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--suite", "libero_1O", "--task", "0"], 'Did you mean "libero_10"'),
+    (["--suite", "libero_10", "--task", "10"], "--task 10 is out of range for libero_10"),
+    (["--suite", "libero_10", "--task", "0", "--protocol", "stdandard"], 'Did you mean "standard"'),
+    (["--suite", "libero_10", "--task", "0", "--resolution", "300"], "Resolution 300"),
+])
+def test_a_live_video_checks_its_episode_before_loading_the_policy(args: list[str], words: str,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Loading a full policy takes minutes: a mistyped suite, task, protocol or resolution is named first."""
+    import vlarl_cli.training.evaluation as evaluation
+
+    def loaded(*_: object, **__: object) -> None:
+        raise AssertionError("the policy was loaded before the episode was checked")
+
+    monkeypatch.setattr(evaluation, "load_policy", loaded)
+    assert run(["video", "--config", "libero_tiny_ppo", *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err

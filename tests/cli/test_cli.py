@@ -97,3 +97,21 @@ def test_dry_run_prints_placement_parameters_and_memory() -> None:
     assert out.returncode == 0, out.stderr
     assert "Placement on 8 device(s)" in out.stdout
     assert "Estimated memory per device" in out.stdout
+
+
+def _closed(*fds: int) -> object:
+    def close() -> None:
+        for fd in fds:
+            os.close(fd)
+    return close
+
+
+def test_closed_standard_streams_are_no_traceback() -> None:
+    """`vlarl ... >&-` / `<&-` start Python with that stream None; printing to it was an AttributeError."""
+    env = {**os.environ, "NO_COLOR": "1"}
+    printed = subprocess.run([*VLARL, "rl-train", "-c", "libero_tiny_ppo", "--print-config"], stderr=subprocess.PIPE,
+                             text=True, timeout=300, env=env, preexec_fn=_closed(1))  # type: ignore[arg-type]
+    assert printed.returncode == 0 and "Traceback" not in printed.stderr, printed.stderr
+    refused = subprocess.run([*VLARL, "rl-train", "-c", "quikstart"], stderr=subprocess.PIPE, text=True, timeout=300,
+                             env=env, preexec_fn=_closed(0, 1))  # type: ignore[arg-type]
+    assert refused.returncode == 2 and 'Did you mean "quickstart"' in refused.stderr, refused.stderr

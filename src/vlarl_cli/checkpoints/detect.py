@@ -98,6 +98,21 @@ class CheckpointInfo:
         }
 
 
+def shard_names(index: Path) -> list[Any]:
+    """The values of a ``*.safetensors.index.json``'s ``weight_map`` (the shard of each tensor); a damaged index is
+    a CheckpointError naming it (ignored, the folder's other .safetensors files would be read in its place)."""
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise CheckpointError(f"Shard index {index} is unreadable or not JSON: {err}.",
+                              "Re-download the checkpoint (`vlarl download` verifies every file).") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"Shard index {index} has no weight_map object (tensor name -> shard file).",
+                              "Re-download the checkpoint (`vlarl download` verifies every file).")
+    return list(weight_map.values())
+
+
 def weight_files(path: str | os.PathLike[str]) -> list[Path]:
     """The safetensors files holding a folder's weights.
 
@@ -109,11 +124,7 @@ def weight_files(path: str | os.PathLike[str]) -> list[Path]:
     root = Path(path)
     files: list[Path] = []
     for index in sorted(root.glob("*.safetensors.index.json")):
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
-        except (OSError, json.JSONDecodeError):
-            continue
-        for shard in sorted(set(weight_map.values())):
+        for shard in sorted(set(shard_names(index))):
             if Path(str(shard)).name != shard or shard in (".", ".."):  # shards are plain names beside the index
                 raise CheckpointError(f"{index} names the shard {shard!r}, which is not a file name in {root}.",
                                       "Re-download the checkpoint; vlarl reads no weights from outside its folder.")

@@ -119,24 +119,7 @@ def load_state_dict(path: str | os.PathLike[str], *, allow_pickle: bool = False,
                 fix="Use a .safetensors copy of the weights, or pass --allow-pickle (allow_pickle=True) if "
                 "you trust the file; it is then loaded with torch.load(weights_only=True).",
             )
-        import pickle
-
-        import torch
-
-        try:
-            obj = torch.load(p, map_location=device, weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
-            raise CheckpointError(
-                f"{p} could not be loaded with torch.load(weights_only=True): {err}",
-                fix="The file contains more than tensors (or is damaged); convert it to safetensors in a "
-                "trusted environment first.",
-            ) from err
-        if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
-            obj = obj["state_dict"]  # Lightning-style wrapper
-        if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-            raise CheckpointError(f"{p} does not hold a flat {{name: tensor}} state dict.",
-                                  fix="Save the model's state_dict() (or convert it to safetensors).")
-        return obj
+        return _load_pickle(p, device)
     if p.suffix != SAFETENSORS_SUFFIX:
         raise CheckpointError(f"{p.name} is neither a .safetensors file nor a known pickle format.",
                               fix="Point at the model's .safetensors weights.")
@@ -154,3 +137,28 @@ def load_state_dict(path: str | os.PathLike[str], *, allow_pickle: bool = False,
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{p} is not a readable safetensors file: {err}",
                               fix="Download it again (`vlarl download` verifies hashes).") from err
+
+
+def _load_pickle(p: Path, device: str) -> dict[str, torch.Tensor]:
+    """A pickle-based weights file through torch.load(weights_only=True); a damaged one or one holding more than
+    tensors is a CheckpointError naming it."""
+    import pickle
+    import struct
+
+    import torch
+
+    try:
+        obj = torch.load(p, map_location=device, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, struct.error, ValueError, KeyError, IndexError,
+            TypeError, AttributeError) as err:  # what torch's weights-only unpickler raises on a damaged file
+        raise CheckpointError(
+            f"{p} could not be loaded with torch.load(weights_only=True): {err}",
+            fix="The file contains more than tensors (or is damaged); convert it to safetensors in a "
+            "trusted environment first.",
+        ) from err
+    if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
+        obj = obj["state_dict"]  # Lightning-style wrapper
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"{p} does not hold a flat {{name: tensor}} state dict.",
+                              fix="Save the model's state_dict() (or convert it to safetensors).")
+    return obj

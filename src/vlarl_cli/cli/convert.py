@@ -46,8 +46,8 @@ def command(
 
 
 def _refuse_replacing_a_record(dst: Path) -> None:
-    """--overwrite replaces DST as a whole: never when it holds a training run, a training checkpoint or eval
-    results (one mistyped path would delete weeks of training)."""
+    """--overwrite replaces DST as a whole: never when it holds a training run, a training checkpoint, eval
+    results or demonstrations (one mistyped path would delete weeks of training or recording)."""
     from vlarl_cli.errors import CheckpointError
     from vlarl_cli.training.run_folder import records_inside
 

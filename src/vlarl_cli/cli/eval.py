@@ -29,6 +29,12 @@ from pathlib import Path
 
 import typer
 
+#: far above any real evaluation (LIBERO's longest step limit is 520; a node runs tens of simulators), far below
+#: what overflows a C integer or runs for ever: a mistyped value is a usage error, not a crash in a worker
+MAX_STEPS = 100_000
+MAX_ENVS = 4096
+MAX_EPISODES = 1_000_000
+
 
 def command(
     suite: str = typer.Option("libero_10", "--suite", "-s", help="libero_spatial, libero_object, libero_goal, "
@@ -57,15 +63,15 @@ def command(
     temperature: float | None = typer.Option(None, "--temperature", help="Sample actions at this temperature "
                                              "(flow policies: 1 = their configured noise). Default: deterministic."),
     deterministic: bool = typer.Option(False, "--deterministic", help="Deterministic actions (the default)."),
-    num_envs: int = typer.Option(2, "--num-envs", min=1, help="Simulators of this process."),
-    num_workers: int | None = typer.Option(None, "--num-workers", min=1, help="Simulator processes "
+    num_envs: int = typer.Option(2, "--num-envs", min=1, max=MAX_ENVS, help="Simulators of this process."),
+    num_workers: int | None = typer.Option(None, "--num-workers", min=1, max=MAX_ENVS, help="Simulator processes "
                                            "(default: one per CPU core, a divisor of --num-envs)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Results folder (default eval/<name>/<suite>_<protocol>)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip episodes already in --out "
                                 "(--no-resume discards them)."),
-    max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Override the protocol's step limit "
+    max_steps: int | None = typer.Option(None, "--max-steps", min=1, max=MAX_STEPS, help="Override the protocol's step limit "
                                          "(recorded as a deviation)."),
-    settle_steps: int | None = typer.Option(None, "--settle-steps", min=0, help="Override the settle steps."),
+    settle_steps: int | None = typer.Option(None, "--settle-steps", min=0, max=MAX_STEPS, help="Override the settle steps."),
     resolution: int = typer.Option(256, "--resolution", help="Camera render size: 128, 224 or 256."),
     live_video: int = typer.Option(0, "--live-video", min=0, help="Also record the first K episodes' frames "
                                    "live (renders every step; `vlarl video` can re-simulate any episode instead)."),
@@ -80,7 +86,7 @@ def command(
                                     "PickCube-v1) instead of LIBERO: episode i from episode seed (--env-seed or 0) + i, --episodes of "
                                     "them, --live-video K records the first K, cameras at the config's size unless --resolution "
                                     "is given (training/evaluation/maniskill.py)."),
-    episodes: int = typer.Option(50, "--episodes", min=1, help="ManiSkill (--task): number of episodes."),
+    episodes: int = typer.Option(50, "--episodes", min=1, max=MAX_EPISODES, help="ManiSkill (--task): number of episodes."),
     compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Compare two results folders A B "
                                                      "(B - A per task, Newcombe 95% interval) and exit."),
     robustness: list[Path] | None = typer.Option(None, "--robustness", help="Per-category robustness report of "
@@ -125,7 +131,7 @@ def command(
                             num_workers=num_workers, resolution=resolution, max_steps=max_steps,
                             settle_steps=settle_steps, policy_seed=seed, live_video=live_video,
                             env_seed=env_seed, render_quality=render_quality,
-                            categories=tuple(c.strip() for c in categories.split(",") if c.strip()) if categories else None)
+                            categories=tuple(c.strip() for c in categories.split(",") if c.strip()) if categories is not None else None)
     settings.validate()  # a mistyped suite or protocol is named before the choice of checkpoint
     left_out = plus_suites.left_out(settings.categories) if plus.is_plus_split(suite) else None
     if left_out:  # the split runs without them; said, never silent
@@ -149,6 +155,10 @@ def _task_ids(tasks: str | None) -> tuple[int, ...] | None:
         raise ConfigError(f'--tasks "{tasks}" is not a comma-separated list of integers.', "Use e.g. --tasks 0,1,5.") from None
     if task_ids == ():  # an empty value is a mistake (an unset shell variable), not "all tasks"
         raise ConfigError(f'--tasks "{tasks}" names no task.', "Use e.g. --tasks 0,1,5, or leave --tasks out for all.")
+    twice = sorted({t for t in task_ids or () if task_ids.count(t) > 1}) if task_ids else []
+    if twice:  # each would be planned (and simulated) twice, and counted twice in the episode total
+        raise ConfigError(f'--tasks "{tasks}" names task {", ".join(map(str, twice))} more than once.',
+                          "Name each task once, e.g. --tasks 0,1,5.")
     return task_ids
 
 

@@ -65,10 +65,20 @@ _register()
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point; exits with the code of :func:`run`."""
+    _open_closed_streams()
     if argv is None and os.environ.get("_VLARL_COMPLETE"):
         # a shell asking for completions: click's own main answers it (run() bypasses that main)
         app(prog_name="vlarl")
     sys.exit(run(sys.argv[1:] if argv is None else argv))
+
+
+def _open_closed_streams() -> None:
+    """``vlarl ... >&-`` (or <&-, 2>&-) starts Python with that stream None: every print would be an
+    AttributeError traceback. What the user closed is discarded (os.devnull), as a shell does with output to a
+    closed descriptor."""
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode, encoding="utf-8"))  # lives as long as the process
 
 
 def run(argv: list[str]) -> int:

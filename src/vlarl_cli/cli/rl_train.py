@@ -33,7 +33,7 @@ def command(
     node_rank: int = typer.Option(0, "--node-rank", min=0, help="Rank of this node."),
     master_addr: str = typer.Option("127.0.0.1", "--master-addr", help="Rendezvous host."),
     master_port: int = typer.Option(29500, "--master-port", min=1, max=65535, help="Rendezvous port."),
-    rendezvous_timeout: int = typer.Option(180, "--rendezvous-timeout", min=1, help="Seconds a multi-node launch "
+    rendezvous_timeout: int = typer.Option(180, "--rendezvous-timeout", min=1, max=7 * 86400, help="Seconds a multi-node launch "
                                            "waits for every node to join before it names the ones missing."),
     world_size: int | None = typer.Option(None, "--world-size", min=1, help="With --dry-run: plan for this many "
                                           "devices instead of nnodes x nproc-per-node."),

@@ -22,11 +22,11 @@ def command(
                                             "streamed), LIBERO .hdf5 file(s) or a folder of episode_*.npz; repeat "
                                             "for several datasets (weights: sft.weights). Default: sft.demos, else "
                                             "record expert demos into <run>/demos first."),
-    record: int | None = typer.Option(None, "--record", min=1, help="Record N successful expert episodes "
+    record: int | None = typer.Option(None, "--record", min=1, max=100_000, help="Record N successful expert episodes "
                                       "first (into --demos, or <run>/demos). Default without --demos: 100 on "
                                       "toy_reach, 2 on LIBERO."),
     overrides: list[str] | None = typer.Argument(None, help="KEY=VALUE config overrides.", show_default=False),
-    steps: int | None = typer.Option(None, "--steps", min=1, help="Optimizer steps (default: runner.max_steps)."),
+    steps: int | None = typer.Option(None, "--steps", min=1, max=10**9, help="Optimizer steps (default: runner.max_steps)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Checkpoint folder, which must not exist "
                                        "yet (default: <run>/checkpoints/global_step_<steps>)."),
     resume: str | None = typer.Option(None, "--resume", help="Continue from a checkpoint of this run: 'auto' "
@@ -37,7 +37,7 @@ def command(
     node_rank: int = typer.Option(0, "--node-rank", min=0, help="Rank of this node."),
     master_addr: str = typer.Option("127.0.0.1", "--master-addr", help="Rendezvous host."),
     master_port: int = typer.Option(29500, "--master-port", min=1, max=65535, help="Rendezvous port."),
-    rendezvous_timeout: int = typer.Option(180, "--rendezvous-timeout", min=1, help="Seconds a multi-node launch "
+    rendezvous_timeout: int = typer.Option(180, "--rendezvous-timeout", min=1, max=7 * 86400, help="Seconds a multi-node launch "
                                            "waits for every node to join before it names the ones missing."),
 ) -> None:
     """Supervised fine-tuning (behaviour cloning) of a policy on demonstration episodes."""

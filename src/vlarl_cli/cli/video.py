@@ -22,6 +22,8 @@ from typing import Any
 
 import typer
 
+from vlarl_cli.cli.eval import MAX_STEPS
+
 
 def command(
     episodes: Path | None = typer.Argument(None, help="episodes.jsonl (or the results folder) of `vlarl eval`. "
@@ -40,7 +42,7 @@ def command(
     compare_checkpoint: Path | None = typer.Option(None, "--compare-checkpoint", help="Live: a second "
                                                    "checkpoint on the same init state, side by side."),
     protocol: str = typer.Option("standard", "--protocol", help="Live: standard or rlinf."),
-    max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Live: override the step limit."),
+    max_steps: int | None = typer.Option(None, "--max-steps", min=1, max=MAX_STEPS, help="Live: override the step limit."),
     resolution: int | None = typer.Option(None, "--resolution", help="Render size (default: the evaluation's, "
                                           "256 live)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output folder (default <results>/videos)."),

@@ -118,6 +118,9 @@ def read_primary(source: Path) -> dict[str, Any]:
         what = getattr(err, "problem", None) or _first_line(err)
         raise ConfigError(f"Config {source} has a YAML syntax error{at}: {what}.",
                           "Fix the YAML there (indentation, a missing ':' or closing bracket, a tab).") from None
+    except ValueError as err:  # a value YAML matched but cannot build: an int of > 4300 digits, a date 2024-13-45
+        raise ConfigError(f"Config {source} holds a value YAML cannot read: {_first_line(err)}.",
+                          "Fix that value (quote it to keep it as text).") from None
     if loaded is None:
         raise ConfigError(f"Config {source} is empty (or only `null`); running on defaults is never what a file "
                           "means.", "Write the settings into the file, or start from a preset: vlarl rl-train "
@@ -210,7 +213,12 @@ def check_expansion(tree: Any, source: Path) -> None:
 def check_fragments(source: Path, data: dict[str, Any]) -> None:
     """An ``env/...`` or ``model/...`` entry of the ``defaults:`` list that no folder holds is an RLinf simulator
     or policy vlarl does not ship; say so (and what it ships) instead of Hydra's "Could not load"."""
-    for entry in data.get("defaults") or []:
+    defaults = data.get("defaults")
+    if defaults is not None and not isinstance(defaults, list):
+        raise ConfigError(f"{source}: `defaults:` holds a YAML {type(defaults).__name__}, not a list of files.",
+                          "Write it as a list, e.g. `defaults:` then `  - env/libero_spatial@env.train` on the next "
+                          "line, or remove it.")
+    for entry in defaults or []:
         if isinstance(entry, dict) and entry:
             key, option = next(iter(entry.items()))
             name = f"{str(key).split('@')[0]}/{option}"
@@ -279,7 +287,8 @@ def compose_raw(source: Path, overrides: list[str]) -> dict[str, Any]:
             merge = not key.endswith("component_placement")
             OmegaConf.update(cfg, key, value, merge=merge, force_add=True)
         except OmegaConfBaseException as err:
-            raise ConfigError(f'Cannot apply override "{key}={value}": {_first_line(err)}') from None
+            raise ConfigError(f'Cannot apply override "{_clip(f"{key}={value}")}": {_first_line(err)}',
+                              _override_fix(err)) from None
     check_expansion(OmegaConf.to_container(cfg, resolve=False), source)
     try:
         data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
@@ -296,12 +305,25 @@ def _compose_fix(err: BaseException) -> str:
         return "Fix the YAML syntax at the line named (in the file it names)."
     if "Could not delete" in text:
         return "`~KEY` deletes a key the config has; check its dotted path (`--print-config` shows them)."
+    if _is_a(err, "GrammarParseError") or (err.__cause__ is not None and _is_a(err.__cause__, "GrammarParseError")):
+        return "Fix the ${...} interpolation at the key named (write a literal ${ as \\${)."
     if "codec can't decode" in text:
         return "A file of the `defaults:` list is binary, not YAML; fix the entry or the file."
     if "Could not " in text or "Cannot find" in text or "not found" in text.lower():
         return ("Check the `defaults:` list: each entry names a file (without .yaml) in the config's folder or in "
                 "vlarl's configs/ (e.g. env/libero_spatial@env.train).")
     return "Check the `defaults:` list and the override syntax (KEY=VALUE, +KEY=VALUE, ~KEY)."
+
+
+def _override_fix(err: BaseException) -> str:
+    if _is_a(err, "GrammarParseError"):
+        return "Fix the ${...} interpolation in the value (write a literal ${ as \\${)."
+    return ("A section (a mapping) takes KEY.SUB=VALUE overrides or a {...} mapping, a list takes [...]; "
+            "`--print-config` shows each key's shape.")
+
+
+def _is_a(err: BaseException, name: str) -> bool:
+    return any(cls.__name__ == name for cls in type(err).__mro__)
 
 
 def defaults_cycle(source: Path) -> str | None:
@@ -363,13 +385,24 @@ def _split_overrides(overrides: list[str]) -> tuple[list[str], list[tuple[str, A
             value = yaml.safe_load(text) if text != "" else ""
         except yaml.YAMLError:
             value = text
+        except ValueError as err:  # an int of > 4300 digits, a date like 2024-13-45: YAML matched, cannot build
+            raise ConfigError(f'Override "{_clip(item)}" gives a value YAML cannot read: {_first_line(err)}.',
+                              "Fix the value after the '=' (quote it to keep it as text).") from None
         values.append((key.strip(), value))
     return hydra_side, values
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip() or type(err).__name__
-    return " ".join(line.strip() for line in text.splitlines()[:3])
+    """The first lines of ``err``'s message; of its cause's when it has none (Hydra's ConfigCompositionException
+    carries the problem only in ``__cause__``)."""
+    text = str(err).strip()
+    if not text and err.__cause__ is not None:
+        return _first_line(err.__cause__)
+    return " ".join(line.strip() for line in (text or type(err).__name__).splitlines()[:3])
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ properties, never written back.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
@@ -160,9 +161,14 @@ class LoggerConfig(Section):
     def _named_folder(cls, value: str) -> str:
         # '' is the current directory to pathlib: a run would write its files (config.yaml, checkpoints/)
         # among the user's own
-        if not value.strip():
-            raise ValueError("log_path must name a folder for the run (an empty value would write the run into "
+        if not value.strip() or Path(value) == Path("."):
+            raise ValueError("log_path must name a folder for the run (an empty value or '.' would write the run into "
                              "the current directory); e.g. runner.logger.log_path=runs/my_run")
+        if Path(value) == Path(Path(value).anchor):
+            raise ValueError(f"log_path {value!r} is the file system's root; a run writes config.yaml, checkpoints/ "
+                             "and logs/ into its folder: e.g. runner.logger.log_path=runs/my_run")
+        if "\x00" in value:
+            raise ValueError("log_path holds a NUL character, which no file name can")
         return value
 
 
@@ -402,6 +408,15 @@ class EnvSplitConfig(Section):
     @property
     def resolution(self) -> int:
         return self.init_params.camera_heights
+
+    @field_validator("task_ids")
+    @classmethod
+    def _names_a_task(cls, value: list[int] | None) -> list[int] | None:
+        # every consumer reads an empty list as "all tasks": [] would silently train on the whole suite
+        if value is not None and not value:
+            raise ValueError("task_ids [] names no task; leave task_ids out (null) for every task of the suite, or "
+                             "list some, e.g. task_ids=[0,1]")
+        return value
 
     @field_validator("env_type", mode="before")
     @classmethod

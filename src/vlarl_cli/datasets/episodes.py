@@ -112,6 +112,9 @@ def load_episode(path: str | Path) -> Episode:
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
         raise VlarlError(f"Cannot read demonstration episode {path}: {err}",
                          "Delete the file or re-record the demonstrations.") from None
+    if not isinstance(meta, dict):
+        raise VlarlError(f"{path}: its meta entry holds a JSON {type(meta).__name__}, not the episode's metadata object.",
+                         "Delete the file or re-record the demonstrations.")
     if meta.get("format_version") != FORMAT_VERSION:
         raise VlarlError(f"{path} has demo format_version {meta.get('format_version')}, this vlarl reads "
                          f"{FORMAT_VERSION}.", "Re-record the demonstrations with this vlarl version.")

@@ -95,8 +95,40 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
         raise VlarlError(f"Cannot read {path}: {err}", "Check that the LeRobot dataset is complete.") from None
 
 
+def _rows(path: Path, fields: dict[str, type]) -> list[dict[str, Any]]:
+    """The rows of a metadata .jsonl file, each an object holding ``fields`` of their types (an int field may
+    not be a bool); a row that does not is named with its line."""
+    rows = _read_jsonl(path)
+    for line, row in enumerate(rows, 1):
+        bad = [k for k, kind in fields.items() if not isinstance(row, dict) or not isinstance(row.get(k), kind)
+               or (kind is int and isinstance(row.get(k), bool))]
+        if bad:
+            shown = json.dumps(row)[:120]
+            want = ", ".join(f"{k} ({fields[k].__name__})" for k in bad)
+            raise VlarlError(f"{path}: row {line} ({shown}) lacks {want}.",
+                             "Check that the LeRobot dataset is complete (re-download its meta/ folder).")
+    return rows
+
+
+def _template(root: Path, info: dict[str, Any], key: str, **fields: Any) -> str:
+    """``info[key]`` (data_path, video_path) filled with ``fields``; a template that is not a string or names
+    another field is named."""
+    template = info.get(key)
+    try:
+        if not isinstance(template, str):
+            raise TypeError(f"not a string: {template!r}")
+        return template.format(**fields)
+    except (KeyError, IndexError, ValueError, TypeError) as err:
+        raise VlarlError(f"{root / INFO_PATH}: {key} {str(template)[:120]!r} cannot be filled in ({type(err).__name__}: "
+                         f"{err}); it may use {', '.join('{' + f + '}' for f in fields)}.",
+                         "Fix meta/info.json (or re-download the dataset).") from None
+
+
 def read_info(root: Path) -> dict[str, Any]:
     info = _read_json(Path(root) / INFO_PATH)
+    if not isinstance(info, dict):
+        raise VlarlError(f"{Path(root) / INFO_PATH} holds a JSON {type(info).__name__}, not the dataset's info "
+                         "object.", "Check that the LeRobot dataset is complete (re-download meta/info.json).")
     version = str(info.get("codebase_version", ""))
     if version not in SUPPORTED:
         raise VlarlError(f"LeRobot dataset {root} has codebase_version {version!r}; vlarl reads "
@@ -105,6 +137,10 @@ def read_info(root: Path) -> dict[str, Any]:
     for field in ("fps", "features", "data_path"):
         if field not in info:
             raise VlarlError(f"{root / INFO_PATH} has no {field!r}.", "Check that the dataset is complete.")
+    chunks = info.get("chunks_size", 1000)
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise VlarlError(f"{root / INFO_PATH} gives chunks_size {chunks!r}; it must be a positive integer.",
+                         "Fix meta/info.json's chunks_size (lerobot writes 1000).")
     fps = info["fps"]
     if isinstance(fps, bool) or not isinstance(fps, int | float) or not 0 < fps < float("inf"):
         raise VlarlError(f"{root / INFO_PATH} gives fps {fps!r}; frames per second must be a positive number.",
@@ -142,6 +178,9 @@ def resolve_keys(root: Path, info: dict[str, Any], *, state_key: str | None = No
     features = info["features"]
     modality_file = Path(root) / "meta" / "modality.json"
     modality = _read_json(modality_file) if modality_file.is_file() else {}
+    if not isinstance(modality, dict) or not all(isinstance(v, dict) for v in modality.values()):
+        raise VlarlError(f"{modality_file} is not GR00T's modality map (an object of state / action / video objects).",
+                         "Fix or remove meta/modality.json, or name the columns with sft.state_key / sft.action_key.")
     videos = {k: v.get("original_key", f"observation.images.{k}") for k, v in (modality.get("video") or {}).items()}
     main_default = next((videos[k] for k in ("image", "agentview", "front") if k in videos), None)
     wrist_default = next((videos[k] for k in ("wrist_image", "wrist", "eye_in_hand") if k in videos), None)
@@ -228,12 +267,12 @@ def _episode_refs_v2(root: Path, info: dict[str, Any], cams: Sequence[str]) -> l
         raise VlarlError(f"{episodes_file} is missing.", "A v2.x LeRobot dataset lists its episodes there.")
     chunk_size = int(info.get("chunks_size", 1000))
     refs = []
-    for row in sorted(_read_jsonl(episodes_file), key=lambda r: r["episode_index"]):
+    for row in sorted(_rows(episodes_file, {"episode_index": int}), key=lambda r: r["episode_index"]):
         ep = int(row["episode_index"])
         chunk = ep // chunk_size
-        data = contained(root, info["data_path"].format(episode_chunk=chunk, episode_index=ep), "data_path")
-        videos = {c: contained(root, info["video_path"].format(episode_chunk=chunk, video_key=c, episode_index=ep),
-                               "video_path") for c in cams}
+        data = contained(root, _template(root, info, "data_path", episode_chunk=chunk, episode_index=ep), "data_path")
+        videos = {c: contained(root, _template(root, info, "video_path", episode_chunk=chunk, video_key=c,
+                                               episode_index=ep), "video_path") for c in cams}
         refs.append(_EpisodeRef(ep, data, videos, dict.fromkeys(cams)))
     return refs
 
@@ -258,15 +297,22 @@ def _episode_refs_v3(root: Path, info: dict[str, Any], cams: Sequence[str]) -> l
                          "A v3.0 LeRobot dataset lists its episodes there.")
     table = pa.concat_tables([_read_parquet(f) for f in files], promote_options="default")
     rows = table.to_pylist()
+    needed = ["episode_index", "data/chunk_index", "data/file_index"] + [
+        f"videos/{c}/{k}" for c in cams for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
+    missing = [k for k in needed if k not in table.column_names]
+    if missing:
+        raise VlarlError(f"{root / 'meta' / 'episodes'}: the episode tables lack the columns {missing}.",
+                         "Check that the LeRobot v3.0 dataset is complete (re-download its meta/ folder).")
     refs = []
     for row in sorted(rows, key=lambda r: r["episode_index"]):
-        data = contained(root, info["data_path"].format(chunk_index=row["data/chunk_index"],
-                                                        file_index=row["data/file_index"]), "data_path")
+        data = contained(root, _template(root, info, "data_path", chunk_index=row["data/chunk_index"],
+                                         file_index=row["data/file_index"]), "data_path")
         videos: dict[str, Path] = {}
         windows: dict[str, tuple[float, float] | None] = {}
         for c in cams:
-            videos[c] = contained(root, info["video_path"].format(video_key=c, chunk_index=row[f"videos/{c}/chunk_index"],
-                                                                  file_index=row[f"videos/{c}/file_index"]), "video_path")
+            videos[c] = contained(root, _template(root, info, "video_path", video_key=c,
+                                                  chunk_index=row[f"videos/{c}/chunk_index"],
+                                                  file_index=row[f"videos/{c}/file_index"]), "video_path")
             windows[c] = (float(row[f"videos/{c}/from_timestamp"]), float(row[f"videos/{c}/to_timestamp"]))
         refs.append(_EpisodeRef(int(row["episode_index"]), data, videos, windows, bool(row.get("vlarl/success", True))))
     return refs
@@ -275,7 +321,7 @@ def _episode_refs_v3(root: Path, info: dict[str, Any], cams: Sequence[str]) -> l
 def _tasks(root: Path, version: str) -> dict[int, str]:
     jsonl = root / "meta" / "tasks.jsonl"
     if version.startswith("v2") or (not (root / "meta" / "tasks.parquet").is_file() and jsonl.is_file()):
-        return {int(r["task_index"]): str(r["task"]) for r in _read_jsonl(jsonl)}
+        return {int(r["task_index"]): str(r["task"]) for r in _rows(jsonl, {"task_index": int, "task": str})}
     table = _read_parquet(root / "meta" / "tasks.parquet")
     # pandas writes its named index ("task") as a column; an unnamed one as __index_level_0__
     name = next((n for n in ("task", "__index_level_0__") if n in table.column_names), None)

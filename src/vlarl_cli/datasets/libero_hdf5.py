@@ -60,11 +60,7 @@ def read_libero_hdf5(path: str | Path) -> list[Any]:
                 if "data" not in f:
                     raise VlarlError(f"{file} has no 'data' group; it is not a LIBERO demonstration file.",
                                      "Use the *_demo.hdf5 files of the LIBERO datasets.")
-                problem = json.loads(f["data"].attrs.get("problem_info", "{}"))
-                task = str(problem.get("language_instruction", "")).strip()
-                if not task:
-                    raise VlarlError(f"{file}: data.attrs['problem_info'] has no language_instruction.",
-                                     "Use the *_demo.hdf5 files of the LIBERO datasets.")
+                task = _instruction(f["data"], file)
                 for name in sorted(f["data"].keys(), key=_demo_number):
                     out.append(_episode(f["data"][name], task, f"{file}:{name}", Episode))
         except OSError as err:
@@ -72,12 +68,42 @@ def read_libero_hdf5(path: str | Path) -> list[Any]:
     return out
 
 
+def _instruction(data: Any, file: Path) -> str:
+    """``data.attrs['problem_info']``'s language_instruction (JSON text, as str or bytes)."""
+    fix = "Use the *_demo.hdf5 files of the LIBERO datasets."
+    raw = data.attrs.get("problem_info", "{}") if hasattr(data, "attrs") else "{}"
+    try:
+        problem = json.loads(raw.decode() if isinstance(raw, bytes) else raw) if isinstance(raw, str | bytes) else None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise VlarlError(f"{file}: data.attrs['problem_info'] is not JSON ({err}).", fix) from None
+    task = str(problem.get("language_instruction", "")).strip() if isinstance(problem, dict) else ""
+    if not task:
+        raise VlarlError(f"{file}: data.attrs['problem_info'] has no language_instruction.", fix)
+    return task
+
+
+def _check_shapes(group: Any, obs: Any, where: str) -> None:
+    """T x d actions / ee_states / gripper_states of one length, T x H x W x 3 images: else a named error (numpy's
+    AxisError / IndexError deep in the conversion otherwise)."""
+    arrays = {"actions": group["actions"], "obs/ee_states": obs["ee_states"], "obs/gripper_states": obs["gripper_states"]}
+    shapes = {name: tuple(a.shape) for name, a in arrays.items()}
+    lengths = {shape[0] if shape else None for shape in shapes.values()}
+    if any(len(shape) != 2 for shape in shapes.values()) or len(lengths) != 1:
+        raise VlarlError(f"{where}: {shapes} are not T x d arrays of one length T.",
+                         "Use LIBERO's create_dataset.py output, or fix the writer of this file.")
+    for theirs in _CAMERAS.values():
+        if theirs in obs and (len(obs[theirs].shape) != 4 or obs[theirs].shape[-1] != 3):
+            raise VlarlError(f"{where}: obs/{theirs} has shape {tuple(obs[theirs].shape)}, not T x H x W x 3.",
+                             "Use LIBERO's create_dataset.py output, or fix the writer of this file.")
+
+
 def _episode(group: Any, task: str, where: str, episode_cls: Any) -> Any:
-    obs = group.get("obs")
+    obs = group.get("obs") if hasattr(group, "get") else None
     needed = ["ee_states", "gripper_states"]
-    if obs is None or "actions" not in group or any(k not in obs for k in needed):
+    if obs is None or not hasattr(obs, "keys") or "actions" not in group or any(k not in obs for k in needed):
         raise VlarlError(f"{where} lacks actions or obs/{needed}.", "Use LIBERO's create_dataset.py output "
                          "(with proprioception).")
+    _check_shapes(group, obs, where)
     images = {ours: np.ascontiguousarray(np.asarray(obs[theirs], dtype=np.uint8)[:, ::-1, ::-1])
               for ours, theirs in _CAMERAS.items() if theirs in obs}
     ep = episode_cls(states=np.concatenate([np.asarray(obs["ee_states"]), np.asarray(obs["gripper_states"])],

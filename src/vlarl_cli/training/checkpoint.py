@@ -159,11 +159,12 @@ class LoadedCheckpoint:
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     """All tensors of ``model.safetensors`` or of the shards listed in ``model.safetensors.index.json``
     (a missing or damaged file is a CheckpointError naming it)."""
+    from vlarl_cli.checkpoints.detect import shard_names
     from vlarl_cli.checkpoints.safety import load_state_dict as load_file
 
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        files = sorted(set(shard_names(index)))
         state: dict[str, torch.Tensor] = {}
         for name in files:
             state.update(load_file(folder / name))

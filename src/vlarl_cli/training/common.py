@@ -28,6 +28,18 @@ def derived_seed(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) % (2**32) for p in parts]).generate_state(1, np.uint64)[0]) >> 1
 
 
+def _check_checkpoint_folder(folder: Path) -> None:
+    """A model_path that exists but cannot be a checkpoint (a file, an empty folder) is named here, not by the
+    model's loader after the simulators started (and a dry run passed it)."""
+    if not folder.is_dir():
+        raise CheckpointError(f'actor.model.model_path "{folder}" is a file, not a checkpoint folder.',
+                              "Set actor.model.model_path to the folder that holds the weights (and config).")
+    if not any(folder.iterdir()):
+        raise CheckpointError(f'Checkpoint folder "{folder}" is empty.',
+                              "Point actor.model.model_path at a checkpoint (`vlarl download REPO --local-dir DIR` "
+                              "fills one), or use actor.model.preset=tiny to try the pipeline.")
+
+
 def resolve_model_path(path: str | None) -> str | None:
     """A local folder as is; ``builtin:<name>`` from the package; a hub id (``org/name``) from the local hub
     cache, else a clear error."""
@@ -35,6 +47,8 @@ def resolve_model_path(path: str | None) -> str | None:
         from vlarl_cli.checkpoints.builtin import builtin_checkpoint
 
         return str(builtin_checkpoint(path))
+    if path is not None and Path(path).expanduser().exists():
+        _check_checkpoint_folder(Path(path).expanduser())
     if path is None or Path(path).expanduser().exists():
         from vlarl_cli.training.ema import choose_weights  # an SFT checkpoint's EMA, as openpi serves it
 

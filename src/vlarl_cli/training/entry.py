@@ -34,6 +34,12 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
         raise ConfigError(f"--world-size {plan_world_size} only plans a layout with --dry-run; a launch takes its "
                           "size from --nnodes x --nproc-per-node (or torchrun).",
                           "Add --dry-run to plan for that many devices, or use --nproc-per-node / --nnodes.")
+    if print_config and dry_run:  # one would be skipped without a word
+        raise ConfigError("--print-config and --dry-run exclude each other (the first prints the config and stops).",
+                          "Pass one of them; run the command twice for both.")
+    if resume is not None and not resume.strip():  # an unset shell variable: starting afresh is not what it meant
+        raise ConfigError("--resume \"\" names no checkpoint.", "Pass --resume auto (the run's latest checkpoint) or a "
+                          "checkpoint folder, or leave --resume out to start a new run.")
     if node_rank >= nnodes:
         raise ConfigError(f"--node-rank {node_rank} does not exist among --nnodes {nnodes} (ranks 0..{nnodes - 1}).",
                           "Give every node a distinct --node-rank below --nnodes.")
@@ -55,6 +61,10 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
     # another process writes / that holds a run this command would replace
     log_path = loaded.config.runner.logger.log_path
     check_writable_folder(log_path, "The run folder (runner.logger.log_path)")
+    for split in ("train", "eval"):  # else found by the first video write, after the first rollout
+        video = getattr(loaded.config.env, split).video_cfg
+        if video.save_video:
+            check_writable_folder(video.video_base_dir, f"The video folder (env.{split}.video_cfg.video_base_dir)")
     owner = node_rank == 0 and dist.env_world()[0] == 0
     with run_folder.claim(log_path, command="rl-train", resuming=bool(resume or loaded.config.runner.resume_dir),
                           main=owner):

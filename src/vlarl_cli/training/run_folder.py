@@ -159,14 +159,22 @@ def refuse_existing_run(folder: Path) -> None:
 RECORD_MARKERS = (LOCK_FILE, MANIFEST_FILE, *METRICS_FILES, "trainer_state.json", "sft_state.json", "episodes.jsonl")
 
 
+def _is_record(folder: str, name: str) -> bool:
+    """A file that marks a run, a checkpoint, eval results, or demonstrations (vlarl's episode_*.npz, LIBERO's
+    .hdf5 files, a LeRobot dataset's meta/info.json: hours of recording or a download)."""
+    return (name in RECORD_MARKERS or (name.startswith("episode_") and name.endswith(".npz"))
+            or name.endswith(".hdf5") or (name == "info.json" and Path(folder).name == "meta"))
+
+
 def records_inside(folder: Path, *, limit: int = 100_000) -> list[Path]:
-    """Up to three files under ``folder`` (itself included) that mark a run, a training checkpoint or eval
-    results; looks at no more than ``limit`` entries (a huge folder counts as holding a record)."""
+    """Up to three files under ``folder`` (itself included) that mark a run, a training checkpoint, eval
+    results or demonstrations; looks at no more than ``limit`` entries (a huge folder counts as holding a
+    record)."""
     found: list[Path] = []
     seen = 0
     for dirpath, dirnames, filenames in os.walk(folder):
         seen += len(dirnames) + len(filenames)
-        found += [Path(dirpath) / n for n in filenames if n in RECORD_MARKERS]
+        found += [Path(dirpath) / n for n in filenames if _is_record(dirpath, n)]
         if len(found) >= 3:
             return found[:3]
         if seen > limit:
@@ -186,7 +194,8 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     except (OSError, ValueError) as err:
         raise ConfigError(f"{path} (vlarl's list of the files it wrote there) is damaged: {err}.",
                           "Restore it, or start the run in a new folder.") from None
-    if not (isinstance(data, dict) and isinstance(data.get("files"), list)):
+    if not (isinstance(data, dict) and isinstance(data.get("files"), list)
+            and isinstance(data.get("config_history", []), list)):
         raise ConfigError(f"{path} is not vlarl's list of its files.", "Restore it, or start the run in a new folder.")
     data.setdefault("config_history", [])
     return data
@@ -276,16 +285,25 @@ def config_changes(saved: dict[str, Any], now: dict[str, Any]) -> dict[str, tupl
 def _saved_config(checkpoint: Path) -> tuple[dict[str, Any], int]:
     import yaml
 
+    from vlarl_cli.errors import CheckpointError
+
+    fix = "Resume from another checkpoint of the run (see its checkpoints folder)."
     try:
         saved = yaml.safe_load((checkpoint / "config.yaml").read_text(encoding="utf-8"))
         state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-        iteration = int(state["iteration"])
+        iteration = state["iteration"]
     except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as err:
-        from vlarl_cli.errors import CheckpointError
-
         raise CheckpointError(f"Checkpoint {checkpoint}: its config.yaml or trainer_state.json cannot be read ({err}).",
-                              "Resume from another checkpoint of the run (see its checkpoints folder).") from None
-    return (saved if isinstance(saved, dict) else {}), iteration
+                              fix) from None
+    # a config that is not a mapping would compare as empty (every override let through); an iteration of -5,
+    # 2.5 or 1e400 (JSON's inf) is no step a run reached
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"Checkpoint {checkpoint}: its config.yaml holds a YAML {type(saved).__name__}, not "
+                              "the run's config.", fix)
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
+        raise CheckpointError(f"Checkpoint {checkpoint}: its trainer_state.json gives iteration {iteration!r}, not a "
+                              "step count (an integer >= 0).", fix)
+    return saved, iteration
 
 
 def check_resume_config(run_dir: Path, checkpoint: Path, config: Any, *, say: Any = print) -> dict[str, tuple[Any, Any]]:

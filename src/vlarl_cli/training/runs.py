@@ -43,12 +43,13 @@ def checkpoints_of(run: Path) -> list[Path]:
 def newest_checkpoint(run: Path) -> Path | None:
     """The checkpoint ``run/checkpoints/latest`` names when it is complete, else the highest step; None
     when the run has none."""
+    from vlarl_cli.checkpoints.integrity import follow_latest
     from vlarl_cli.training.checkpoint import LATEST
 
     found = checkpoints_of(run)
     pointer = run / "checkpoints" / LATEST
     if pointer.is_file():
-        named = pointer.parent / pointer.read_text().strip()
+        named = follow_latest(pointer.parent)  # a binary or escaping pointer is named, not a UnicodeDecodeError
         if named in found:
             return named
     return found[-1] if found else None

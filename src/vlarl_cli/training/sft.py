@@ -217,10 +217,15 @@ def check_run_dir(run_dir: Path, resuming: bool) -> None:
 
 
 def check_output(output: Path | None) -> None:
+    """-o must be a new folder this process can create (checked before demos are recorded or a step is trained)."""
     if output is not None and (output.exists() or output.is_symlink()):
         raise ConfigError(f"-o {output} already exists; vlarl sft writes its checkpoint into a new folder and "
                           "never replaces an existing one.",
                           "Pass a path that does not exist yet, or move the old folder away yourself.")
+    if output is not None:
+        from vlarl_cli.checkpoints.atomic import check_writable_folder
+
+        check_writable_folder(output, "The checkpoint folder (-o)")
 
 
 def _saved_config(config: VlarlConfig, folder: Path, family_files: bool) -> VlarlConfig:
@@ -335,6 +340,9 @@ def _demonstrations(config: VlarlConfig, demos: list[Path], record: int | None, 
                           "Record into one --demos folder first, then train on several.")
     folder = paths[0] if paths else run_dir / "demos"
     if is_main and not (resuming and folder.exists()):
+        from vlarl_cli.checkpoints.atomic import check_writable_folder
+
+        check_writable_folder(folder, "The demonstrations folder (--demos)")  # a file in the way: before recording
         n = record if record is not None else default_record_count(config)
         t0 = time.perf_counter()
         record_demos(config, folder, n, progress=say)
@@ -734,6 +742,9 @@ def run_sft(*, config: str, demos: Path | list[Path] | None, overrides: list[str
     loaded = load_config(config, overrides)  # validate first: a broken config is reported as such
     if record is not None and record < 1:
         raise ConfigError(f"--record must be >= 1, got {record}.", "Pass --record N with N >= 1, or leave it out.")
+    if resume is not None and not resume.strip():  # an unset shell variable would silently start afresh
+        raise ConfigError("--resume \"\" names no checkpoint.", "Pass --resume auto or a checkpoint folder, or leave "
+                          "--resume out to start a new run.")
     # one writer per run folder (train_sft refuses a new run over an old one with its own message)
     from vlarl_cli.checkpoints.atomic import check_writable_folder
 

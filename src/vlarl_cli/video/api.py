@@ -32,6 +32,10 @@ class Selection:
     suite: str | None = None
 
     def apply(self, records: list[EpisodeRecord]) -> list[EpisodeRecord]:
+        if not records:  # "--episode 0 is out of range ... Use 0..-1" said nothing useful
+            raise ConfigError("The episode log holds no episode (it is empty, or only blank lines): nothing was "
+                              "evaluated into it yet.", "Run `vlarl eval --out DIR` first (an interrupted one "
+                              "resumes), then render from DIR/episodes.jsonl.")
         if self.episode is None and not self.failures and self.task is None:
             raise ConfigError("Which episodes? None of --episode, --failures, --task was given.",
                               f"Pass --episode K (0..{len(records) - 1}), --failures, or --task T.")
@@ -47,6 +51,21 @@ class Selection:
                               f"(task={self.task}, suite={self.suite}, failures={self.failures}).",
                               "Check the episode log (episodes.jsonl) for the task ids and outcomes.")
         return out
+
+
+def _check_live(suite: str, task: int, protocol: str, resolution: int | None) -> None:
+    """What the simulator would refuse, before the policy is loaded (seconds to minutes for a full model)."""
+    from vlarl_cli.envs.libero import suites
+    from vlarl_cli.envs.libero.env import RESOLUTIONS
+    from vlarl_cli.envs.libero.protocol import get_protocol
+    from vlarl_cli.errors import EnvError
+
+    get_protocol(protocol)
+    n = suites.num_tasks(suites.check_suite(suite))
+    if not 0 <= task < n:
+        raise EnvError(f"--task {task} is out of range for {suite} ({n} tasks).", f"Use 0..{n - 1}.")
+    if resolution is not None and resolution not in RESOLUTIONS:
+        raise EnvError(f"Resolution {resolution} is not supported.", f"Use one of {RESOLUTIONS}.")
 
 
 def _write(path: Path, frames: np.ndarray, fps: int) -> Path:
@@ -78,6 +97,7 @@ def render_videos(episodes: Path | None = None, *, selection: Selection = Select
                           "e.g. --suite libero_10 --task 3 --trial 0")
     if load_policy is None:
         raise ValueError("a live rollout needs load_policy (e.g. vlarl_cli.training.evaluation.load_policy)")
+    _check_live(suite, task, protocol, resolution)
     kwargs: dict[str, Any] = dict(protocol=protocol, resolution=resolution or 256, max_steps=max_steps,
                                   settle_steps=settle_steps)
     return [_live_video(load_policy, (checkpoint, config, overrides or []), compare_checkpoint, (suite, task, trial),

@@ -62,6 +62,10 @@ def compare(a_dir: Path, b_dir: Path, *, show: bool = True) -> Comparison:
                                "Pass two folders written by `vlarl eval --out DIR`.")
         folders.append((load_card(d / CARD), unique_episodes(read_episodes(d))))
     (card_a, eps_a), (card_b, eps_b) = folders
+    unknown = sorted({k[0] for k in (*eps_a, *eps_b)} - set(all_suite_order()))
+    if unknown:  # a hand-edited or foreign log: no suite order (and no protocol) to compare it under
+        raise ResultsError(f"The episode logs of {a_dir} / {b_dir} name suites vlarl does not know: {unknown[:3]}.",
+                           "Compare folders written by `vlarl eval --out DIR` (their episodes.jsonl unedited).")
     common = sorted(set(eps_a) & set(eps_b), key=lambda k: (all_suite_order().index(k[0]), k[1], k[2]))
     if not common:
         raise ResultsError(f"{a_dir} and {b_dir} have no episode in common.",

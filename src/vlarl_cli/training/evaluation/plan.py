@@ -48,6 +48,7 @@ def expand_suite(suite: str, categories: tuple[str, ...] | None = None) -> tuple
     from vlarl_cli.envs.libero.suites import check_suite
 
     if suite == "all":
+        _check_categories(suite, categories, is_split=False)
         return STANDARD_SUITES
     from vlarl_cli.envs.libero_plus import catalog as plus
     from vlarl_cli.envs.libero_plus import suites as plus_suites
@@ -56,8 +57,10 @@ def expand_suite(suite: str, categories: tuple[str, ...] | None = None) -> tuple
     from vlarl_cli.envs.libero_pro.simulator import built_python
 
     if plus.is_plus_split(suite) or plus_suites.is_plus_suite(suite):
+        _check_categories(suite, categories, is_split=plus.is_plus_split(suite))
         return plus_suites.expand(suite, categories)  # runs in LIBERO-Plus's environment (runner._vector_spec)
     if pro.is_pro_split(suite) and (categories or suite not in pro.pro_suites()):
+        _check_categories(suite, categories, is_split=True)
         # "original": the split's unperturbed base suites too, the reference column of PRO's own table
         wanted = [c for c in categories or sorted(RUNS_IN_VLARL_LIBERO) if c != "original"]
         bases = tuple(dict.fromkeys(s.base_suite for s in pro.resolve(suite)))
@@ -68,7 +71,23 @@ def expand_suite(suite: str, categories: tuple[str, ...] | None = None) -> tuple
     if suite in pro.pro_suites():
         check_runnable([pro.pro_suites()[suite]], python=built_python())
     check_suite(suite)
+    _check_categories(suite, categories, is_split=pro.is_pro_split(suite))
     return tuple(SUITE_ORDER) if suite == "libero_130" else (suite,)
+
+
+def _check_categories(suite: str, categories: tuple[str, ...] | None, *, is_split: bool) -> None:
+    """Categories pick the perturbations of a robustness split; anywhere else they would be ignored without a
+    word, and an empty list would silently mean the default ones."""
+    if categories is None:
+        return
+    if not categories:
+        raise ConfigError("--categories names no category.", "Name some, e.g. --categories swap,task, or leave "
+                          "--categories out for the split's default ones.")
+    if not is_split:
+        raise ConfigError(f'--categories {",".join(categories)} picks perturbations of a robustness split, but '
+                          f'"{suite}" is not one (it has no categories to pick).',
+                          "Use a split (libero_pro, libero_pro_<spatial|object|goal|10>, libero_plus, "
+                          "libero_plus_<base>) with --categories, or leave --categories out.")
 
 
 def plan_episodes(suite: str, tasks: tuple[int, ...] | None, trials: int,

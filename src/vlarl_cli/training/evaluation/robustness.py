@@ -262,6 +262,11 @@ def report_from_folders(folders: Sequence[Path]) -> RobustnessReport:
     if not common:
         raise EnvError(f"The results folders {', '.join(map(str, folders))} share no episode.",
                        fix="Evaluate both checkpoints on the same split, tasks and trials.")
+    if all(suite_category(k[0]) == ORIGINAL.key for k in common):  # the report's perturbed rates would be nan%
+        raise EnvError(f"The results in {', '.join(map(str, folders))} are of unperturbed suites only "
+                       f"({', '.join(sorted({k[0] for k in common}))}); a robustness report compares perturbed ones.",
+                       fix="Evaluate a robustness split, e.g. vlarl eval --suite libero_pro_spatial or --suite "
+                       "libero_plus_goal, then pass its results folder.")
     labels = [f.name if [x.name for x, _, _ in loaded].count(f.name) == 1 else str(f) for f, _, _ in loaded]
     outcomes = {label: [(suite_category(k[0]), eps[k].success) for k in sorted(common)]
                 for label, (_, _, eps) in zip(labels, loaded, strict=True)}

@@ -56,6 +56,10 @@ def resolve_checkpoint_folder(path: Path) -> Path:
         if pointer.is_file():
             path = follow_latest(pointer.parent)  # refused when it leaves its folder
             break
+    if path.exists() and not path.is_dir():
+        raise CheckpointError(f"{path} is a file, not a checkpoint folder.",
+                              "Pass the folder that holds it, like runs/<name>/checkpoints/global_step_<k> (or the "
+                              "run folder).")
     if not path.is_dir():
         raise CheckpointError(f"Checkpoint folder {path} does not exist.",
                               "Pass a folder like runs/<name>/checkpoints/global_step_<k> (or the run folder).")
