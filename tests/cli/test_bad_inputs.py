@@ -64,6 +64,8 @@ CASES: dict[str, Case] = {
     "not an int": Case(("eval", "--trials", "abc"), ("'--trials'", "integer")),
     "trials 0": Case(("eval", "--trials", "0"), ("'--trials'", "greater than or equal to 1")),
     "trials 51": Case(("eval", "--trials", "51"), ("'--trials'", "less than or equal to 50")),
+    "eval workers not dividing envs": Case(("eval", "--num-envs", "4", "--num-workers", "3"),
+                                           ("--num-workers 3 does not divide --num-envs 4", "one of 1, 2, 4")),
     "fps 0": Case(("video", "x.jsonl", "--fps", "0"), ("'--fps'", "greater than or equal to 1")),
     "retries -1": Case(("download", "a/b", "--retries", "-1"), ("'--retries'", "greater than or equal to 0")),
     "steps 0": Case(("sft", "-c", "libero_tiny_ppo", "--steps", "0"), ("'--steps'",)),

@@ -106,6 +106,10 @@ def command(
         return
     if deterministic and temperature is not None:
         raise ConfigError("--deterministic and --temperature exclude each other.", "Pass only one of them.")
+    if num_workers is not None and (num_workers > num_envs or num_envs % num_workers):
+        divisors = ", ".join(str(d) for d in range(1, num_envs + 1) if num_envs % d == 0)
+        raise ConfigError(f"--num-workers {num_workers} does not divide --num-envs {num_envs}: every simulator "
+                          "process hosts the same number of simulators.", f"Pass --num-workers one of {divisors}.")
     task_ids = _task_ids(tasks)
     from vlarl_cli.envs.maniskill.tasks import BUILTIN_TASKS
 
