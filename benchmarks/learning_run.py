@@ -4,6 +4,12 @@
     python benchmarks/learning_run.py --out runs/learning_short --short       # a few minutes: the pipeline only
     python benchmarks/learning_run.py --out /tmp/learning_smoke --smoke       # smaller still (CI)
     python benchmarks/learning_run.py --out runs/learning_run --docs docs/learning   # also copy the report
+    python benchmarks/learning_run.py --out runs/learning_image --obs-mode image      # cameras on (see below)
+
+``--obs-mode image`` (default ``state``) gives every stage a policy that reads both cameras (main + wrist, at
+``--resolution`` px, rendered at ``--render-quality``) and the 8-d proprio instead of the privileged state:
+demonstrations recorded with camera frames, SFT, evaluation and RL at the same camera settings. Its cost and
+what has (not) been run: docs/learning/image_mode.md.
 
 Stages (each one resumable: run the same command again and finished stages are skipped, SFT and RL continue
 from their last checkpoint with ``--resume auto``, evaluations skip finished episodes):
@@ -47,7 +53,8 @@ from _bench import add_smoke, emit
 STAGES = ("init_model", "record", "sft", "eval_sft", "rl", "eval_rl", "report")
 # The policy sees no image: LIBERO ``obs_mode: state`` gives it the 8-d proprio state plus the positions of the
 # goal's object and target (14-d, privileged, like ManiSkill's state mode). On 2 CPU cores a 128 px render costs
-# 70-300 ms (llvmpipe), 10-50x the physics step, so image policies could not learn within the budget here.
+# 70-300 ms (llvmpipe), 10-50x the physics step, so image policies could not learn within the budget here
+# (``--obs-mode image`` runs them all the same: docs/learning/image_mode.md measures and projects that run).
 OBS_MODE = "state"
 #: the pi0 ``tiny`` architecture with a wider action expert (the VLM reads only the prompt in state mode)
 MODEL = {"obs_mode": OBS_MODE, "state_env_dim": 14, "expert_width": 64, "expert_mlp": 256, "num_action_chunks": 5,
