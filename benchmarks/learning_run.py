@@ -119,7 +119,13 @@ def stage_init_model(out: Path, seed: int, model: dict[str, Any]) -> Path:
     from vlarl_cli.policies.pi0.policy import Pi0Policy
 
     folder = out / "init_model"
-    if not (folder / "vlarl_config.json").is_file():
+    saved = folder / "vlarl_config.json"
+    if saved.is_file():  # a resumed run: the folder must hold the policy of this --obs-mode
+        had = json.loads(saved.read_text()).get("model", {}).get("obs_mode")
+        if had != model["obs_mode"]:
+            raise SystemExit(f"{out} holds a run with a policy of obs_mode {had}, not {model['obs_mode']}: pass "
+                             "another --out, or the --obs-mode that run used.")
+    else:
         torch.manual_seed(seed)
         cfg = preset("tiny", "pi0", **model)
         save_policy(Pi0Policy(cfg), folder, format="vlarl")

@@ -64,3 +64,11 @@ def test_image_policy_reads_both_cameras(lr, tmp_path):
     policy = load_policy(lr.stage_init_model(tmp_path, 0, lr.MODEL_IMAGE))
     assert policy.cameras == ("main", "wrist") and policy.obs_mode == "rgb"
     assert policy.cfg.tokens_per_image == 16 and policy.cfg.state_env_dim == 8
+
+
+def test_resume_refuses_the_other_mode(lr, tmp_path):
+    """A run folder started in one --obs-mode is not silently continued in the other."""
+    lr.stage_init_model(tmp_path, 0, lr.MODEL)
+    with pytest.raises(SystemExit, match="obs_mode state, not rgb"):
+        lr.stage_init_model(tmp_path, 0, lr.MODEL_IMAGE)
+    assert lr.stage_init_model(tmp_path, 0, lr.MODEL) == tmp_path / "init_model"
