@@ -4,6 +4,12 @@
     python benchmarks/learning_run.py --out runs/learning_short --short       # a few minutes: the pipeline only
     python benchmarks/learning_run.py --out /tmp/learning_smoke --smoke       # smaller still (CI)
     python benchmarks/learning_run.py --out runs/learning_run --docs docs/learning   # also copy the report
+    python benchmarks/learning_run.py --out runs/learning_image --obs-mode image      # cameras on (see below)
+
+``--obs-mode image`` (default ``state``) gives every stage a policy that reads both cameras (main + wrist, at
+``--resolution`` px, rendered at ``--render-quality``) and the 8-d proprio instead of the privileged state:
+demonstrations recorded with camera frames, SFT, evaluation and RL at the same camera settings. Its cost and
+what has (not) been run: docs/learning/image_mode.md.
 
 Stages (each one resumable: run the same command again and finished stages are skipped, SFT and RL continue
 from their last checkpoint with ``--resume auto``, evaluations skip finished episodes):
@@ -47,11 +53,27 @@ from _bench import add_smoke, emit
 STAGES = ("init_model", "record", "sft", "eval_sft", "rl", "eval_rl", "report")
 # The policy sees no image: LIBERO ``obs_mode: state`` gives it the 8-d proprio state plus the positions of the
 # goal's object and target (14-d, privileged, like ManiSkill's state mode). On 2 CPU cores a 128 px render costs
-# 70-300 ms (llvmpipe), 10-50x the physics step, so image policies could not learn within the budget here.
+# 70-300 ms (llvmpipe), 10-50x the physics step, so image policies could not learn within the budget here
+# (``--obs-mode image`` runs them all the same: docs/learning/image_mode.md measures and projects that run).
 OBS_MODE = "state"
 #: the pi0 ``tiny`` architecture with a wider action expert (the VLM reads only the prompt in state mode)
 MODEL = {"obs_mode": OBS_MODE, "state_env_dim": 14, "expert_width": 64, "expert_mlp": 256, "num_action_chunks": 5,
          "add_value_head": True}
+#: ``--obs-mode image``: the same policy reading both cameras (main + wrist) and the 8-d proprio instead of the
+#: privileged state. The env renders at ``--resolution`` (128 px at least: envs/libero/env.py RESOLUTIONS); the
+#: policy resizes each frame to 64 px and cuts it into 16 px patches (16 tokens per camera, as many as the
+#: ``tiny`` preset's 32 px / 8 px), so its vision tower costs about what the tiny preset's does on CPU.
+MODEL_IMAGE = {"obs_mode": "rgb", "image_size": 64, "patch_size": 16, "expert_width": 64, "expert_mlp": 256,
+               "num_action_chunks": 5, "add_value_head": True}
+CAMERAS = ("main", "wrist")
+
+
+def _image(args: argparse.Namespace) -> bool:
+    return bool(args.obs_mode == "image")
+
+
+def _model(args: argparse.Namespace) -> dict[str, Any]:
+    return MODEL_IMAGE if _image(args) else MODEL
 
 
 def _cli(*args: str) -> list[str]:
@@ -89,7 +111,7 @@ class Stages:
         atomic_write_json(self.path, self.data)
 
 
-def stage_init_model(out: Path, seed: int) -> Path:
+def stage_init_model(out: Path, seed: int, model: dict[str, Any]) -> Path:
     import torch
 
     from vlarl_cli.policies.pi0.checkpoint import save_policy
@@ -97,9 +119,15 @@ def stage_init_model(out: Path, seed: int) -> Path:
     from vlarl_cli.policies.pi0.policy import Pi0Policy
 
     folder = out / "init_model"
-    if not (folder / "vlarl_config.json").is_file():
+    saved = folder / "vlarl_config.json"
+    if saved.is_file():  # a resumed run: the folder must hold the policy of this --obs-mode
+        had = json.loads(saved.read_text()).get("model", {}).get("obs_mode")
+        if had != model["obs_mode"]:
+            raise SystemExit(f"{out} holds a run with a policy of obs_mode {had}, not {model['obs_mode']}: pass "
+                             "another --out, or the --obs-mode that run used.")
+    else:
         torch.manual_seed(seed)
-        cfg = preset("tiny", "pi0", **MODEL)
+        cfg = preset("tiny", "pi0", **model)
         save_policy(Pi0Policy(cfg), folder, format="vlarl")
     return folder
 
@@ -110,12 +138,24 @@ def stage_record(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     if (out / "demos" / "meta" / "info.json").is_file():  # written before an interruption: keep it
         report = read_recording_report(out / "demos")
     else:
+        # image mode: every step's two camera frames go into the dataset (rendered at the chosen quality)
+        env: dict[str, Any] = ({"resolution": args.resolution, "cameras": CAMERAS, "obs_mode": "rgb",
+                                "render_quality": args.render_quality} if _image(args)
+                               else {"resolution": 128, "cameras": (), "obs_mode": OBS_MODE})
         report = record_expert_dataset(out / "demos", args.demos, suite=args.suite, task_ids=args.tasks,
-                                       resolution=128, cameras=(), obs_mode=OBS_MODE, max_episode_steps=220,
-                                       settle_steps=10, protocol="standard", init="sampled", workers=args.workers,
-                                       progress=print)
+                                       max_episode_steps=220, settle_steps=10, protocol="standard",
+                                       init="sampled", workers=args.workers, progress=print, **env)
     return {"attempts": report.attempts, "successes": report.successes, "kept": report.kept,
             "expert_success_rate": report.success_rate}
+
+
+def _image_env(args: argparse.Namespace, splits: tuple[str, ...]) -> list[str]:
+    """Image mode's camera size and render quality on the recipe's env splits (none in state mode)."""
+    if not _image(args):
+        return []
+    return [f"env.{s}.{k}" for s in splits for k in (f"init_params.camera_heights={args.resolution}",
+                                                      f"init_params.camera_widths={args.resolution}",
+                                                      f"render_quality={args.render_quality}")]
 
 
 def _sft_checkpoint(out: Path, steps: int) -> Path:
@@ -127,7 +167,8 @@ def stage_sft(out: Path, args: argparse.Namespace, init: Path) -> None:
     cmd = _cli("sft", "--config", "sft_learning_run", "--demos", str(out / "demos"), "--steps", str(args.sft_steps),
                f"runner.logger.log_path={run}", f"actor.model.model_path={init}",
                "actor.model.openpi.config_name=pi0",  # plain pi0 processing: no delta-action transform
-               f"sft.save_interval={max(1, args.sft_steps // 8)}", f"env.train.task_ids={list(args.tasks)}")
+               f"sft.save_interval={max(1, args.sft_steps // 8)}", f"env.train.task_ids={list(args.tasks)}",
+               *_image_env(args, ("train", "eval")))
     if (run / "checkpoints" / "latest").is_file():
         cmd += ["--resume", "auto"]
     _run(cmd, out / "logs" / "sft.log")
@@ -135,9 +176,10 @@ def stage_sft(out: Path, args: argparse.Namespace, init: Path) -> None:
 
 def stage_eval(out: Path, args: argparse.Namespace, checkpoint: Path, name: str) -> dict[str, Any]:
     results = out / name
+    image = ["--render-quality", args.render_quality] if _image(args) else []
     _run(_cli("eval", "--suite", args.suite, "--tasks", ",".join(map(str, args.tasks)), "--trials",
-              str(args.eval_trials), "--checkpoint", str(checkpoint), "--resolution", "128", "--num-envs",
-              str(args.workers), "--num-workers", str(args.workers), "--out", str(results)),
+              str(args.eval_trials), "--checkpoint", str(checkpoint), "--resolution", str(args.resolution),
+              "--num-envs", str(args.workers), "--num-workers", str(args.workers), "--out", str(results), *image),
          out / "logs" / f"{name}.log")
     summary = json.loads((results / "summary.json").read_text())
     overall = next(r for r in summary["rows"] if r["level"] == "overall")
@@ -163,7 +205,7 @@ def rl_overrides(out: Path, args: argparse.Namespace, sft_ckpt: Path) -> list[st
         f"env.train.max_steps_per_rollout_epoch={steps}", "env.train.settle_steps=10",
         "env.train.use_step_penalty=False", "env.train.step_penalty=0.0", "env.train.video_cfg.save_video=False",
         f"actor.global_batch_size={batch}", f"actor.micro_batch_size={min(batch, 16) if batch % 16 == 0 else batch}",
-        f"actor.optim.lr={args.rl_lr}", f"actor.seed={args.seed}",
+        f"actor.optim.lr={args.rl_lr}", f"actor.seed={args.seed}", *_image_env(args, ("train",)),
     ]
 
 
@@ -207,10 +249,11 @@ def stage_report(out: Path, args: argparse.Namespace, stages: Stages) -> dict[st
     episodes_per_iter = args.rl_envs
     report = {
         "command": shlex.join([sys.executable, *sys.argv]),
-        "suite": args.suite, "tasks": list(args.tasks), "policy": f"pi0 tiny architecture, {MODEL}",
+        "suite": args.suite, "tasks": list(args.tasks), "policy": f"pi0 tiny architecture, {_model(args)}",
         "demonstrations": stages.data["record"]["info"], "sft_steps": args.sft_steps,
         "eval_protocol": "standard (trial i = init state i, 220 + 10 settle steps, env seed 7, deterministic), "
-                         f"LIBERO obs_mode {OBS_MODE} (no camera)",
+                         + (f"LIBERO obs_mode rgb (main + wrist cameras at {args.resolution} px, render_quality "
+                            f"{args.render_quality})" if _image(args) else f"LIBERO obs_mode {OBS_MODE} (no camera)"),
         "sft": sft_eval, "rl": rl_eval,
         "improvement": rl_eval["success_rate"] - sft_eval["success_rate"],
         "intervals_overlap": not (rl_eval["ci95_low"] > sft_eval["ci95_high"]
@@ -274,8 +317,21 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--update-epochs", type=int, default=1)
     ap.add_argument("--rl-lr", type=float, default=2e-5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--obs-mode", choices=("state", "image"), default="state",
+                    help="state: no camera, privileged object positions (docs/learning); image: the policy reads "
+                         "both cameras and the proprio (docs/learning/image_mode.md).")
+    ap.add_argument("--resolution", type=int, default=None, choices=(128, 224, 256),
+                    help="Image mode: the cameras' size in px (default 128; the policy resizes to 64).")
+    ap.add_argument("--render-quality", default=None, choices=("exact", "fast", "fast_noaa"),
+                    help="Image mode: LIBERO rendering (default exact; fast = reflection pass off, ~1.7x cheaper "
+                         "frames, printed as a deviation on the evaluation cards).")
     add_smoke(ap)
     args = ap.parse_args(argv)
+    if args.obs_mode == "state" and (args.resolution is not None or args.render_quality is not None):
+        ap.error("--resolution and --render-quality apply to --obs-mode image only (state mode renders no "
+                 "camera); drop them or add --obs-mode image.")
+    args.resolution = args.resolution or 128
+    args.render_quality = args.render_quality or "exact"
     if args.smoke:
         args.demos, args.sft_steps, args.eval_trials = 1, 2, 1
         args.rl_iters, args.rl_envs, args.group_size = 1, 2, 2
@@ -291,7 +347,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     stages = Stages(out)
-    init = stage_init_model(out, args.seed)
+    init = stage_init_model(out, args.seed, _model(args))
     sft_ckpt = _sft_checkpoint(out, args.sft_steps)
     for name in STAGES[1:]:
         if stages.done(name) and name != "report":

@@ -419,7 +419,7 @@ def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_s
                           settle_steps: int | None = None, protocol: str = "standard", first_trial: int = 0,
                           init: str = "fixed", workers: int = 1, keep_failures: bool = False,
                           max_attempts: int | None = None, fps: int = 20, progress: Any = None,
-                          obs_mode: str = "rgb") -> RecordReport:
+                          obs_mode: str = "rgb", render_quality: str = "exact") -> RecordReport:
     """Record ``n`` successful episodes of LIBERO's scripted expert as a LeRobot v3.0 dataset at ``out_dir``.
 
     ``workers`` simulator processes (spawned; one runs in this process) share the attempts: attempt ``a``
@@ -432,6 +432,7 @@ def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_s
     ``keep_failures`` (they are then kept, ``success`` False, and training skips them). Tasks the expert does
     not script are skipped. The report gives the expert's success rate over its attempts. ``obs_mode``
     ``state`` (with no ``cameras``) records the env's 14-d privileged state (``EnvOptions.obs_mode``).
+    ``render_quality``: the camera frames' rendering (``EnvOptions.render_quality``; ``exact`` by default).
     """
     import shutil
 
@@ -449,7 +450,8 @@ def record_expert_dataset(out_dir: str | Path, n: int, *, suite: str = "libero_s
     staging.mkdir(parents=True, exist_ok=True)
     tasks = tuple(task_ids) if task_ids else tuple(range(suites.num_tasks(suite)))
     options = {"resolution": resolution, "cameras": tuple(cameras), "protocol": protocol,
-               "max_episode_steps": max_episode_steps, "settle_steps": settle_steps, "obs_mode": obs_mode}
+               "max_episode_steps": max_episode_steps, "settle_steps": settle_steps, "obs_mode": obs_mode,
+               "render_quality": render_quality}
     workers = max(1, min(workers, n))
     quotas = [n // workers + (w < n % workers) for w in range(workers)]
     _run_jobs([_RecordJob(w, workers, quotas[w], max_attempts or 3 * quotas[w] + 3, str(staging), suite, tasks,
@@ -519,5 +521,6 @@ def record_libero_demos(config: Any, folder: Path, n: int, *, progress: Any = No
                                    resolution=split.resolution, max_episode_steps=split.max_episode_steps,
                                    settle_steps=split.settle_steps, protocol=split.protocol,
                                    first_trial=split.seed, workers=config.sft.record_workers,
-                                   keep_failures=config.sft.keep_failures, progress=progress)
+                                   keep_failures=config.sft.keep_failures, progress=progress,
+                                   render_quality=split.render_quality)
     return report.path
