@@ -12,7 +12,7 @@ every actor device (an estimate from the shapes, to be calibrated against a meas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -261,10 +261,10 @@ COMMON_DEVICES = {"24 GiB": 24 * GIB, "48 GiB": 48 * GIB, "80 GB": 79.6 * GIB, "
 def fit_summary(config: VlarlConfig, policy: torch.nn.Module, world_size: int) -> str:
     """One line: the micro-batch-independent part of the fullest actor device, what a sample adds, and the largest
     micro-batch (the configured one or a halving) each common device size holds with the calibration margin."""
-    fits = {name: plan_device_fit(config, size, policy, world_size) for name, size in COMMON_DEVICES.items()}
-    first = next(iter(fits.values()))
-    fixed, recipe = first.fixed, first.recipe_micro_batch
-    per_sample = first.planned[recipe].activations / recipe
+    plan = plan_device_fit(config, 0.0, policy, world_size)  # the plan does not depend on the device's size
+    fits = {name: replace(plan, device_bytes=size) for name, size in COMMON_DEVICES.items()}
+    fixed, recipe = plan.fixed, plan.recipe_micro_batch
+    per_sample = plan.planned[recipe].activations / recipe
     held = ", ".join(name for name, v in (("weights", fixed.weights), ("gradients", fixed.gradients),
                                           ("AdamW moments", fixed.optimizer), ("the step's temporary",
                                           fixed.optimizer_step), ("the rollout copy", fixed.rollout_weights)) if v)

@@ -156,27 +156,12 @@ def resolve(split: str, categories: list[str] | None = None) -> list[PlusTask]:
     return [t for t in plus_tasks() if t.category in keys and (base is None or t.suite == base)]
 
 
-#: The hub dataset holding LIBERO-Plus's assets.zip (``assets.py``: fetched, verified and installed by ``vlarl download``)
-ASSETS_REPO = "Sylvest/LIBERO-plus"
-
-
-def assets_dir() -> Path:
-    """``$VLARL_CACHE/libero_plus/assets``: where ``vlarl download`` installs assets.zip's tree."""
-    from vlarl_cli.envs.libero_plus.assets import assets_dir as installed_dir
-
-    return installed_dir()
-
-
-def download_command() -> str:
-    from vlarl_cli.envs.libero_plus.assets import download_command as command
-
-    return command()
-
-
 def unavailable(split: str, categories: list[str] | None = None) -> EnvError:
     """RLinf's ``libero_variant: plus`` (the base suite's tasks and init states, one bddl of a marker category
     swapped in per env, the base instruction; docs/benchmarks/libero_pro_plus.md) is not LIBERO-Plus's protocol,
     and vlarl does not imitate it: the error names the suites vlarl runs instead, after checking ``split``."""
+    from vlarl_cli.envs.libero_plus.assets import download_command
+
     tasks = resolve(split, categories)
     chosen = sorted({t.category for t in tasks})
     return EnvError(
