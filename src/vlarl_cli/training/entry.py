@@ -37,9 +37,9 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
     if print_config and dry_run:  # one would be skipped without a word
         raise ConfigError("--print-config and --dry-run exclude each other (the first prints the config and stops).",
                           "Pass one of them; run the command twice for both.")
-    if resume is not None and not resume.strip():  # an unset shell variable: starting afresh is not what it meant
-        raise ConfigError("--resume \"\" names no checkpoint.", "Pass --resume auto (the run's latest checkpoint) or a "
-                          "checkpoint folder, or leave --resume out to start a new run.")
+    from vlarl_cli.training.run_folder import check_resume_argument
+
+    check_resume_argument(resume)
     if node_rank >= nnodes:
         raise ConfigError(f"--node-rank {node_rank} does not exist among --nnodes {nnodes} (ranks 0..{nnodes - 1}).",
                           "Give every node a distinct --node-rank below --nnodes.")

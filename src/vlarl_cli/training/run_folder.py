@@ -306,6 +306,14 @@ def _saved_config(checkpoint: Path) -> tuple[dict[str, Any], int]:
     return saved, iteration
 
 
+def check_resume_argument(resume: str | None) -> None:
+    """``--resume ""`` (an unset shell variable) names no checkpoint: refused, where starting afresh would be a
+    silent change of what the user meant."""
+    if resume is not None and not resume.strip():
+        raise ConfigError("--resume \"\" names no checkpoint.", "Pass --resume auto (the run's latest checkpoint) or "
+                          "a checkpoint folder, or leave --resume out to start a new run.")
+
+
 def check_resume_config(run_dir: Path, checkpoint: Path, config: Any, *, say: Any = print) -> dict[str, tuple[Any, Any]]:
     """Compare this run's config with the one saved in ``checkpoint``: a change to a key the checkpoint's state
     decides (:data:`RESUME_FROZEN`) is refused; every other change applies, is printed, and is recorded in

@@ -742,9 +742,7 @@ def run_sft(*, config: str, demos: Path | list[Path] | None, overrides: list[str
     loaded = load_config(config, overrides)  # validate first: a broken config is reported as such
     if record is not None and record < 1:
         raise ConfigError(f"--record must be >= 1, got {record}.", "Pass --record N with N >= 1, or leave it out.")
-    if resume is not None and not resume.strip():  # an unset shell variable would silently start afresh
-        raise ConfigError("--resume \"\" names no checkpoint.", "Pass --resume auto or a checkpoint folder, or leave "
-                          "--resume out to start a new run.")
+    run_folder.check_resume_argument(resume)
     # one writer per run folder (train_sft refuses a new run over an old one with its own message)
     from vlarl_cli.checkpoints.atomic import check_writable_folder
 
