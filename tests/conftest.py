@@ -68,12 +68,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = keep
 
 
+#: (test, skip reason) of every skipped test, for the base phase's check at the end
+_SKIPS: list[tuple[str, str]] = []
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and isinstance(report.longrepr, tuple):
         _SKIPS.append((report.nodeid, str(report.longrepr[2])))
-
-
-_SKIPS: list[tuple[str, str]] = []
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
