@@ -30,8 +30,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vlarl_cli.errors import EnvError
+
+if TYPE_CHECKING:
+    from vlarl_cli.envs.libero_plus.assets import Installed
 
 #: the LIBERO-Plus commit whose task catalog vlarl ships (``tasks.tsv.gz``) and whose files it installs
 COMMIT = "4976dc3"
@@ -150,11 +154,16 @@ def _assets_to_link() -> tuple[Path, str]:
 
     plus = assets.installed()
     if plus is not None:
-        return plus.folder, f"LIBERO-Plus's assets.zip (sha256 {plus.sha256}) unpacked in {plus.folder}"
+        return plus.folder, _described(plus)
     ours = (setup.libero_package_dir() / "assets").resolve()
     setup.verify_assets(ours, hashes=False)
     return ours, (f"LIBERO's own (vlarl setup-libero) in {ours}; LIBERO-Plus's assets.zip not installed "
                   f"(`{assets.download_command()}` installs it)")
+
+
+def _described(plus: Installed) -> str:
+    """The provenance's words for an installed assets.zip tree (``assets.installed()``)."""
+    return f"LIBERO-Plus's assets.zip (sha256 {plus.sha256}) unpacked in {plus.folder}"
 
 
 def _link(link: Path, folder: Path) -> None:
@@ -188,7 +197,7 @@ def link_installed_assets() -> str:
     if link.resolve() == plus.folder.resolve():
         return f"LIBERO-Plus's environment already reads them ({link})"
     _link(link, plus.folder)
-    _write_provenance({**built, "assets": f"LIBERO-Plus's assets.zip (sha256 {plus.sha256}) unpacked in {plus.folder}"})
+    _write_provenance({**built, "assets": _described(plus)})
     return f"linked into LIBERO-Plus's environment: {link} -> {plus.folder}"
 
 
