@@ -110,6 +110,15 @@ def test_cache_layout(hub, run_download, tmp_path):
     res = run_download(REPO_ID, extra_env={"HF_HUB_OFFLINE": "1"})
     assert res.returncode == 0, res.stderr
     assert "offline" in res.stdout and str(snap) in res.stdout and hub.log == []
+    # ... choosing among its files with --include as online, and saying when the filters leave nothing
+    jsons = sorted(p for p in FILES if p.endswith(".json"))
+    res = run_download(REPO_ID, "--include", "*.json", extra_env={"HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 0, res.stderr
+    assert f"files:       {len(jsons)} ({len(jsons)} present)" in res.stdout and 0 < len(jsons) < len(FILES)
+    res = run_download(REPO_ID, "--include", "*.onnx", extra_env={"HF_HUB_OFFLINE": "1"})
+    _no_traceback(res)
+    assert "Nothing to download from the earlier download of acme/tiny-pi05@main" in res.stderr
+    assert "HF_HUB_OFFLINE is set" in res.stderr and "include=['*.onnx']" in res.stderr and hub.log == []
 
 
 @pytest.mark.parametrize("gated_status", [401, 403])

@@ -256,18 +256,22 @@ def resolve_repo_id(repo_id: str) -> tuple[str, str | None]:
 _REPO_ID_RE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 
-def _check_arguments(repo_id: str, local_dir: str | os.PathLike[str] | None, repo_type: str) -> None:
+def _check_arguments(repo_id: str, local_dir: str | os.PathLike[str] | None, repo_type: str,
+                     cache_dir: str | os.PathLike[str] | None = None) -> None:
     """What is wrong with the arguments themselves, said before the hub (or its offline cache) is asked."""
     if not _REPO_ID_RE.match(repo_id) or ".." in repo_id:
         raise HubError(f"{repo_id!r} is not a repository id (organisation/name: letters, digits, '-', '_', '.').",
                        fix="Use the form organisation/name, e.g. RLinf/RLinf-Pi05-LIBERO-SFT."
                        + did_you_mean(repo_id, KNOWN_REPOS))
-    if local_dir is not None:
-        target = Path(local_dir).expanduser()
-        blocker = next((p for p in (target, *target.parents) if p.exists() and not p.is_dir()), None)
+    if local_dir is not None and cache_dir is not None:
+        raise HubError(f"--cache-dir {cache_dir} has no effect with --local-dir {local_dir}: the files go to the "
+                       "local folder, not to a cache.", fix="Pass one of --local-dir and --cache-dir.")
+    for folder, option in ((local_dir, "--local-dir"), (cache_dir, "--cache-dir")):
+        target = Path(folder).expanduser() if folder is not None else None
+        blocker = next((p for p in (target, *target.parents) if p.exists() and not p.is_dir()), None) if target else None
         if blocker is not None:
-            raise HubError(f"Cannot create the download folder {target} (--local-dir): {blocker} is a file.",
-                           fix="Choose a folder path for --local-dir (or move the file away).")
+            raise HubError(f"Cannot create the download folder {target} ({option}): {blocker} is a file.",
+                           fix=f"Choose a folder path for {option} (or move the file away).")
     if repo_type not in ("model", "dataset"):
         raise HubError(f"Repository type {repo_type!r} is not one vlarl downloads.",
                        fix="Use --repo-type model (checkpoints) or --repo-type dataset (e.g. simulator assets).")
@@ -300,18 +304,18 @@ def _offline() -> bool:
 def _select(files: list[RemoteFile], include: Sequence[str] | None, exclude: Sequence[str] | None
             ) -> list[RemoteFile]:
     """Glob filters as in huggingface_hub's allow/ignore patterns (a trailing ``/`` means a folder)."""
+    keep = set(_select_paths([f.path for f in files], include, exclude))
+    return [f for f in files if f.path in keep]
+
+
+def _select_paths(paths: list[str], include: Sequence[str] | None, exclude: Sequence[str] | None) -> list[str]:
+    """:func:`_select` on repository paths (also an earlier download's file list, offline)."""
     def norm(patterns: Sequence[str] | None) -> list[str]:
         return [p + "*" if p.endswith("/") else p for p in (patterns or [])]
 
     inc, exc = norm(include), norm(exclude)
-    out = []
-    for f in files:
-        if inc and not any(fnmatch.fnmatch(f.path, p) for p in inc):
-            continue
-        if any(fnmatch.fnmatch(f.path, p) for p in exc):
-            continue
-        out.append(f)
-    return out
+    return [path for path in paths if (not inc or any(fnmatch.fnmatch(path, p) for p in inc))
+            and not any(fnmatch.fnmatch(path, p) for p in exc)]
 
 
 def _listing(api: Any, repo_id: str, commit: str, repo_type: str = "model") -> list[RemoteFile]:
@@ -373,12 +377,13 @@ def download(
     # Set before huggingface_hub is imported (its constants are read at import time; REFERENCE s6).
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     out, err_console = _consoles(console)
-    _check_arguments(repo_id, local_dir, repo_type)
+    _check_arguments(repo_id, local_dir, repo_type, cache_dir)
     requested, repo_id = repo_id, _follow_rename(repo_id, None if quiet else err_console)
     rev = revision or "main"
     endpoint = _endpoint()
     if _offline():
-        result = _offline_result(requested, repo_id, rev, local_dir, cache_dir, repo_type, presets)
+        result = _offline_result(requested, repo_id, rev, local_dir, cache_dir, repo_type, presets,
+                                 filters=(include, exclude, allow_pickle))
     else:
         commit, listing = _remote_listing(repo_id, rev, endpoint, token, repo_type)
         wanted, skipped_pickle = _wanted(listing, include, exclude, allow_pickle, f"{repo_id}@{rev}")
@@ -417,12 +422,20 @@ def _remote_listing(repo_id: str, rev: str, endpoint: str, token: str | bool | N
 def _wanted(listing: list[RemoteFile], include: Sequence[str] | None, exclude: Sequence[str] | None,
             allow_pickle: bool, where: str) -> tuple[list[RemoteFile], list[str]]:
     """The files to fetch after the filters, and the pickle files left out; an empty choice is an error."""
-    selected = _select(listing, include, exclude)
-    skipped_pickle = [] if allow_pickle else [f.path for f in selected if is_pickle_file(f.path)]
-    wanted = [f for f in selected if allow_pickle or not is_pickle_file(f.path)]
+    paths, skipped_pickle = _wanted_paths([f.path for f in listing], include, exclude, allow_pickle, where)
+    keep = set(paths)
+    return [f for f in listing if f.path in keep], skipped_pickle
+
+
+def _wanted_paths(paths: list[str], include: Sequence[str] | None, exclude: Sequence[str] | None,
+                  allow_pickle: bool, where: str) -> tuple[list[str], list[str]]:
+    """:func:`_wanted` on repository paths (online: the listing; offline: the earlier download's files)."""
+    selected = _select_paths(paths, include, exclude)
+    skipped_pickle = [] if allow_pickle else [p for p in selected if is_pickle_file(p)]
+    wanted = [p for p in selected if allow_pickle or not is_pickle_file(p)]
     if not wanted:
         raise HubError(
-            f"Nothing to download from {where}: {len(listing)} files listed, none left after the "
+            f"Nothing to download from {where}: {len(paths)} files listed, none left after the "
             f"filters (include={list(include or [])}, exclude={list(exclude or [])}"
             + (f", {len(skipped_pickle)} pickle files skipped" if skipped_pickle else "") + ").",
             fix="Loosen --include/--exclude" + (" or pass --allow-pickle" if skipped_pickle else "") + ".",
@@ -576,8 +589,10 @@ def _place_one(entry: RemoteFile, target: Target, manifest: Manifest, transfer: 
 
 def _offline_result(requested: str, repo_id: str, rev: str, local_dir: str | os.PathLike[str] | None,
                     cache_dir: str | os.PathLike[str] | None, repo_type: str = "model",
-                    presets: Presets | None = None) -> DownloadResult:
-    """HF_HUB_OFFLINE: serve an earlier complete download of the same repo/revision, or fail clearly."""
+                    presets: Presets | None = None, *, filters: tuple[Sequence[str] | None, Sequence[str] | None,
+                                                                      bool] = (None, None, False)) -> DownloadResult:
+    """HF_HUB_OFFLINE: serve an earlier complete download of the same repo/revision, or fail clearly. ``filters``
+    (include, exclude, allow_pickle) choose among its files as they choose among the hub's listing online."""
     state_file: Path | None = None
     if local_dir is not None:
         state_file = Path(local_dir).expanduser().joinpath(*STATE_DIR, f"download-rev-{_slug(rev)}.json")
@@ -599,14 +614,15 @@ def _offline_result(requested: str, repo_id: str, rev: str, local_dir: str | os.
         )
     commit = str(state["commit"])
     path = root if local_dir is not None else root / commit
-    missing = [p for p in state.get("files", []) if not safe_join(path, p).exists()]
+    files, skipped_pickle = _wanted_paths(list(state.get("files", [])), *filters,
+                                          where=f"the earlier download of {repo_id}@{rev} (HF_HUB_OFFLINE is set)")
+    missing = [p for p in files if not safe_join(path, p).exists()]
     if missing:
         raise HubError(f"HF_HUB_OFFLINE is set and the earlier download in {path} lacks {missing[:5]}.",
                        fix="Unset HF_HUB_OFFLINE and run the download again to complete it.")
     result = DownloadResult(repo_id=repo_id, requested_repo_id=requested, revision=rev, commit=commit,
-                            path=path, offline=True,
-                            files=[FileRecord(p, safe_join(path, p).stat().st_size, "", "", "present")
-                                   for p in state.get("files", [])])
+                            path=path, offline=True, skipped_pickle=skipped_pickle,
+                            files=[FileRecord(p, safe_join(path, p).stat().st_size, "", "", "present") for p in files])
     _detect(result, repo_type, presets)
     return result
 

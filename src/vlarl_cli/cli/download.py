@@ -49,8 +49,8 @@ def command(
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help="Also download pickle-based files "
                                       "(.bin/.pt/.pth/.ckpt); they are only ever loaded with weights_only=True."),
     cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Cache root (default: HF_HUB_CACHE)."),
-    retries: int = typer.Option(5, "--retries", min=0, help="Transport failures tolerated per file "
-                                "without progress before giving up (the partial file is kept)."),
+    retries: int = typer.Option(5, "--retries", min=0, max=100, help="Transport failures tolerated per file "
+                                "without progress before giving up (the partial file is kept; a rerun resumes it)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars and no summary."),
     repo_type: str | None = typer.Option(None, "--repo-type", help="model or dataset (default: dataset for "
                                          "the ManiSkill and LIBERO-Plus asset repos, model otherwise)."),

@@ -10,8 +10,9 @@ properties, never written back.
 from __future__ import annotations
 
 import re
+import types
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -49,6 +50,20 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
     #: RLinf keys accepted and ignored in this section (reported once by the loader)
     rlinf_ignored: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """YAML's ``true`` / ``false`` is not a number: pydantic's lax mode would read ``seed: true`` as 1."""
+        if isinstance(value, bool) and info.field_name and _takes_number_not_bool(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"{str(value).lower()} is a boolean, and this setting takes a number: write the number")
+        return value
+
+
+def _takes_number_not_bool(annotation: Any) -> bool:
+    """Whether a field's type admits an int or a float but not a bool (``int``, ``float | None``, ``str | int``)."""
+    parts = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    return bool not in parts and any(part in (int, float) for part in parts)
 
 
 # --------------------------------------------------------------------------------------------------

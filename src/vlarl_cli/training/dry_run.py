@@ -164,6 +164,22 @@ def env_host_bytes(config: VlarlConfig, envs: float) -> float:
     return simulator.rank_bytes + envs * simulator.env_bytes
 
 
+def check_envs_fit(config: VlarlConfig, world_size: int) -> None:
+    """Before a launch: refuse a number of training envs whose host memory no machine has (the dry run only warns,
+    so that it can still print the plan)."""
+    from vlarl_cli.errors import ConfigError
+
+    env_ranks = config.cluster.placement(world_size)["env"]
+    per_node = max(1, world_size // config.cluster.num_nodes)
+    fullest = max(sum(1 for rank in env_ranks if rank // per_node == node) for node in range(config.cluster.num_nodes))
+    need = fullest * env_host_bytes(config, config.train_num_envs / max(1, len(env_ranks)))
+    if need > LARGEST_HOST_BYTES:
+        raise ConfigError(f"{config.train_num_envs:,} {config.env.train.env_type} training envs need ~{need / GIB:,.0f} "
+                          f"GiB of host memory on one node, more than any machine has ({LARGEST_HOST_BYTES / GIB:,.0f} "
+                          "GiB).", "Use fewer envs (env.train.total_num_envs) or more nodes; `--dry-run` prints "
+                          "the whole memory plan.")
+
+
 def memory_warnings(config: VlarlConfig, estimates: dict[str, MemoryEstimate], world_size: int) -> list[str]:
     """Sentences for a plan that no machine can hold: one device, or one node's host memory, too big."""
     warnings: list[str] = []

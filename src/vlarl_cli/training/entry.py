@@ -56,6 +56,9 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
         return
     from vlarl_cli.checkpoints.atomic import check_writable_folder
     from vlarl_cli.training import run_folder
+    from vlarl_cli.training.dry_run import check_envs_fit
+
+    check_envs_fit(loaded.config, world_size)  # before a simulator is started for envs no machine holds
 
     # before any simulator or model is started: a run folder under a file or on a read-only mount, or one that
     # another process writes / that holds a run this command would replace
