@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from conftest import run_cli
@@ -47,6 +48,31 @@ def test_compare_cli(tmp_path: Path) -> None:
     run = run_cli(["eval", "--compare", str(a), str(b)], cwd=tmp_path, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "+60.0%" in run.stdout and "Newcombe" in run.stdout and "yes" in run.stdout
+    assert not (tmp_path / "cmp").exists()  # nothing written without --out
+    run = run_cli(["eval", "--compare", str(a), str(b), "--out", str(tmp_path / "cmp")], cwd=tmp_path, timeout=120)
+    assert run.returncode == 0, run.stderr
+    saved = json.loads((tmp_path / "cmp" / "comparison.json").read_text())
+    overall = [r for r in saved["rows"] if r["level"] == "overall"]
+    assert len(overall) == 1 and overall[0]["rate_a"] == 0.2 and overall[0]["rate_b"] == 0.8
+    assert abs(overall[0]["difference"] - 0.6) < 1e-12 and overall[0]["significant"] is True
+    assert overall[0]["ci95_low"] > 0 and saved["a"] == str(a) and saved["card_differences"] == []
+
+
+def test_maniskill_eval_says_a_missing_maniskill_before_loading_the_policy(monkeypatch) -> None:
+    """The ManiSkill check runs first: a missing package is said before minutes of policy loading."""
+    import pytest
+
+    from vlarl_cli.envs.maniskill import setup
+    from vlarl_cli.errors import EnvError
+    from vlarl_cli.training.evaluation import maniskill, source
+
+    def must_not_load(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the policy was loaded before the ManiSkill check")
+
+    monkeypatch.setattr(setup, "probe", lambda: "missing: python package mani-skill==3.0.1")
+    monkeypatch.setattr(source, "load_policy", must_not_load)
+    with pytest.raises(EnvError, match="ManiSkill3 cannot run on this machine: missing: python package mani-skill"):
+        maniskill.evaluate_maniskill(None, "maniskill_pushcube_ppo_mlp", [], settings=maniskill.ManiSkillEvalSettings("PickCube-v1"))
 
 
 def test_eval_robustness_splits_refuse_in_one_paragraph(tmp_path: Path) -> None:

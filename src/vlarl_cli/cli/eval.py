@@ -88,7 +88,8 @@ def command(
                                     "is given (training/evaluation/maniskill.py)."),
     episodes: int = typer.Option(50, "--episodes", min=1, max=MAX_EPISODES, help="ManiSkill (--task): number of episodes."),
     compare: tuple[Path, Path] | None = typer.Option(None, "--compare", help="Compare two results folders A B "
-                                                     "(B - A per task, Newcombe 95% interval) and exit."),
+                                                     "(B - A per task, Newcombe 95% interval) and exit; with --out, also "
+                                                     "write comparison.json there."),
     robustness: list[Path] | None = typer.Option(None, "--robustness", help="Per-category robustness report of "
                                                  "one or two LIBERO-PRO results folders (repeat the option); "
                                                  "writes robustness.json / .png into --out (default: the first)."),
@@ -97,9 +98,7 @@ def command(
     from vlarl_cli.errors import ConfigError
 
     if compare is not None:
-        from vlarl_cli.training.evaluation import compare as compare_results
-
-        compare_results(compare[0], compare[1])
+        _compare(compare, out)
         return
     if robustness:
         _robustness(list(robustness), out)
@@ -164,6 +163,19 @@ def _task_ids(tasks: str | None) -> tuple[int, ...] | None:
         raise ConfigError(f'--tasks "{tasks}" names task {", ".join(map(str, twice))} more than once.',
                           "Name each task once, e.g. --tasks 0,1,5.")
     return task_ids
+
+
+def _compare(folders: tuple[Path, Path], out: Path | None) -> None:
+    """Print B - A; with --out, also write it there as comparison.json."""
+    from vlarl_cli.training.evaluation.comparison import compare, write_comparison
+
+    if out is not None:
+        from vlarl_cli.checkpoints.atomic import check_writable_folder
+
+        check_writable_folder(out, "The comparison's folder (--out)")  # before the folders are read
+    result = compare(folders[0], folders[1])
+    if out is not None:
+        typer.echo(f"vlarl: comparison written to {write_comparison(result, out)}")
 
 
 def _robustness(folders: list[Path], out: Path | None) -> None:

@@ -15,6 +15,8 @@ from vlarl_cli.training.evaluation.results import _console
 from vlarl_cli.training.evaluation.stats import newcombe_interval
 from vlarl_cli.video.episodes import CARD, ResultsError, load_card, unique_episodes
 
+COMPARISON_JSON = "comparison.json"  # what ``vlarl eval --compare A B --out DIR`` writes
+
 
 @dataclass
 class DiffRow:
@@ -89,6 +91,19 @@ def compare(a_dir: Path, b_dir: Path, *, show: bool = True) -> Comparison:
     if show:
         print_comparison(result)
     return result
+
+
+def write_comparison(cmp: Comparison, out_dir: Path) -> Path:
+    """``comparison.json`` in ``out_dir`` (atomic): both folders, every row with its interval and verdict, the
+    method and the card fields in which the two evaluations differ."""
+    from dataclasses import asdict
+
+    from vlarl_cli.checkpoints.atomic import atomic_write_json
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = [{**asdict(r), "significant": r.significant} for r in cmp.rows]
+    return atomic_write_json(out_dir / COMPARISON_JSON, {"a": str(cmp.a), "b": str(cmp.b), "method": cmp.method,
+                                                          "card_differences": cmp.card_differences, "rows": rows})
 
 
 def print_comparison(cmp: Comparison, console: Any = None) -> None:

@@ -134,6 +134,9 @@ def evaluate_maniskill(checkpoint: Path | None, config: str | None, overrides: l
     from vlarl_cli.training.evaluation.stats import wilson_interval
 
     settings.validate()
+    from vlarl_cli.envs.maniskill.setup import check_maniskill
+
+    check_maniskill()  # before the policy loads: a missing ManiSkill is said in seconds, not after minutes
     t0 = time.perf_counter()
     policy, info, cfg = load_policy(checkpoint, config, overrides, "cpu")
     split = cfg.env.eval
