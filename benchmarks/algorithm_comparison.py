@@ -149,8 +149,39 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "results": state, "versions": learning_run._versions()}
     if args.docs:
         Path(args.docs, "algorithms.json").write_text(json.dumps(report, indent=1) + "\n")
+        Path(args.docs, "algorithms_table.md").write_text(markdown_table(report))
     emit({"benchmark": "algorithm_comparison", **{k: v.get("eval") for k, v in state.items()}}, smoke=args.smoke)
     return report
+
+
+LABELS = {"sft": "SFT checkpoint (the start of every arm)", "grpo": "GRPO", "rloo": "RLOO",
+          "dynamic_sampling": "GRPO + dynamic sampling"}
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """The comparison as a markdown table: per arm the iterations and trajectories trained on, the evaluation on
+    all init states with its 95% Wilson interval, and its difference from the SFT checkpoint and from GRPO
+    (Newcombe's 95% interval, as ``vlarl eval --compare``)."""
+    from vlarl_cli.training.evaluation.stats import newcombe_interval
+
+    results = report["results"]
+
+    def versus(base: str, ev: dict[str, Any]) -> str:
+        other = results.get(base, {}).get("eval")
+        if other is None or other is ev:
+            return ""
+        d, lo, hi = newcombe_interval(other["successes"], other["n"], ev["successes"], ev["n"])
+        return f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+    lines = ["| arm | iterations | trajectories | success | 95% Wilson | vs SFT | vs GRPO |", "|---|---|---|---|---|---|---|"]
+    for name in ("sft", *ALGORITHMS):
+        entry = results.get(name, {})
+        ev, tr = entry.get("eval"), entry.get("train", {})
+        if ev is not None:
+            lines.append(f"| {LABELS[name]} | {tr.get('iterations', 0)} | {int(tr.get('trajectories', 0))} | "
+                         f"{ev['successes']} / {ev['n']} ({ev['success_rate']:.2f}) | [{ev['ci95_low']:.2f}, "
+                         f"{ev['ci95_high']:.2f}] | {versus('sft', ev)} | {versus('grpo', ev) if name != 'sft' else ''} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
