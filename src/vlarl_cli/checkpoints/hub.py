@@ -379,11 +379,9 @@ def download(
     out, err_console = _consoles(console)
     _check_arguments(repo_id, local_dir, repo_type, cache_dir)
     requested, repo_id = repo_id, _follow_rename(repo_id, None if quiet else err_console)
-    rev = revision or "main"
-    endpoint = _endpoint()
+    rev, endpoint, filters = revision or "main", _endpoint(), (include, exclude, allow_pickle)
     if _offline():
-        result = _offline_result(requested, repo_id, rev, local_dir, cache_dir, repo_type, presets,
-                                 filters=(include, exclude, allow_pickle))
+        result = _offline_result(requested, repo_id, rev, local_dir, cache_dir, repo_type, presets, filters=filters)
     else:
         commit, listing = _remote_listing(repo_id, rev, endpoint, token, repo_type)
         wanted, skipped_pickle = _wanted(listing, include, exclude, allow_pickle, f"{repo_id}@{rev}")

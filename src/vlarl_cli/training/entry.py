@@ -54,20 +54,10 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
 
         plan(loaded.config, world_size=world_size)
         return
-    from vlarl_cli.checkpoints.atomic import check_writable_folder
     from vlarl_cli.training import run_folder
-    from vlarl_cli.training.dry_run import check_envs_fit
 
-    check_envs_fit(loaded.config, world_size)  # before a simulator is started for envs no machine holds
-
-    # before any simulator or model is started: a run folder under a file or on a read-only mount, or one that
-    # another process writes / that holds a run this command would replace
+    _check_before_launch(loaded.config, world_size)
     log_path = loaded.config.runner.logger.log_path
-    check_writable_folder(log_path, "The run folder (runner.logger.log_path)")
-    for split in ("train", "eval"):  # else found by the first video write, after the first rollout
-        video = getattr(loaded.config.env, split).video_cfg
-        if video.save_video:
-            check_writable_folder(video.video_base_dir, f"The video folder (env.{split}.video_cfg.video_base_dir)")
     owner = node_rank == 0 and dist.env_world()[0] == 0
     with run_folder.claim(log_path, command="rl-train", resuming=bool(resume or loaded.config.runner.resume_dir),
                           main=owner):
@@ -84,6 +74,21 @@ def launch(*, config: str, overrides: list[str], print_config: bool = False, dry
 
         train(loaded, resume=resume)
     dist.leave_together()
+
+
+def _check_before_launch(config: VlarlConfig, world_size: int) -> None:
+    """Before any simulator or model is started: envs no machine holds, a run folder under a file or on a
+    read-only mount, a video folder that cannot be written (else found after the first rollout). A folder that
+    another process writes, or that holds a run this command would replace, is ``run_folder.claim``'s."""
+    from vlarl_cli.checkpoints.atomic import check_writable_folder
+    from vlarl_cli.training.dry_run import check_envs_fit
+
+    check_envs_fit(config, world_size)
+    check_writable_folder(config.runner.logger.log_path, "The run folder (runner.logger.log_path)")
+    for split in ("train", "eval"):
+        video = getattr(config.env, split).video_cfg
+        if video.save_video:
+            check_writable_folder(video.video_base_dir, f"The video folder (env.{split}.video_cfg.video_base_dir)")
 
 
 def _check_resume(config: VlarlConfig, resume: str | None) -> None:
