@@ -317,6 +317,8 @@ CASES: dict[str, Case] = {
     "negative env seed": Case((*DRY, "env.train.seed=-1"), ("env.train.seed", "greater than or equal to 0")),
     "a boolean seed": Case((*DRY, "actor.seed=true"), ("actor.seed", "true is a boolean", "takes a number")),
     "a boolean learning rate": Case((*DRY, "actor.optim.lr=false"), ("actor.optim.lr", "false is a boolean")),
+    "a boolean placement": Case((*DRY, "cluster.component_placement.actor=true"),
+                                ("component_placement", "an entry is true / false", "takes a number")),
     "envs no machine holds": Case((*QUICK, "env.train.total_num_envs=100000000000", "runner.logger.log_path={tmp}/run"),
                                   ("100,000,000,000 libero training envs", "more than any machine has",
                                    "env.train.total_num_envs"), absent=("Traceback",)),

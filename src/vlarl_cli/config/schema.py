@@ -55,15 +55,25 @@ class Section(BaseModel):
     @classmethod
     def _no_boolean_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
         """YAML's ``true`` / ``false`` is not a number: pydantic's lax mode would read ``seed: true`` as 1."""
-        if isinstance(value, bool) and info.field_name and _takes_number_not_bool(cls.model_fields[info.field_name].annotation):
-            raise ValueError(f"{str(value).lower()} is a boolean, and this setting takes a number: write the number")
+        if info.field_name and _boolean_for_a_number(cls.model_fields[info.field_name].annotation, value):
+            what = f"{str(value).lower()} is a boolean" if isinstance(value, bool) else "an entry is true / false, a boolean"
+            raise ValueError(f"{what}, and this setting takes a number: write the number")
         return value
 
 
-def _takes_number_not_bool(annotation: Any) -> bool:
-    """Whether a field's type admits an int or a float but not a bool (``int``, ``float | None``, ``str | int``)."""
+def _boolean_for_a_number(annotation: Any, value: Any) -> bool:
+    """Whether ``value`` is, or holds, a bool where ``annotation`` takes an int or a float and not a bool
+    (``int``, ``float | None``, ``str | int``; the values of a ``dict[str, str | int]``, the items of a list)."""
     parts = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
-    return bool not in parts and any(part in (int, float) for part in parts)
+    if isinstance(value, bool):
+        return bool not in parts and any(part in (int, float) for part in parts)
+    for part in parts:
+        args = get_args(part)
+        if isinstance(value, dict) and get_origin(part) is dict and len(args) == 2:
+            return any(_boolean_for_a_number(args[1], item) for item in value.values())
+        if isinstance(value, list | tuple) and get_origin(part) in (list, tuple) and args:
+            return any(_boolean_for_a_number(args[0], item) for item in value)
+    return False
 
 
 # --------------------------------------------------------------------------------------------------
