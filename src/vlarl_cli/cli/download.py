@@ -69,6 +69,12 @@ def command(
         include = include or [plus_assets.ARCHIVE]
     if asset_dir is not None:  # simulator assets: a dataset repo, into the folder the simulator reads
         repo_type = repo_type or "dataset"
+        if local_dir is None and cache_dir is not None:
+            from vlarl_cli.errors import HubError
+
+            raise HubError(f"{repo_id} is downloaded into the folder ManiSkill reads ({asset_dir}), not into a "
+                           f"cache, so --cache-dir {cache_dir} would have no effect.",
+                           fix="Drop --cache-dir, or pass --local-dir to put the files elsewhere.")
         local_dir = local_dir or asset_dir
         include = include or asset_default_include(repo_id)
     if archive is not None:  # a zip: fetched (to the cache unless --local-dir), then unpacked in place
