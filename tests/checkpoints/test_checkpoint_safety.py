@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from vlarl_cli.checkpoints.hub import RENAMED_REPOS, _select, git_blob_sha1, resolve_repo_id
+from vlarl_cli.checkpoints.hub import RENAMED_REPOS, _select_paths, git_blob_sha1, resolve_repo_id
 from vlarl_cli.checkpoints.safety import is_pickle_file, load_state_dict, safe_join
 from vlarl_cli.errors import CheckpointError, HubError
 
@@ -94,13 +94,9 @@ def test_renames_and_filters():
     assert resolve_repo_id("a/b") == ("a/b", None)
     assert all(new not in RENAMED_REPOS for new in RENAMED_REPOS.values())  # no chains/cycles
 
-    from vlarl_cli.checkpoints.hub import RemoteFile
-
-    files = [RemoteFile(p, 1, None, "0" * 40) for p in ["config.json", "assets/a/norm_stats.json",
-                                                         "model.safetensors", "optimizer.pt"]]
-    names = lambda fs: [f.path for f in fs]  # noqa: E731
-    assert names(_select(files, None, None)) == names(files)
-    assert names(_select(files, ["*.json"], None)) == ["config.json", "assets/a/norm_stats.json"]
-    assert names(_select(files, None, ["assets/"])) == ["config.json", "model.safetensors", "optimizer.pt"]
-    assert names(_select(files, ["*.json"], ["assets/*"])) == ["config.json"]
+    files = ["config.json", "assets/a/norm_stats.json", "model.safetensors", "optimizer.pt"]
+    assert _select_paths(files, None, None) == files
+    assert _select_paths(files, ["*.json"], None) == ["config.json", "assets/a/norm_stats.json"]
+    assert _select_paths(files, None, ["assets/"]) == ["config.json", "model.safetensors", "optimizer.pt"]
+    assert _select_paths(files, ["*.json"], ["assets/*"]) == ["config.json"]
 

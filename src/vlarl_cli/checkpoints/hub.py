@@ -301,15 +301,9 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
-def _select(files: list[RemoteFile], include: Sequence[str] | None, exclude: Sequence[str] | None
-            ) -> list[RemoteFile]:
-    """Glob filters as in huggingface_hub's allow/ignore patterns (a trailing ``/`` means a folder)."""
-    keep = set(_select_paths([f.path for f in files], include, exclude))
-    return [f for f in files if f.path in keep]
-
-
 def _select_paths(paths: list[str], include: Sequence[str] | None, exclude: Sequence[str] | None) -> list[str]:
-    """:func:`_select` on repository paths (also an earlier download's file list, offline)."""
+    """Glob filters as in huggingface_hub's allow/ignore patterns (a trailing ``/`` means a folder), on repository
+    paths: the hub's listing online, an earlier download's file list offline."""
     def norm(patterns: Sequence[str] | None) -> list[str]:
         return [p + "*" if p.endswith("/") else p for p in (patterns or [])]
 
