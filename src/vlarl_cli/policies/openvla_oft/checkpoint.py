@@ -347,6 +347,16 @@ def _find_statistics(root: Path, cfg_json: dict[str, Any] | None) -> tuple[dict[
     return None, None
 
 
+def _refuse_old_critic(root: Path, shapes: dict[str, tuple[int, ...]]) -> None:
+    """Strict loading refuses the critic of earlier vlarl versions: its output bias has no place in RLinf's."""
+    if "value_head.out.weight" in shapes:
+        raise CheckpointError(f"{root} holds a critic in the layout of earlier vlarl versions (value_head.body.* / "
+                              "value_head.out.*); the OpenVLA-OFT critic is now RLinf's (value_head.mlp.*, no output "
+                              "bias) and that output bias has no place in it.",
+                              "Load with strict=False: the old critic is reported as unexpected and a fresh "
+                              "one starts (the actor weights load unchanged).")
+
+
 def load_policy(path: str | os.PathLike[str], *, format: str | None = None, device: torch.device | str = "cpu",
                 dtype: torch.dtype = torch.float32, strict: bool = True, overrides: dict[str, Any] | None = None,
                 dataset_statistics_path: str | os.PathLike[str] | None = None, settings: Any = None,
@@ -379,12 +389,8 @@ def load_policy(path: str | os.PathLike[str], *, format: str | None = None, devi
         looked_for="no vlarl_config.json, no config.json with model_type openvla, no vision_backbone.* + "
         "language_model.* weights")
     shapes = {k: v[0] for k, v in header.items()}
-    if strict and "value_head.out.weight" in shapes:
-        raise CheckpointError(f"{root} holds a critic in the layout of earlier vlarl versions (value_head.body.* / "
-                              "value_head.out.*); the OpenVLA-OFT critic is now RLinf's (value_head.mlp.*, no output "
-                              "bias) and that output bias has no place in it.",
-                              "Load with strict=False: the old critic is reported as unexpected and a fresh "
-                              "one starts (the actor weights load unchanged).")
+    if strict:
+        _refuse_old_critic(root, shapes)
     side = {c: load_side_file(p) for c, p in find_side_files(root).items()} if fmt == "openvla_hf" else {}
     cfg = _resolve_config(root, fmt, shapes, side, overrides or {}, settings)
     stats, stats_src = _statistics(root, fmt, dataset_statistics_path)

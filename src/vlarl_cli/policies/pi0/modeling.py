@@ -456,18 +456,7 @@ class Pi0Model(nn.Module):
         if past_kv is not None:
             k = torch.cat([past_kv[0].to(k.dtype), k], 2)
             v = torch.cat([past_kv[1].to(v.dtype), v], 2)
-        gqa = cfg.num_heads != cfg.num_kv_heads
-        if gqa and q.is_cuda and q.dtype == torch.float32:
-            # on CUDA, grouped-query SDPA in fp32 runs the math kernel, which keeps the attention scores for the
-            # backward (an H200 kept 2.6x the planned activations, docs/gpu); keys / values expanded to the query
-            # heads (as transformers' repeat_kv) run the memory-efficient kernel: the same attention. In bf16
-            # cuDNN's kernel takes grouped queries with the mask as they are (measured there too).
-            k = k.repeat_interleave(cfg.num_heads // cfg.num_kv_heads, dim=1)
-            v = v.repeat_interleave(cfg.num_heads // cfg.num_kv_heads, dim=1)
-            gqa = False
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=hd**-0.5, enable_gqa=gqa)
-        b = att.shape[0]
-        att = att.transpose(1, 2).reshape(b, -1, cfg.num_heads * hd)
+        att = self._attend(q, k, v, mask)
         out_hs: list[Tensor | None] = list(hs)
         start = 0
         j = 0
@@ -483,6 +472,23 @@ class Pi0Model(nn.Module):
             start = end
             j += 1
         return out_hs, k_new, v_new
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """Scaled dot-product attention of the joint streams' queries over keys / values (prefix cache
+        included): (batch, heads, tokens, head_dim) in, (batch, tokens, heads * head_dim) out."""
+        cfg = self.cfg
+        hd = cfg.head_dim
+        gqa = cfg.num_heads != cfg.num_kv_heads
+        if gqa and q.is_cuda and q.dtype == torch.float32:
+            # on CUDA, grouped-query SDPA in fp32 runs the math kernel, which keeps the attention scores for the
+            # backward (an H200 kept 2.6x the planned activations, docs/gpu); keys / values expanded to the query
+            # heads (as transformers' repeat_kv) run the memory-efficient kernel: the same attention. In bf16
+            # cuDNN's kernel takes grouped queries with the mask as they are (measured there too).
+            k = k.repeat_interleave(cfg.num_heads // cfg.num_kv_heads, dim=1)
+            v = v.repeat_interleave(cfg.num_heads // cfg.num_kv_heads, dim=1)
+            gqa = False
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), scale=hd**-0.5, enable_gqa=gqa)
+        return att.transpose(1, 2).reshape(att.shape[0], -1, cfg.num_heads * hd)
 
     # ------------------------------------------------------------------ public passes
     def encode_prefix(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mask: Tensor
