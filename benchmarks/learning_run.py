@@ -309,7 +309,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tasks", default="0", help="Comma-separated task ids.")
     ap.add_argument("--demos", type=int, default=40)
     ap.add_argument("--workers", type=int, default=2, help="Simulator processes (recording, evaluation, RL).")
-    ap.add_argument("--sft-steps", type=int, default=2000)
+    ap.add_argument("--sft-steps", type=int, default=None,
+                    help="Default 2000 in state mode, 8000 in image mode (2000 left the image policy at 1 / 50 on "
+                         "the 50 init states, 8000 at 20 / 50: docs/learning/image_mode.md).")
     ap.add_argument("--eval-trials", type=int, default=50)
     ap.add_argument("--rl-iters", type=int, default=30)
     ap.add_argument("--rl-envs", type=int, default=16)
@@ -332,6 +334,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                  "camera); drop them or add --obs-mode image.")
     args.resolution = args.resolution or 128
     args.render_quality = args.render_quality or "exact"
+    if args.sft_steps is None:
+        args.sft_steps = 8000 if args.obs_mode == "image" else 2000
     if args.smoke:
         args.demos, args.sft_steps, args.eval_trials = 1, 2, 1
         args.rl_iters, args.rl_envs, args.group_size = 1, 2, 2
