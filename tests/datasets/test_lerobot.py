@@ -199,13 +199,15 @@ def _check_episodes(episodes: list, *, atol: float = 4) -> None:
             np.testing.assert_allclose(got, want, atol=atol)
 
 
-@pytest.mark.parametrize("writer", [write_v21, write_v30], ids=["v2.1_h264", "v3.0_av1"])
-def test_independently_written_lerobot_datasets_read_back_exactly(tmp_path, writer):
+# AV1 at crf 30 (SVT-AV1): a frame's mean was within 4 levels of its colour with earlier PyAV wheels, 5.0 with
+# PyAV 18.1.1 (FFmpeg 8.1.3, 2026-12-07); 5.9 still names the right frame (neighbours are 12 levels away)
+@pytest.mark.parametrize(("writer", "atol"), [(write_v21, 4), (write_v30, 5.9)], ids=["v2.1_h264", "v3.0_av1"])
+def test_independently_written_lerobot_datasets_read_back_exactly(tmp_path, writer, atol):
     from vlarl_cli.datasets import load_demonstrations
 
     episodes, fmt = load_demonstrations(writer(tmp_path / "ds"))
     assert fmt == "lerobot"
-    _check_episodes(episodes)
+    _check_episodes(episodes, atol=atol)
 
 
 def test_openpi_style_image_columns_read_back_losslessly(tmp_path):

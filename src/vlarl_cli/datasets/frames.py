@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from vlarl_cli.datasets.video import DEFAULT_TOLERANCE_S
+from vlarl_cli.datasets.video import DEFAULT_TOLERANCE_S, rgb24
 from vlarl_cli.errors import VlarlError
 
 __all__ = ["BACKENDS", "FrameError", "ImageColumnReader", "VideoReader", "video_backend"]
@@ -78,6 +78,7 @@ class VideoReader:
     def __init__(self, backend: str = "pyav", *, tolerance_s: float = DEFAULT_TOLERANCE_S, open_files: int = 16) -> None:
         self.backend, self.tolerance_s = backend, tolerance_s
         self._open = _Lru(open_files, close=self._close)
+        self._pid = os.getpid()
 
     @staticmethod
     def _close(handle: Any) -> None:
@@ -86,6 +87,8 @@ class VideoReader:
             close()
 
     def frame(self, path: str, t: float) -> np.ndarray:
+        if self._pid != os.getpid():  # forked: the parent's containers share its file offsets; open our own
+            self._pid, self._open = os.getpid(), _Lru(self._open.size, close=self._close)
         handle = self._open.hit(path) or self._open.put(path, self._opened(path))
         try:
             return self._torchcodec(handle, path, t) if self.backend == "torchcodec" else self._pyav(handle, path, t)
@@ -131,7 +134,7 @@ class VideoReader:
         if best is None or gap > self.tolerance_s:
             raise FrameError(f"Video {path} has no frame at t={t:.4f} s (tolerance {self.tolerance_s} s).",
                              "Check that the dataset's timestamps agree with its videos, or re-download them.")
-        return np.asarray(best.to_ndarray(format="rgb24"))
+        return rgb24(best)
 
     def _torchcodec(self, handle: tuple[Any, Any], path: str, t: float) -> np.ndarray:
         decoder = handle[0]

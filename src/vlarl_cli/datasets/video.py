@@ -10,6 +10,7 @@ default), so a dataset whose timestamps do not fit its video is an error, not a 
 from __future__ import annotations
 
 import os
+import threading
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 
 from vlarl_cli.errors import VlarlError
 
-__all__ = ["DEFAULT_TOLERANCE_S", "decode_frames", "encode_frames", "frames_at"]
+__all__ = ["DEFAULT_TOLERANCE_S", "decode_frames", "encode_frames", "frames_at", "rgb24"]
 
 DEFAULT_TOLERANCE_S = 1e-4  # lerobot LeRobotDataset tolerance_s default
 
@@ -31,6 +32,29 @@ def _av() -> Any:
         raise VlarlError("Reading or writing MP4 videos needs PyAV, which is not installed.",
                          "pip install av (a self-contained wheel with its own FFmpeg).") from None
     return av
+
+
+_REFORMATTERS = threading.local()  # .pid, .reformatter: this thread's, made in this process
+_INHERITED: list[Any] = []  # reformatters a forked process inherited: kept, never freed (see rgb24)
+
+
+def rgb24(frame: Any) -> np.ndarray:
+    """A decoded PyAV frame as uint8 RGB, converted as PyAV's ``to_ndarray(format="rgb24")`` converts it (the
+    same swscale settings, so the pixels lerobot and openpi decode), by a reformatter made in this process.
+
+    PyAV (18) keeps one reformatter per thread, and FFmpeg 8's swscale gives it a pool of slice threads. A
+    DataLoader worker forked from a process that had converted a frame inherits that reformatter but not its
+    threads, and waits for them for ever (the test suite hung there). A reformatter made in the worker
+    starts its own threads, and the inherited one is kept, never freed (freeing it waits for the same
+    threads). (``threads=1`` would avoid the pool too, but it changes pixels by up to 5 / 255.)"""
+    mine = _REFORMATTERS
+    if getattr(mine, "pid", None) != os.getpid():
+        from av.video.reformatter import VideoReformatter
+
+        if getattr(mine, "reformatter", None) is not None:  # the parent's: freeing it would wait for its threads
+            _INHERITED.append(mine.reformatter)
+        mine.pid, mine.reformatter = os.getpid(), VideoReformatter()
+    return np.asarray(mine.reformatter.reformat(frame, format="rgb24").to_ndarray())
 
 
 def decode_frames(path: str | Path, start_s: float | None = None, end_s: float | None = None, *,
@@ -64,7 +88,7 @@ def decode_frames(path: str | Path, start_s: float | None = None, end_s: float |
                 if t > hi:
                     break
                 if t >= lo:
-                    frames.append(frame.to_ndarray(format="rgb24"))
+                    frames.append(rgb24(frame))
                     times.append(t)
     except av.error.FFmpegError as err:  # type: ignore[attr-defined]
         raise VlarlError(f"Cannot decode video {path}: {err}", "Re-encode or re-download the file.") from None
