@@ -209,6 +209,7 @@ def _evaluate_libero(settings: EvalSettings, source: tuple[Path | None, str | No
     if robustness_split and summary.out_dir is not None and summary.complete:
         _robustness([Path(summary.out_dir)], None)
 
+
 def _task_ids(tasks: str | None) -> tuple[int, ...] | None:
     """``--tasks 0,1,5`` as task ids (None: every task of the suite)."""
     from vlarl_cli.errors import ConfigError
