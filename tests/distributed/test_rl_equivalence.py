@@ -112,7 +112,8 @@ def test_remote_pipelined_envs_on_libero_reproduce_the_local_run(tmp_path: Path)
     # the simulator's numbers are the same rollout's, so equal exactly
     for key in [k for k in a if k.startswith("env/")]:
         assert b[key] == a[key], key
-    # the critic's values differ by float rounding of batch 2 vs batch 1 (1.6e-8 of 1.6e-4 here); the
+    # the critic's values differ by float rounding of batch 2 vs batch 1 (1.6e-8 of 1.6e-4 on the suite's pinned
+    # AVX2 kernels, tests/conftest.py; AVX-512's round the two batches 300x further apart, 4.8e-6); the
     # normalised advantages divide that by the raw advantages' std (~5e-3), so on another CPU's kernels
     # they moved by 1.5e-4 (CI) of their unit scale: 1e-3 absolute is a tenth of a percent of one std
     for key in [k for k in a if k.startswith("rollout/")]:

@@ -21,7 +21,9 @@ actions, values, the ODE transitions and every gradient bit-identical (0), log-p
 attention processor calls the same ``scaled_dot_product_attention`` as vlarl, so equality is expected. ATOL =
 6e-7 is 10x the largest measured error (about one float32 ulp at magnitude 4). Re-recording golden.npz with
 today's torch moved Isaac-GR00T's own head outputs by up to 3.6e-7 against the committed file, so a torch upgrade
-or a CPU whose kernels round differently can need rlinf.npz re-recorded (scripts/reference/gr00t_golden.sh); gradients are compared to 1e-6 of each tensor's largest entry.
+can need rlinf.npz re-recorded (scripts/reference/gr00t_golden.sh). It was recorded on torch's AVX2 kernels, and the
+suite pins them (tests/conftest.py): AVX-512's kernels (an AMD EPYC Zen 4) moved actions by up to 7.2e-7 and
+gradients by 1.9e-6 against this fixture. Gradients are compared to 1e-6 of each tensor's largest entry.
 A 1e-4 relative change of the VL LayerNorm weight moves log-probs and values by 1e-5 (60x ATOL); a critic over
 a masked mean (not RLinf's mean over every token) moves values by 0.1-0.3; a detached critic input leaves no
 gradient on the VL LayerNorm.
