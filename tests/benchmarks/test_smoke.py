@@ -46,6 +46,7 @@ def _smoke(name: str, extra: list[str], tmp_path: Path) -> dict:
     assert machine["cpu_count"] >= 1 and machine["affinity_cpus"] >= 1
     assert len(machine["load_avg_start"]) == 3 and len(machine["load_avg_end"]) == 3
     assert machine["versions"]["torch"] != "not installed"
+    assert machine["cpu_model"] and machine["torch_cpu_kernels"]  # the figures' CPU, e.g. "AMD EPYC", "AVX2"
     return line
 
 
