@@ -66,6 +66,8 @@ def _torch(report: Report) -> None:
     import torch.distributed as torch_dist
 
     report.add("torch", "build", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'})")
+    # AVX2 and AVX-512 kernels round differently: a CPU run's numbers move in the last bits between machines
+    report.add("torch", "CPU kernels", torch.backends.cpu.get_cpu_capability())
     backends = [b for b in ("gloo", "nccl") if getattr(torch_dist, f"is_{b}_available")()]
     report.add("torch", "distributed backends", ", ".join(backends) or "none")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -49,6 +49,8 @@ def test_report_names_installed_versions_and_passes_here() -> None:
     assert rows["torch"] == torch.__version__
     assert rows["vlarl"] == vlarl_cli.__version__
     assert rows["mujoco"] == metadata.version("mujoco")
+    # the suite pins AVX2 kernels (tests/conftest.py); the report says which ones ran
+    assert dict(report.sections["torch"])["CPU kernels"] == torch.backends.cpu.get_cpu_capability() != ""
     assert dict(report.sections["LIBERO"])["assets"].endswith("files match the manifest (sizes)")
     assert report.problems == []
     assert report.text().endswith("### Problems\n- none")

@@ -15,6 +15,7 @@ from vlarl_cli.training.evaluation import (
     batch_note,
     card_conflicts,
     compare,
+    compute_note,
     make_card,
     plan_episodes,
     split_blocks,
@@ -294,3 +295,20 @@ def test_card_follows_the_family_entry_of_the_protocol() -> None:
     assert rl["replan_size"] == 10 and rl["env_seed"] == 3 and rl["eval_order"] == "trial_major"
     assert not any("seed" in d for d in rl["deviations"])
 
+
+
+def test_a_resume_on_other_kernels_is_said_not_refused() -> None:
+    """The card records where its numbers were computed; a resume on another CPU's kernels or another torch
+    is said (the last float bits may differ), not refused, and a card from before the record says nothing."""
+    import torch
+
+    plan = plan_episodes("libero_10", (0,), 5)
+    here = make_card(EvalSettings(suite="libero_10", trials=5), _Policy(), None, plan)
+    assert here["compute"] == {"torch": torch.__version__, "device": "cpu",
+                               "cpu_kernels": torch.backends.cpu.get_cpu_capability()}
+    there = {**here, "compute": {**here["compute"], "cpu_kernels": "AVX512_NOT_HERE"}}
+    assert card_conflicts(there, here) == []
+    note = compute_note(there, here)
+    assert note is not None and f"cpu_kernels AVX512_NOT_HERE -> {here['compute']['cpu_kernels']}" in note
+    assert compute_note(here, here) is None
+    assert compute_note({k: v for k, v in here.items() if k != "compute"}, here) is None

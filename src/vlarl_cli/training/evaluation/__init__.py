@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from vlarl_cli.envs.vector import workers_for
 from vlarl_cli.training.evaluation.api import evaluate, evaluate_policy
-from vlarl_cli.training.evaluation.card import batch_note, card_conflicts, make_card
+from vlarl_cli.training.evaluation.card import batch_note, card_conflicts, compute_note, make_card
 from vlarl_cli.training.evaluation.comparison import Comparison, DiffRow, compare, print_comparison
 from vlarl_cli.training.evaluation.plan import (
     STANDARD_SUITES,
@@ -94,6 +94,7 @@ __all__ = [
     "batch_note",
     "card_conflicts",
     "compare",
+    "compute_note",
     "evaluate",
     "evaluate_policy",
     "expand_suite",

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vlarl_cli.training.evaluation.card import batch_note, card_conflicts, make_card
+from vlarl_cli.training.evaluation.card import batch_note, card_conflicts, compute_note, make_card
 from vlarl_cli.training.evaluation.plan import EvalSettings, plan_episodes, split_blocks
 from vlarl_cli.training.evaluation.results import EvalSummary, print_summary, summarize, write_summary
 from vlarl_cli.training.evaluation.runner import run_episodes
@@ -112,9 +112,9 @@ def _prepare_folder(out_dir: Path, card: dict[str, Any], resume: bool) -> None:
                     + "; ".join(f"{c}: {old.get(c.split('.')[0])!s:.80} -> {card.get(c.split('.')[0])!s:.80}"
                                 for c in conflicts[:3]) + ").",
                     "Write to another folder with --out, or pass --no-resume to discard the old results.")
-            note = batch_note(old, card)
-            if note:
-                print(f"vlarl eval: {note}", flush=True)
+            for note in (batch_note(old, card), compute_note(old, card)):
+                if note:
+                    print(f"vlarl eval: {note}", flush=True)
             cut = log.repair()
             if cut:
                 print(f"vlarl eval: removed a torn last line ({cut} bytes) from {log.path}", flush=True)

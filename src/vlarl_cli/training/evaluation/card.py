@@ -62,6 +62,8 @@ def make_card(settings: EvalSettings, policy: Any, info: PolicyInfo | None,
         "deviations": (settings.deviations(suites) + settings.policy_deviations(chunk, denoising)
                        + _observation_deviations(policy)),
         "vlarl_version": __version__,
+        # where the numbers were computed (a resume elsewhere is said, not refused: compute_note)
+        "compute": compute_record(policy),
         "plan": {
             "suite": settings.suite,
             "trials_per_task": settings.trials,
@@ -81,7 +83,7 @@ def card_conflicts(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Card fields (outside the plan and the per-suite step limits of new suites) that differ."""
     out = []
     for k in sorted(set(old) | set(new)):
-        if k in ("plan", "deviations", "protocol_source", "policy_batch"):  # the batch: batch_note
+        if k in ("plan", "deviations", "protocol_source", "policy_batch", "compute"):  # batch_note, compute_note
             continue
         a, b = old.get(k), new.get(k)
         if k == "max_steps" and isinstance(a, dict) and isinstance(b, dict):
@@ -102,6 +104,28 @@ def batch_note(old: dict[str, Any], new: dict[str, Any]) -> str | None:
         return None
     return (f"resuming with a policy batch of {b} where the first run used {a}: the episodes run now may differ "
             f"from an uninterrupted run in their last float bits (pass --num-envs {a} for identical episodes)")
+
+
+def compute_record(policy: Any) -> dict[str, str]:
+    """torch's version, the policy's device and the instruction set of torch's CPU kernels (AVX2 and AVX-512
+    kernels round differently, so a CPU evaluation's episodes can differ in their last float bits between
+    machines, and a near-tie action can flip an episode)."""
+    import torch
+
+    first = next(iter(policy.parameters()), None) if hasattr(policy, "parameters") else None
+    device = first.device if first is not None else torch.device("cpu")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return {"torch": torch.__version__, "device": name, "cpu_kernels": torch.backends.cpu.get_cpu_capability()}
+
+
+def compute_note(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """The line a resume on another machine or torch prints (None: the same, or a card from before the record)."""
+    a, b = old.get("compute"), new.get("compute")
+    if not isinstance(a, dict) or a == b:
+        return None
+    moved = ", ".join(f"{k} {a.get(k)} -> {b.get(k)}" for k in sorted(b) if a.get(k) != b.get(k))
+    return (f"resuming where the first episodes were computed elsewhere ({moved}): the episodes run now may differ "
+            "from an uninterrupted run in their last float bits")
 
 
 def _observation_deviations(policy: Any) -> list[str]:
