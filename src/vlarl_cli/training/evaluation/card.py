@@ -121,7 +121,7 @@ def compute_record(policy: Any) -> dict[str, str]:
 def compute_note(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     """The line a resume on another machine or torch prints (None: the same, or a card from before the record)."""
     a, b = old.get("compute"), new.get("compute")
-    if not isinstance(a, dict) or a == b:
+    if not isinstance(a, dict) or not isinstance(b, dict) or a == b:
         return None
     moved = ", ".join(f"{k} {a.get(k)} -> {b.get(k)}" for k in sorted(b) if a.get(k) != b.get(k))
     return (f"resuming where the first episodes were computed elsewhere ({moved}): the episodes run now may differ "
