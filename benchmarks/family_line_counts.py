@@ -37,7 +37,8 @@ BUCKETS = {  # what each top-level function of the four modules, then and now, i
     "steps": {"load_policy", "save_policy", "describe", "_fill", "_plan", "_stream_rules",
               # before the pipeline: the shared shape each family wrote for itself
               "_weight_files", "_reset_buffers", "_format_keys", "_merged_state_dict", "_shards", "_header",
-              "_read_json", "_shard", "_write_weights", "LoadReport", "_fix_nonpersistent_buffers"},
+              "_read_json", "_shard", "_write_weights", "LoadReport", "_fix_nonpersistent_buffers",
+              "_refuse_old_critic"},  # a load step of OpenVLA-OFT, split out of load_policy
     "model": {"FakeSettings", "FakePolicy"},  # the stand-in family's model (a real one has it in modeling.py)
 }
 
