@@ -55,6 +55,12 @@ def policy_obs_mode(policy: Any) -> str:
     return str(getattr(policy, "obs_mode", "rgb"))
 
 
+def policy_device(policy: Any) -> Any:
+    """The device of ``policy``'s first parameter (a ``torch.device``), None for a policy without parameters."""
+    first = next(iter(policy.parameters()), None) if hasattr(policy, "parameters") else None
+    return first.device if first is not None else None
+
+
 GRIPPERS = ("libero", "maniskill")
 
 

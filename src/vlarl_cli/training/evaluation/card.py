@@ -9,7 +9,7 @@ from typing import Any
 
 from vlarl_cli import __version__
 from vlarl_cli.envs.libero.suites import all_suite_order
-from vlarl_cli.keys import policy_cameras, policy_obs_mode
+from vlarl_cli.keys import policy_cameras, policy_device, policy_obs_mode
 from vlarl_cli.training.evaluation.plan import EpisodeKey, EvalSettings
 from vlarl_cli.training.evaluation.source import PolicyInfo
 
@@ -112,9 +112,8 @@ def compute_record(policy: Any) -> dict[str, str]:
     machines, and a near-tie action can flip an episode)."""
     import torch
 
-    first = next(iter(policy.parameters()), None) if hasattr(policy, "parameters") else None
-    device = first.device if first is not None else torch.device("cpu")
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    device = policy_device(policy)
+    name = torch.cuda.get_device_name(device) if device is not None and device.type == "cuda" else "cpu"
     return {"torch": torch.__version__, "device": name, "cpu_kernels": torch.backends.cpu.get_cpu_capability()}
 
 

@@ -127,8 +127,8 @@ def _budget(policy: Any, settings: EvalSettings, n: int, overrides: dict[str, An
     """This process's CPU budget for ``n`` eval envs on the policy's device."""
     from vlarl_cli.distributed.cpu_budget import decide
 
-    first = next(iter(policy.parameters()), None) if hasattr(policy, "parameters") else None
-    device_type = first.device.type if first is not None else "cpu"
+    device = keys.policy_device(policy)
+    device_type = device.type if device is not None else "cpu"
     return decide(device_type=device_type, num_envs=n, requested_workers=settings.num_workers, **(overrides or {}))
 
 
